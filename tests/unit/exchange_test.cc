@@ -1,0 +1,162 @@
+// Every gradient-exchange strategy over world sizes 1..8 and node shapes, one thread per rank:
+// results equal the reference sum, sparse strategies at density 1 equal dense, error feedback
+// conserves the gradient across ranks and steps, and uneven nodes are rejected where required.
+#include "worker/comm/exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "tests/support/rank_threads.h"
+#include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+using testing::rethrow_first;
+using testing::run_ranks;
+
+// Small integers, so every summation order gives the same float.
+float grad_value(int rank, int step, size_t i) {
+  return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + step * 5 + (i * i) % 29) % 23) - 11);
+}
+
+struct Shape {
+  int nodes, local;
+};
+
+std::string shape_name(const ::testing::TestParamInfo<Shape>& p) {
+  return std::to_string(p.param.nodes) + "x" + std::to_string(p.param.local);
+}
+
+class ExchangeTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
+  const Shape shape = GetParam();
+  const int world = shape.nodes * shape.local;
+  MemoryStore store;
+  const std::vector<size_t> sizes = {0, 1, 5, 17, 1000, 4099};
+  std::mutex mu;
+  std::map<std::string, std::vector<float>> first_result;  // bitwise identical on every rank
+  rethrow_first(run_ranks(world, [&](int r) {
+    CommGroups g = connect_groups(store, Topology::grid(shape.nodes, shape.local), r, gloo_factory(Millis(20000)));
+    for (const char* s : {"dense", "torus", "topk", "hitopk"}) {
+      for (double density : {1.0, 0.05}) {
+        if ((s == std::string("dense") || s == std::string("torus")) && density < 1.0) continue;
+        auto ex = make_exchange(ExchangeConfig{s, density, "mstopk"}, g);
+        for (size_t d : sizes) {
+          const int bucket = static_cast<int>(d);
+          std::vector<float> total_out(d, 0.0f), total_in(d, 0.0f);
+          for (int step = 0; step < 3; ++step) {
+            std::vector<float> grad(d), want(d, 0.0f);
+            for (size_t i = 0; i < d; ++i) {
+              grad[i] = grad_value(r, step, i);
+              for (int q = 0; q < world; ++q) want[i] += grad_value(q, step, i);
+              total_in[i] += want[i];
+            }
+            ExchangeStats st = ex->exchange(bucket, grad);
+            for (size_t i = 0; i < d; ++i) total_out[i] += grad[i];
+            if (density == 1.0) {
+              ASSERT_EQ(grad, want) << s << " d=" << d << " step " << step;
+            }
+            ASSERT_LE(st.selected, density < 1.0 ? topk_count(d, density) : d) << s;
+            std::lock_guard<std::mutex> lock(mu);
+            auto key = std::string(s) + "/" + std::to_string(density) + "/" + std::to_string(d) + "/" + std::to_string(step);
+            auto [it, inserted] = first_result.emplace(key, grad);
+            if (!inserted) {
+              ASSERT_EQ(it->second, grad) << "ranks disagree on " << key;
+            }
+          }
+          // Conservation: every rank's residual, plus everything delivered, is everything put in.
+          std::vector<float> residual(d, 0.0f);
+          ex->add_residual(bucket, residual);
+          g.world->allreduce(std::span<float>(residual));
+          for (size_t i = 0; i < d; ++i)
+            ASSERT_EQ(total_out[i] + residual[i], total_in[i]) << s << " density " << density << " d=" << d << " i=" << i;
+        }
+      }
+    }
+  }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ExchangeTest,
+                         ::testing::Values(Shape{1, 1}, Shape{1, 2}, Shape{2, 1}, Shape{3, 1}, Shape{1, 3}, Shape{1, 4},
+                                           Shape{4, 1}, Shape{2, 2}, Shape{2, 3}, Shape{3, 2}, Shape{4, 2}, Shape{2, 4},
+                                           Shape{8, 1}),
+                         shape_name);
+
+TEST(ExchangeConfigTest, UnevenNodesRejectedOnlyWhereRequired) {
+  // Node a has ranks 0 and 1, node b has rank 2.
+  MemoryStore store;
+  Topology topo({{"a", 0}, {"a", 1}, {"b", 0}});
+  rethrow_first(run_ranks(3, [&](int r) {
+    CommGroups g = connect_groups(store, topo, r, gloo_factory(Millis(20000)));
+    for (const char* s : {"torus", "hitopk"}) {
+      try {
+        make_exchange(ExchangeConfig{s, 0.01, "mstopk"}, g);
+        ADD_FAILURE() << s << " accepted uneven nodes";
+      } catch (const ConfigError& e) {
+        EXPECT_EQ(e.field(), "communication.strategy");
+        EXPECT_NE(std::string(e.what()).find("same number of ranks on every node"), std::string::npos);
+      }
+    }
+    for (const char* s : {"dense", "topk"}) {
+      auto ex = make_exchange(ExchangeConfig{s, 1.0, "exact"}, g);
+      std::vector<float> x(10, static_cast<float>(r + 1));
+      ex->exchange(0, x);
+      for (float v : x) ASSERT_EQ(v, 6.0f) << s;
+    }
+  }));
+}
+
+TEST(ExchangeConfigTest, BadConfigurationNamesTheField) {
+  MemoryStore store;
+  CommGroups g = connect_groups(store, Topology::grid(1, 1), 0, gloo_factory(Millis(5000)));
+  auto field_of = [&](ExchangeConfig c) {
+    try {
+      make_exchange(c, g);
+    } catch (const ConfigError& e) {
+      return e.field();
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(field_of({"ring", 0.01, "mstopk"}), "communication.strategy");
+  EXPECT_EQ(field_of({"topk", 0.0, "mstopk"}), "communication.density");
+  EXPECT_EQ(field_of({"topk", 1.5, "mstopk"}), "communication.density");
+  EXPECT_EQ(field_of({"topk", 0.1, "sort"}), "communication.selector");
+  EXPECT_EQ(field_of({"topk", 0.1, "exact"}), "accepted");
+}
+
+TEST(ExchangeBytesTest, HierarchicalTopkSendsLittleBetweenNodes) {
+  const int nodes = 2, local = 2, world = 4;
+  const size_t d = 200000;
+  MemoryStore store;
+  std::vector<std::map<std::string, LinkBytes>> bytes(world);
+  rethrow_first(run_ranks(world, [&](int r) {
+    CommGroups g = connect_groups(store, Topology::grid(nodes, local), r, gloo_factory(Millis(20000)));
+    for (const char* s : {"dense", "torus", "topk", "hitopk"}) {
+      auto ex = make_exchange(ExchangeConfig{s, 0.001, "mstopk"}, g);
+      std::vector<float> x(d);
+      for (size_t i = 0; i < d; ++i) x[i] = grad_value(r, 0, i) * (1.0f + i % 7);
+      bytes[r][s] = ex->exchange(0, x).bytes;
+    }
+  }));
+  auto inter = [&](const char* s) {
+    uint64_t sum = 0;
+    for (int r = 0; r < world; ++r) sum += bytes[r][s].inter;
+    return sum;
+  };
+  // dense: the world ring crosses nodes twice; the two boundary ranks each send 2(p-1)/p * 4d bytes.
+  EXPECT_EQ(inter("dense"), 2 * (2 * 3 * (d / 4) * 4));
+  // torus: every rank all-reduces its d/2 shard with one peer on the other node.
+  EXPECT_EQ(inter("torus"), 4 * ((d / 2) / 2 * 2 * 4));
+  // hitopk: every rank sends its k = 0.001 * d/2 pairs of 8 bytes to the other node.
+  EXPECT_EQ(inter("hitopk"), 4 * (topk_count(d / 2, 0.001) * 8));
+  EXPECT_LE(inter("hitopk") * 50, inter("dense"));
+  EXPECT_GT(bytes[0]["hitopk"].intra, 0u);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,162 @@
+#include "worker/compress/topk.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+// |x| as the bit pattern of a non-negative float: orders exactly like the magnitude, and every
+// value >= kNonFinite is Inf or NaN.
+constexpr uint32_t kAbsMask = 0x7fffffffu;
+constexpr uint32_t kNonFinite = 0x7f800000u;
+
+inline uint32_t abs_bits(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  return u & kAbsMask;
+}
+
+[[noreturn]] void throw_non_finite(std::span<const float> x, std::string_view bucket) {
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]))
+      throw NumericError(detail::concat("bucket '", bucket, "': gradient element ", i, " of ", x.size(), " is ",
+                                        std::isnan(x[i]) ? "NaN" : "Inf"));
+  }
+  TESSERA_CHECK(false, "non-finite element reported but not found in bucket '", bucket, "'");
+}
+
+inline uint64_t next_random(uint64_t& s) {
+  s ^= s << 13;
+  s ^= s >> 7;
+  s ^= s << 17;
+  return s;
+}
+
+void check_k(size_t k, size_t n, std::string_view bucket) {
+  if (k > n)
+    throw std::invalid_argument(detail::concat("top-k on bucket '", bucket, "': k=", k, " exceeds its ", n, " entries"));
+}
+
+}  // namespace
+
+void check_finite(std::span<const float> x, std::string_view bucket) {
+  uint32_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, abs_bits(x[i]));
+  if (worst >= kNonFinite) throw_non_finite(x, bucket);
+}
+
+size_t topk_count(size_t n, double density) {
+  if (n == 0) return 0;
+  if (!(density > 0.0 && density <= 1.0))
+    throw ConfigError("density", detail::concat(density, " is outside (0, 1]"));
+  size_t k = static_cast<size_t>(std::ceil(density * static_cast<double>(n)));
+  return std::clamp<size_t>(k, 1, n);
+}
+
+void exact_topk(std::span<const float> x, size_t k, std::vector<uint32_t>& idx, std::string_view bucket) {
+  check_k(k, x.size(), bucket);
+  check_finite(x, bucket);
+  idx.resize(x.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  if (k < x.size()) {
+    std::nth_element(idx.begin(), idx.begin() + k, idx.end(),
+                     [&](uint32_t a, uint32_t b) { return abs_bits(x[a]) > abs_bits(x[b]); });
+  }
+  idx.resize(k);
+}
+
+uint32_t MSTopK::sample_threshold(std::span<const float> x, size_t rank_from_top) {
+  const size_t d = x.size();
+  const size_t s = std::min(d, options_.sample_size);
+  sample_.resize(s);
+  // One random entry from each of s equal strides: unbiased, and spread over the whole gradient.
+  const double stride = static_cast<double>(d) / static_cast<double>(s);
+  for (size_t i = 0; i < s; ++i) {
+    size_t lo = static_cast<size_t>(i * stride);
+    size_t hi = std::max(lo + 1, static_cast<size_t>((i + 1) * stride));
+    size_t j = lo + next_random(rng_) % (hi - lo);
+    sample_[i] = abs_bits(x[std::min(j, d - 1)]);
+  }
+  rank_from_top = std::min(rank_from_top, s);
+  std::nth_element(sample_.begin(), sample_.begin() + (rank_from_top - 1), sample_.end(), std::greater<uint32_t>());
+  return std::min(sample_[rank_from_top - 1], kNonFinite - 1);
+}
+
+bool MSTopK::gather(std::span<const float> x, uint32_t t, size_t max_ties) {
+  above_.clear();
+  ties_.clear();
+  const float* p = x.data();
+  const size_t d = x.size();
+  constexpr size_t kBlock = 32;
+  bool finite = true;
+  size_t i = 0;
+  auto scan = [&](size_t from, size_t to) {
+    for (size_t j = from; j < to; ++j) {
+      uint32_t u = abs_bits(p[j]);
+      if (u > t) {
+        if (u >= kNonFinite) finite = false;
+        above_.push_back(static_cast<uint32_t>(j));
+      } else if (u == t && ties_.size() < max_ties) {
+        ties_.push_back(static_cast<uint32_t>(j));
+      }
+    }
+  };
+  for (; i + kBlock <= d; i += kBlock) {
+    uint32_t m = 0;
+    for (size_t j = 0; j < kBlock; ++j) {
+      uint32_t u;
+      std::memcpy(&u, p + i + j, sizeof(u));
+      m = std::max(m, u & kAbsMask);
+    }
+    if (m >= t) scan(i, i + kBlock);
+  }
+  scan(i, d);
+  return finite;
+}
+
+void MSTopK::select(std::span<const float> x, size_t k, std::vector<uint32_t>& idx, std::string_view bucket) {
+  const size_t d = x.size();
+  check_k(k, d, bucket);
+  stats_ = Stats{};
+  if (k == 0 || k == d || d < options_.exact_below) {
+    stats_.fell_back = true;
+    stats_.passes = 1;
+    exact_topk(x, k, idx, bucket);
+    return;
+  }
+  const size_t s = std::min(d, options_.sample_size);
+  // Expected number of sampled entries at or above the true k-th magnitude, plus a margin of four
+  // standard deviations so the pass gathers at least k candidates with high probability.
+  const double expect = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(d);
+  size_t rank = static_cast<size_t>(std::ceil(expect + 4.0 * std::sqrt(expect) + 4.0));
+  for (;;) {
+    if (rank >= s) break;  // the sample cannot separate the top k: use the exact selector
+    const uint32_t t = sample_threshold(x, rank);
+    if (t == 0) break;     // more than d-k zeros: the band would be most of the gradient
+    ++stats_.passes;
+    if (!gather(x, t, k)) throw_non_finite(x, bucket);
+    stats_.candidates = above_.size() + ties_.size();
+    if (above_.size() >= k) {
+      std::nth_element(above_.begin(), above_.begin() + (k - 1), above_.end(),
+                       [&](uint32_t a, uint32_t b) { return abs_bits(x[a]) > abs_bits(x[b]); });
+      idx.assign(above_.begin(), above_.begin() + k);
+      return;
+    }
+    if (above_.size() + ties_.size() >= k) {
+      idx.assign(above_.begin(), above_.end());
+      idx.insert(idx.end(), ties_.begin(), ties_.begin() + (k - above_.size()));
+      return;
+    }
+    rank *= 4;  // threshold too high: lower it
+  }
+  stats_.fell_back = true;
+  ++stats_.passes;
+  exact_topk(x, k, idx, bucket);
+}
+
+}  // namespace tessera

@@ -1,0 +1,83 @@
+// Error types shared by the worker runtime.
+//
+// Error policy: configuration mistakes throw ConfigError naming the field and the reason; a failed or
+// timed-out communication throws CommError naming the operation, the group, the rank and the peer;
+// numerical faults in user data (NaN/Inf gradients) throw NumericError naming the bucket. Broken
+// invariants inside Tessera throw std::logic_error through TESSERA_CHECK with the values involved.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace tessera {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A value given by the user (job config, flags, topology) cannot be used. The message starts with
+// the field path, then the reason: "communication.strategy: 'hitopk' needs the same number of ranks
+// on every node (node 'b' has 1, node 'a' has 2)".
+class ConfigError : public Error {
+ public:
+  ConfigError(const std::string& field, const std::string& reason)
+      : Error(field + ": " + reason), field_(field) {}
+  const std::string& field() const { return field_; }
+
+ private:
+  std::string field_;
+};
+
+// A collective or point-to-point operation failed or did not complete before its deadline.
+class CommError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A rendezvous store key did not appear before the deadline.
+class StoreTimeout : public CommError {
+ public:
+  using CommError::CommError;
+};
+
+// Non-finite values where finite ones are required (a NaN or Inf gradient).
+class NumericError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string concat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+[[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
+}  // namespace detail
+
+}  // namespace tessera
+
+// Invariant checks: throw std::logic_error with the expression, the operands and a message.
+#define TESSERA_CHECK(cond, ...)                                                               \
+  do {                                                                                         \
+    if (!(cond))                                                                               \
+      ::tessera::detail::check_failed(__FILE__, __LINE__, #cond,                              \
+                                      ::tessera::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
+  } while (0)
+
+#define TESSERA_CHECK_OP(a, op, b, ...)                                                          \
+  do {                                                                                           \
+    const auto& tessera_a_ = (a);                                                                \
+    const auto& tessera_b_ = (b);                                                                \
+    if (!(tessera_a_ op tessera_b_))                                                             \
+      ::tessera::detail::check_failed(                                                           \
+          __FILE__, __LINE__, #a " " #op " " #b,                                                 \
+          ::tessera::detail::concat("(", tessera_a_, " vs ", tessera_b_, ") " __VA_OPT__(, ) __VA_ARGS__)); \
+  } while (0)
+
+#define TESSERA_CHECK_EQ(a, b, ...) TESSERA_CHECK_OP(a, ==, b __VA_OPT__(, ) __VA_ARGS__)
+#define TESSERA_CHECK_LE(a, b, ...) TESSERA_CHECK_OP(a, <=, b __VA_OPT__(, ) __VA_ARGS__)
+#define TESSERA_CHECK_LT(a, b, ...) TESSERA_CHECK_OP(a, <, b __VA_OPT__(, ) __VA_ARGS__)

@@ -1,0 +1,60 @@
+#include "worker/core/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+namespace tessera {
+namespace {
+
+LogLevel level_from_env() {
+  const char* v = std::getenv("TESSERA_LOG_LEVEL");
+  if (!v) return LogLevel::kInfo;
+  if (!std::strcmp(v, "debug")) return LogLevel::kDebug;
+  if (!std::strcmp(v, "warn")) return LogLevel::kWarn;
+  if (!std::strcmp(v, "error")) return LogLevel::kError;
+  return LogLevel::kInfo;
+}
+
+std::atomic<int> g_level{static_cast<int>(level_from_env())};
+std::mutex g_tag_mu;
+std::string g_tag;
+
+}  // namespace
+
+void set_log_tag(const std::string& tag) {
+  std::lock_guard<std::mutex> lock(g_tag_mu);
+  g_tag = tag;
+}
+
+void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
+
+void log_line(LogLevel level, const std::string& msg) {
+  if (static_cast<int>(level) < g_level.load()) return;
+  static const char* names[] = {"D", "I", "W", "E"};
+  auto now = std::chrono::system_clock::now();
+  std::time_t t = std::chrono::system_clock::to_time_t(now);
+  int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char head[64];
+  std::snprintf(head, sizeof(head), "%s %02d:%02d:%02d.%03d ", names[static_cast<int>(level)],
+                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::string line = head;
+  {
+    std::lock_guard<std::mutex> lock(g_tag_mu);
+    if (!g_tag.empty()) line += "[" + g_tag + "] ";
+  }
+  line += msg;
+  line += '\n';
+  ssize_t rc = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)rc;
+}
+
+}  // namespace tessera

@@ -1,0 +1,26 @@
+// Minimal leveled logging to stderr, one line per call, prefixed with time and the process's tag
+// (for workers "rank N"). Thread-safe: each line is written with a single write.
+#pragma once
+
+#include <string>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+
+// The tag printed on every line of this process (e.g. "rank 3"); empty by default.
+void set_log_tag(const std::string& tag);
+// Lines below this level are dropped. Default kInfo; TESSERA_LOG_LEVEL=debug|info|warn|error overrides.
+void set_log_level(LogLevel level);
+void log_line(LogLevel level, const std::string& msg);
+
+template <typename... Args>
+void log_info(const Args&... args) { log_line(LogLevel::kInfo, detail::concat(args...)); }
+template <typename... Args>
+void log_warn(const Args&... args) { log_line(LogLevel::kWarn, detail::concat(args...)); }
+template <typename... Args>
+void log_debug(const Args&... args) { log_line(LogLevel::kDebug, detail::concat(args...)); }
+
+}  // namespace tessera
