@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <numeric>
 
 #include "worker/core/error.h"
 
@@ -60,29 +59,39 @@ size_t topk_count(size_t n, double density) {
 
 void exact_topk(std::span<const float> x, size_t k, std::vector<uint32_t>& idx, std::string_view bucket) {
   check_k(k, x.size(), bucket);
-  check_finite(x, bucket);
-  idx.resize(x.size());
-  std::iota(idx.begin(), idx.end(), 0u);
-  if (k < x.size()) {
-    std::nth_element(idx.begin(), idx.begin() + k, idx.end(),
-                     [&](uint32_t a, uint32_t b) { return abs_bits(x[a]) > abs_bits(x[b]); });
-  }
-  idx.resize(k);
+  // Magnitudes as ordered integers, contiguous, so nth_element runs on plain values; then one pass
+  // takes the entries above the k-th magnitude and fills up with entries equal to it.
+  std::vector<uint32_t> mags(x.size());
+  uint32_t worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) worst = std::max(worst, mags[i] = abs_bits(x[i]));
+  if (worst >= kNonFinite) throw_non_finite(x, bucket);
+  idx.clear();
+  if (k == 0) return;
+  std::nth_element(mags.begin(), mags.begin() + (k - 1), mags.end(), std::greater<uint32_t>());
+  const uint32_t t = mags[k - 1];
+  idx.reserve(k);
+  for (size_t i = 0; i < x.size(); ++i)
+    if (abs_bits(x[i]) > t) idx.push_back(static_cast<uint32_t>(i));
+  for (size_t i = 0; i < x.size() && idx.size() < k; ++i)
+    if (abs_bits(x[i]) == t) idx.push_back(static_cast<uint32_t>(i));
 }
 
 uint32_t MSTopK::sample_threshold(std::span<const float> x, size_t rank_from_top) {
   const size_t d = x.size();
-  const size_t s = std::min(d, options_.sample_size);
-  sample_.resize(s);
-  // One random entry from each of s equal strides: unbiased, and spread over the whole gradient.
-  const double stride = static_cast<double>(d) / static_cast<double>(s);
-  for (size_t i = 0; i < s; ++i) {
+  // Runs of kRun consecutive entries (one cache line), one run at a random offset inside each of
+  // s/kRun equal strides: spread over the whole gradient, and one memory access per run.
+  constexpr size_t kRun = 16;
+  const size_t runs = std::max<size_t>(1, std::min(d, options_.sample_size) / kRun);
+  const double stride = static_cast<double>(d) / static_cast<double>(runs);
+  sample_.clear();
+  for (size_t i = 0; i < runs; ++i) {
     size_t lo = static_cast<size_t>(i * stride);
-    size_t hi = std::max(lo + 1, static_cast<size_t>((i + 1) * stride));
-    size_t j = lo + next_random(rng_) % (hi - lo);
-    sample_[i] = abs_bits(x[std::min(j, d - 1)]);
+    size_t hi = std::min(d, static_cast<size_t>((i + 1) * stride));
+    size_t span = hi > lo + kRun ? hi - lo - kRun : 0;
+    size_t start = lo + (span ? next_random(rng_) % (span + 1) : 0);
+    for (size_t j = start; j < std::min(d, start + kRun); ++j) sample_.push_back(abs_bits(x[j]));
   }
-  rank_from_top = std::min(rank_from_top, s);
+  rank_from_top = std::min(rank_from_top, sample_.size());
   std::nth_element(sample_.begin(), sample_.begin() + (rank_from_top - 1), sample_.end(), std::greater<uint32_t>());
   return std::min(sample_[rank_from_top - 1], kNonFinite - 1);
 }
@@ -129,7 +138,7 @@ void MSTopK::select(std::span<const float> x, size_t k, std::vector<uint32_t>& i
     exact_topk(x, k, idx, bucket);
     return;
   }
-  const size_t s = std::min(d, options_.sample_size);
+  const size_t s = std::max<size_t>(16, std::min(d, options_.sample_size) / 16 * 16);
   // Expected number of sampled entries at or above the true k-th magnitude, plus a margin of four
   // standard deviations so the pass gathers at least k candidates with high probability.
   const double expect = static_cast<double>(k) * static_cast<double>(s) / static_cast<double>(d);

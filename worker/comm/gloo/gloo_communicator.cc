@@ -197,18 +197,38 @@ void GlooCommunicator::allreduce(void* data, size_t count, DType t, ReduceOp red
 void GlooCommunicator::reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, DType t,
                                       ReduceOp red, Millis timeout) {
   Op op = begin("reduce_scatter", timeout);
-  if (static_cast<int>(counts.size()) != size())
-    throw std::invalid_argument(detail::concat(where("reduce_scatter"), ": ", counts.size(), " counts for ", size(),
+  const int p = size(), me = rank();
+  if (static_cast<int>(counts.size()) != p)
+    throw std::invalid_argument(detail::concat(where("reduce_scatter"), ": ", counts.size(), " counts for ", p,
                                                " members"));
   const size_t elem = dtype_size(t);
-  size_t total = 0, mine = 0;
-  for (int i = 0; i < size(); ++i) {
-    if (i == rank()) mine = total;
-    total += counts[i];
+  const char* src = static_cast<const char*>(in);
+  std::vector<size_t> offset(p + 1, 0);
+  for (int i = 0; i < p; ++i) offset[i + 1] = offset[i] + counts[i] * elem;
+  if (p == 1) {
+    if (counts[0]) std::memcpy(out, src, counts[0] * elem);
+    return;
   }
-  std::vector<char> work(static_cast<const char*>(in), static_cast<const char*>(in) + total * elem);
-  if (size() > 1) ring_reduce_scatter(op, work.data(), counts, t, red);
-  if (counts[rank()]) std::memcpy(out, work.data() + mine * elem, counts[rank()] * elem);
+  // The ring of ring_reduce_scatter, out of place: the input is read, never copied whole; partial
+  // sums alternate between two segment buffers and the last one lands in `out`.
+  const size_t max_seg = *std::max_element(counts.begin(), counts.end()) * elem;
+  if (scratch_.size() < 3 * max_seg) scratch_.resize(3 * max_seg);
+  char* incoming = scratch_.data();
+  char* partial[2] = {scratch_.data() + max_seg, scratch_.data() + 2 * max_seg};
+  const int next = (me + 1) % p, prev = (me + p - 1) % p;
+  const char* send_ptr = src + offset[((me - 1) % p + p) % p];
+  for (int s = 0; s < p - 1; ++s) {
+    const int send_seg = ((me - s - 1) % p + p) % p;
+    const int recv_seg = ((me - s - 2) % p + p) % p;
+    const size_t rbytes = counts[recv_seg] * elem;
+    sendrecv(op, send_ptr, counts[send_seg] * elem, next, incoming, rbytes, prev);
+    char* dst = s == p - 2 ? static_cast<char*>(out) : partial[s % 2];
+    if (rbytes) {
+      std::memcpy(dst, incoming, rbytes);
+      reduce_into(dst, src + offset[recv_seg], counts[recv_seg], t, red);
+    }
+    send_ptr = dst;
+  }
 }
 
 void GlooCommunicator::allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType t,
