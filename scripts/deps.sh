@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
-  libgtest-dev googletest libbenchmark-dev
+  libgtest-dev googletest
 )
 
 missing=()
