@@ -5,6 +5,8 @@ set -euo pipefail
 packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
+  libdnnl-dev ocl-icd-opencl-dev
+  libyaml-cpp-dev
   libgtest-dev googletest
 )
 

@@ -1,0 +1,328 @@
+// Every layer: forward against a naive reference on small odd shapes (conv, deconv, pooling), and
+// backward against central finite differences of L = sum(forward(x) * r), accumulated in double.
+// Tolerance: relative L2 error below 1e-3 for every layer's input and parameter gradients (the
+// measured errors are printed per layer; they are 1e-6 to 3e-5). Max pooling and ReLU get inputs
+// spaced 0.05 apart and away from 0, so the eps = 1e-2 perturbation never crosses a kink.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "worker/core/error.h"
+#include "worker/nn/batchnorm.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/elementwise.h"
+#include "worker/nn/linear.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/pool.h"
+
+namespace tessera {
+namespace {
+
+Tensor random_tensor(Shape s, uint32_t seed, float scale = 1.0f) {
+  Tensor t(std::move(s));
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  for (auto& v : t.span()) v = u(rng);
+  return t;
+}
+
+// Distinct values spaced 0.05 apart in random order, so small perturbations never change a max.
+Tensor distinct_tensor(Shape s, uint32_t seed) {
+  Tensor t(std::move(s));
+  std::vector<int64_t> order(t.numel());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937(seed));
+  for (int64_t i = 0; i < t.numel(); ++i) t[i] = 0.05f * static_cast<float>(order[i] - t.numel() / 2) + 0.025f;  // never 0 (ReLU kink)
+  return t;
+}
+
+double weighted_sum(const Tensor& y, const Tensor& r) {
+  double s = 0;
+  for (int64_t i = 0; i < y.numel(); ++i) s += double(y[i]) * r[i];
+  return s;
+}
+
+// Relative L2 error between the analytic gradient and central differences on up to 40 entries.
+double fd_error(const std::function<double()>& loss, Tensor& v, const Tensor& analytic, float eps = 1e-2f) {
+  std::mt19937 rng(3);
+  double num = 0, den = 0;
+  const int64_t samples = std::min<int64_t>(40, v.numel());
+  for (int64_t s = 0; s < samples; ++s) {
+    int64_t i = v.numel() <= 40 ? s : static_cast<int64_t>(rng() % v.numel());
+    const float keep = v[i];
+    v[i] = keep + eps;
+    double lp = loss();
+    v[i] = keep - eps;
+    double lm = loss();
+    v[i] = keep;
+    double fd = (lp - lm) / (2 * eps);
+    num += (fd - analytic[i]) * (fd - analytic[i]);
+    den += fd * fd;
+  }
+  return std::sqrt(num / std::max(den, 1e-12));
+}
+
+// Checks dx and every parameter gradient of `layer` at input x.
+void check_gradients(Layer& layer, Tensor x, double tol = 1e-3) {
+  Tensor y = layer.forward(x, true);
+  Tensor r = random_tensor(y.shape(), 99);
+  for (Param* p : layer.params()) p->grad.zero();
+  Tensor dx = layer.backward(r);
+  std::vector<Tensor> grads;
+  for (Param* p : layer.params()) grads.push_back(p->grad.clone());
+  auto loss = [&] { return weighted_sum(layer.forward(x, true), r); };
+  double ex = fd_error(loss, x, dx);
+  std::printf("  %-12s dx rel. error %.2e", layer.name().c_str(), ex);
+  EXPECT_LT(ex, tol) << layer.name() << " input gradient";
+  auto ps = layer.params();
+  for (size_t i = 0; i < ps.size(); ++i) {
+    double e = fd_error(loss, ps[i]->value, grads[i]);
+    std::printf("  %s %.2e", ps[i]->name.c_str(), e);
+    EXPECT_LT(e, tol) << ps[i]->name;
+  }
+  std::printf("\n");
+}
+
+// ---- naive references ----
+
+// 3D (or 2D with D = 1) convolution, all sides padded by p.
+Tensor naive_conv(const Tensor& x, const Tensor& w, const Tensor& b, int s, int p, bool three_d) {
+  const int64_t n = x.dim(0), ci = x.dim(1), co = w.dim(0), k = w.dim(2);
+  const int64_t D = three_d ? x.dim(2) : 1, H = x.dim(three_d ? 3 : 2), W = x.dim(three_d ? 4 : 3);
+  const int64_t kd = three_d ? k : 1, pd = three_d ? p : 0, sd = three_d ? s : 1;
+  const int64_t OD = (D + 2 * pd - kd) / sd + 1, OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+  Shape os = three_d ? Shape{n, co, OD, OH, OW} : Shape{n, co, OH, OW};
+  Tensor y = Tensor::zeros(os);
+  for (int64_t b0 = 0; b0 < n; ++b0)
+    for (int64_t o = 0; o < co; ++o)
+      for (int64_t od = 0; od < OD; ++od)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            double acc = b.empty() ? 0.0 : b[o];
+            for (int64_t c = 0; c < ci; ++c)
+              for (int64_t a = 0; a < kd; ++a)
+                for (int64_t bb = 0; bb < k; ++bb)
+                  for (int64_t cc = 0; cc < k; ++cc) {
+                    int64_t id = od * sd - pd + a, ih = oh * s - p + bb, iw = ow * s - p + cc;
+                    if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                    acc += double(x[(((b0 * ci + c) * D + id) * H + ih) * W + iw]) *
+                           w[(((o * ci + c) * kd + a) * k + bb) * k + cc];
+                  }
+            y[(((b0 * co + o) * OD + od) * OH + oh) * OW + ow] = static_cast<float>(acc);
+          }
+  return y;
+}
+
+// 3D transposed convolution: y[o][i*s - p + a] += x[c][i] * w[o][c][a].
+Tensor naive_deconv(const Tensor& x, const Tensor& w, const Tensor& b, int s, int p) {
+  const int64_t n = x.dim(0), ci = x.dim(1), co = w.dim(0), k = w.dim(2);
+  const int64_t D = x.dim(2), H = x.dim(3), W = x.dim(4);
+  const int64_t OD = (D - 1) * s - 2 * p + k, OH = (H - 1) * s - 2 * p + k, OW = (W - 1) * s - 2 * p + k;
+  std::vector<double> acc(n * co * OD * OH * OW, 0.0);
+  for (int64_t b0 = 0; b0 < n; ++b0)
+    for (int64_t c = 0; c < ci; ++c)
+      for (int64_t id = 0; id < D; ++id)
+        for (int64_t ih = 0; ih < H; ++ih)
+          for (int64_t iw = 0; iw < W; ++iw)
+            for (int64_t o = 0; o < co; ++o)
+              for (int64_t a = 0; a < k; ++a)
+                for (int64_t bb = 0; bb < k; ++bb)
+                  for (int64_t cc = 0; cc < k; ++cc) {
+                    int64_t od = id * s - p + a, oh = ih * s - p + bb, ow = iw * s - p + cc;
+                    if (od < 0 || od >= OD || oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
+                    acc[(((b0 * co + o) * OD + od) * OH + oh) * OW + ow] +=
+                        double(x[(((b0 * ci + c) * D + id) * H + ih) * W + iw]) * w[(((o * ci + c) * k + a) * k + bb) * k + cc];
+                  }
+  Tensor y({n, co, OD, OH, OW});
+  for (int64_t i = 0; i < y.numel(); ++i) y[i] = static_cast<float>(acc[i] + b[(i / (OD * OH * OW)) % co]);
+  return y;
+}
+
+Tensor naive_pool3d(const Tensor& x, int k, int s, int p, bool max) {
+  const int64_t n = x.dim(0), c = x.dim(1), D = x.dim(2), H = x.dim(3), W = x.dim(4);
+  const int64_t OD = (D + 2 * p - k) / s + 1, OH = (H + 2 * p - k) / s + 1, OW = (W + 2 * p - k) / s + 1;
+  Tensor y({n, c, OD, OH, OW});
+  int64_t out = 0;
+  for (int64_t i = 0; i < n * c; ++i)
+    for (int64_t od = 0; od < OD; ++od)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double best = -1e30, sum = 0;
+          int cnt = 0;
+          for (int a = 0; a < k; ++a)
+            for (int b = 0; b < k; ++b)
+              for (int e = 0; e < k; ++e) {
+                int64_t id = od * s - p + a, ih = oh * s - p + b, iw = ow * s - p + e;
+                if (id < 0 || id >= D || ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                float v = x[((i * D + id) * H + ih) * W + iw];
+                best = std::max(best, double(v));
+                sum += v;
+                ++cnt;
+              }
+          y[out++] = static_cast<float>(max ? best : sum / cnt);
+        }
+  return y;
+}
+
+void expect_close(const Tensor& a, const Tensor& b, double tol) {
+  ASSERT_EQ(a.shape(), b.shape());
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(b[i])));
+  EXPECT_LT(worst, tol);
+}
+
+// ---- forward against references ----
+
+TEST(NnForward, Conv3dMatchesNaiveOnOddShapes) {
+  for (int s : {1, 2})
+    for (int p : {0, 1}) {
+      SCOPED_TRACE("stride " + std::to_string(s) + " pad " + std::to_string(p));
+      Conv conv("c", {3, 5, 3, s, p, 3, true, 7});
+      init_he_normal(conv.bias().value, 1, 5);
+      Tensor x = random_tensor({2, 3, 7, 5, 9}, 1);
+      expect_close(conv.forward(x, false), naive_conv(x, conv.weight().value, conv.bias().value, s, p, true), 1e-4);
+    }
+}
+
+TEST(NnForward, Conv2dMatchesNaive) {
+  Conv conv("c", {2, 4, 3, 1, 1, 2, true, 3});
+  init_he_normal(conv.bias().value, 1, 6);
+  Tensor x = random_tensor({3, 2, 9, 7}, 2);
+  expect_close(conv.forward(x, false), naive_conv(x, conv.weight().value, conv.bias().value, 1, 1, false), 1e-4);
+}
+
+TEST(NnForward, Deconv3dMatchesNaive) {
+  for (int s : {1, 2}) {
+    Deconv d("d", {4, 3, s == 2 ? 2 : 3, s, s == 2 ? 0 : 1, 3, true, 9});
+    init_he_normal(d.bias().value, 1, 8);
+    Tensor x = random_tensor({2, 4, 3, 5, 3}, 3);
+    expect_close(d.forward(x, false), naive_deconv(x, d.weight().value, d.bias().value, s, s == 2 ? 0 : 1), 1e-4);
+  }
+}
+
+TEST(NnForward, Pool3dMatchesNaive) {
+  Tensor x = random_tensor({2, 3, 7, 6, 5}, 4);
+  for (bool max : {true, false})
+    for (auto [k, s, p] : std::vector<std::tuple<int, int, int>>{{2, 2, 0}, {3, 2, 1}, {3, 1, 1}}) {
+      SCOPED_TRACE(std::string(max ? "max" : "avg") + " k" + std::to_string(k));
+      Pool pool("p", {max, k, s, p, 3});
+      expect_close(pool.forward(x, false), naive_pool3d(x, k, s, p, max), 1e-6);
+    }
+}
+
+// ---- backward against finite differences ----
+
+TEST(NnBackward, Conv3d) {
+  Conv c1("conv3d_s1", {2, 3, 3, 1, 1, 3, true, 1});
+  check_gradients(c1, random_tensor({2, 2, 5, 4, 3}, 5));
+  Conv c2("conv3d_s2", {2, 3, 3, 2, 1, 3, true, 2});
+  check_gradients(c2, random_tensor({1, 2, 7, 5, 5}, 6));
+}
+
+TEST(NnBackward, Conv2d) {
+  Conv c("conv2d", {3, 4, 3, 1, 1, 2, true, 3});
+  check_gradients(c, random_tensor({2, 3, 7, 5}, 7));
+}
+
+TEST(NnBackward, Deconv3d) {
+  Deconv d("deconv3d", {3, 2, 2, 2, 0, 3, true, 4});
+  check_gradients(d, random_tensor({2, 3, 3, 2, 3}, 8));
+}
+
+TEST(NnBackward, Pooling) {
+  Pool mx("maxpool3d", {true, 2, 2, 0, 3});
+  check_gradients(mx, distinct_tensor({2, 2, 4, 6, 5}, 9));
+  Pool av("avgpool3d", {false, 3, 2, 1, 3});
+  check_gradients(av, random_tensor({2, 2, 5, 5, 4}, 10));
+  Pool mx2("maxpool2d", {true, 2, 2, 0, 2});
+  check_gradients(mx2, distinct_tensor({2, 3, 6, 4}, 11));
+  Pool av2("avgpool2d", {false, 2, 2, 0, 2});
+  check_gradients(av2, random_tensor({2, 3, 6, 5}, 12));
+}
+
+TEST(NnBackward, Linear) {
+  Linear l("linear", 7, 5, 3);
+  check_gradients(l, random_tensor({4, 7}, 13));
+}
+
+TEST(NnBackward, Activations) {
+  ReLU relu("relu");
+  check_gradients(relu, distinct_tensor({3, 17}, 14));
+  LeakyReLU leaky("leaky_relu", 0.3f);
+  check_gradients(leaky, distinct_tensor({3, 17}, 15));
+  Dropout drop("dropout", 0.5f, 1);
+  // Dropout's mask changes every training forward; with rate 0 the layer must be the identity.
+  Dropout none("dropout0", 0.0f, 1);
+  check_gradients(none, random_tensor({3, 5}, 16));
+  Tensor x = random_tensor({1000}, 17);
+  Tensor y = drop.forward(x, true);
+  Tensor g = drop.backward(Tensor::filled({1000}, 1.0f));
+  int zeros = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    ASSERT_TRUE(y[i] == 0.0f || std::fabs(y[i] - 2 * x[i]) < 1e-6);
+    ASSERT_EQ(g[i] == 0.0f, y[i] == 0.0f && x[i] != 0.0f);
+    zeros += y[i] == 0.0f;
+  }
+  EXPECT_GT(zeros, 400);
+  EXPECT_LT(zeros, 600);
+  EXPECT_EQ(drop.forward(x, false).data(), x.data());
+}
+
+TEST(NnBackward, BatchNorm) {
+  BatchNorm bn("batchnorm", 3);
+  init_he_normal(bn.params()[0]->value, 1, 3, 0.5f);
+  check_gradients(bn, random_tensor({4, 3, 3, 2, 2}, 18));
+}
+
+TEST(NnBackward, FlattenAndConcat) {
+  Flatten f("flatten");
+  check_gradients(f, random_tensor({2, 3, 2, 2}, 19));
+  Tensor a = random_tensor({2, 3, 4}, 20), b = random_tensor({2, 5, 4}, 21);
+  Tensor c = concat_channels(a, b);
+  EXPECT_EQ(c.shape(), (Shape{2, 8, 4}));
+  EXPECT_EQ(c[1 * 32 + 3 * 4 + 1], b[1 * 20 + 0 * 4 + 1]);
+  Tensor da, db;
+  split_channels(c, 3, da, db);
+  EXPECT_EQ(std::vector<float>(da.span().begin(), da.span().end()), std::vector<float>(a.span().begin(), a.span().end()));
+  EXPECT_EQ(std::vector<float>(db.span().begin(), db.span().end()), std::vector<float>(b.span().begin(), b.span().end()));
+}
+
+TEST(NnLoss, GradientsMatchFiniteDifferences) {
+  Tensor y = random_tensor({4, 3}, 22), t = random_tensor({4, 3}, 23);
+  auto r = mse_loss(y, t);
+  EXPECT_LT(fd_error([&] { return mse_loss(y, t).loss; }, y, r.grad), 1e-2);
+  Tensor logits = random_tensor({2, 4, 3, 3}, 24, 2.0f);
+  Tensor labels({2, 3, 3});
+  for (int64_t i = 0; i < labels.numel(); ++i) labels[i] = static_cast<float>(i % 4);
+  auto ce = softmax_cross_entropy(logits, labels);
+  EXPECT_LT(fd_error([&] { return softmax_cross_entropy(logits, labels).loss; }, logits, ce.grad), 1e-2);
+  EXPECT_NEAR(mean_absolute_error(Tensor::filled({4}, 1.0f), Tensor::filled({4}, 3.0f)), 2.0, 1e-12);
+  Tensor perfect = Tensor::zeros({1, 2, 2});
+  perfect[1] = 5;  // position 1 -> class 0; position 0 -> class 1
+  perfect[2] = 5;
+  Tensor lab({1, 2});
+  lab[0] = 1;
+  lab[1] = 0;
+  EXPECT_EQ(accuracy(perfect, lab), 1.0);
+}
+
+TEST(NnConfig, ImpossibleShapesNameTheLayer) {
+  Conv c("block2.conv", {4, 8, 3, 1, 0, 3, true, 1});
+  try {
+    c.forward(Tensor::zeros({1, 3, 8, 8, 8}), false);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "model.layers.block2.conv");
+    EXPECT_NE(std::string(e.what()).find("expects 4 input channels, got 3"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(c.output_shape({1, 4, 2, 8, 8}), ConfigError);
+  EXPECT_THROW(Pool("p", {true, 2, 2, 0, 3}).output_shape({1, 1, 1, 4, 4}), ConfigError);
+  EXPECT_THROW(Linear("fc", 0, 3), ConfigError);
+  EXPECT_THROW(Dropout("d", 1.0f, 1), ConfigError);
+}
+
+}  // namespace
+}  // namespace tessera

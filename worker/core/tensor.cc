@@ -1,0 +1,60 @@
+#include "worker/core/tensor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) {
+    TESSERA_CHECK(d >= 0, "negative dimension in ", shape_str(s));
+    n *= d;
+  }
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+Tensor::Tensor(Shape shape) : shape_(std::move(shape)), numel_(shape_numel(shape_)) {
+  // 64-byte aligned for vector loads.
+  if (numel_ > 0) {
+    float* p = static_cast<float*>(::operator new[](numel_ * sizeof(float), std::align_val_t(64)));
+    data_ = std::shared_ptr<float[]>(p, [](float* q) { ::operator delete[](q, std::align_val_t(64)); });
+  }
+}
+
+Tensor Tensor::zeros(Shape shape) {
+  Tensor t(std::move(shape));
+  t.fill(0.0f);
+  return t;
+}
+
+Tensor Tensor::filled(Shape shape, float value) {
+  Tensor t(std::move(shape));
+  t.fill(value);
+  return t;
+}
+
+Tensor Tensor::reshape(Shape shape) const {
+  TESSERA_CHECK_EQ(shape_numel(shape), numel_, "reshape ", shape_str(shape_), " to ", shape_str(shape));
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t(shape_);
+  if (numel_) std::memcpy(t.data(), data(), numel_ * sizeof(float));
+  return t;
+}
+
+void Tensor::fill(float value) { std::fill(data_.get(), data_.get() + numel_, value); }
+
+}  // namespace tessera

@@ -1,0 +1,56 @@
+// Convolution (2D and 3D) and transposed convolution (Deconv, 2D and 3D) on oneDNN. Weights are kept
+// plain (O, I, k...) in their Param so optimisers, checkpoints and gradient exchange see flat
+// arrays; each primitive gets activations and weights in the layout it chose, through cached
+// reorders. Primitives are built once per input shape.
+#pragma once
+
+#include <memory>
+
+#include "worker/nn/layer.h"
+
+namespace tessera {
+
+struct ConvOptions {
+  int in_channels = 0;
+  int out_channels = 0;
+  int kernel = 3;
+  int stride = 1;
+  int padding = 1;      // on every side of every spatial dimension
+  int spatial_dims = 3; // 2 (N, C, H, W) or 3 (N, C, D, H, W)
+  bool bias = true;
+  uint64_t seed = 1;    // weight initialisation (He normal); biases start at zero
+};
+
+namespace detail {
+struct ConvTraits;
+struct DeconvTraits;
+template <class Traits> struct ConvPlan;
+}  // namespace detail
+
+template <class Traits>
+class ConvLayer : public Layer {
+ public:
+  ConvLayer(std::string name, ConvOptions options);
+  ~ConvLayer() override;
+  const char* kind() const override;
+  Shape output_shape(const Shape& in) const override;
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+  std::vector<Param*> params() override;
+  double forward_flops(const Shape& in) const override;
+  const ConvOptions& options() const { return options_; }
+  Param& weight() { return weight_; }
+  Param& bias() { return bias_; }
+
+ private:
+  detail::ConvPlan<Traits>& plan_for(const Shape& in);
+  ConvOptions options_;
+  Param weight_, bias_;
+  std::unique_ptr<detail::ConvPlan<Traits>> plan_;
+  Tensor x_;  // the last training input, for backward-weights
+};
+
+using Conv = ConvLayer<detail::ConvTraits>;
+using Deconv = ConvLayer<detail::DeconvTraits>;
+
+}  // namespace tessera

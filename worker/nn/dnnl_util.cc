@@ -1,0 +1,74 @@
+#include "worker/nn/dnnl_util.h"
+
+#include "worker/core/error.h"
+
+namespace tessera::dnnl_util {
+
+using dnnl::memory;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  static thread_local dnnl::stream s(engine());
+  return s;
+}
+
+memory::dims dims_of(const Shape& s) { return memory::dims(s.begin(), s.end()); }
+
+memory::format_tag plain_tag(size_t rank) {
+  switch (rank) {
+    case 1: return memory::format_tag::a;
+    case 2: return memory::format_tag::ab;
+    case 3: return memory::format_tag::abc;
+    case 4: return memory::format_tag::abcd;
+    case 5: return memory::format_tag::abcde;
+  }
+  TESSERA_CHECK(false, "no plain oneDNN layout for rank ", rank);
+}
+
+memory::desc plain_desc(const Shape& s) {
+  return memory::desc(dims_of(s), memory::data_type::f32, plain_tag(s.size()));
+}
+
+memory plain_memory(const Tensor& t) {
+  return memory(plain_desc(t.shape()), engine(), const_cast<float*>(t.data()));
+}
+
+memory Converter::to(const memory::desc& want, const Tensor& t) {
+  memory plain = plain_memory(t);
+  if (plain.get_desc() == want) return plain;
+  if (!buffer_ || buffer_.get_desc() != want) buffer_ = memory(want, engine());
+  if (!(from_md_ == plain.get_desc()) || !(to_md_ == want)) {
+    reorder_ = dnnl::reorder(plain, buffer_);
+    from_md_ = plain.get_desc();
+    to_md_ = want;
+  }
+  reorder_.execute(stream(), plain, buffer_);
+  stream().wait();
+  return buffer_;
+}
+
+memory Converter::target(const memory::desc& want, Tensor& t) {
+  memory plain = plain_memory(t);
+  if (plain.get_desc() == want) return plain;
+  if (!buffer_ || buffer_.get_desc() != want) buffer_ = memory(want, engine());
+  return buffer_;
+}
+
+void Converter::from(const memory& m, Tensor& t) {
+  memory plain = plain_memory(t);
+  if (m.get_data_handle() == plain.get_data_handle()) return;
+  if (!(back_src_md_ == m.get_desc()) || !(back_dst_md_ == plain.get_desc())) {
+    back_ = dnnl::reorder(m, plain);
+    back_src_md_ = m.get_desc();
+    back_dst_md_ = plain.get_desc();
+  }
+  dnnl::memory src = m;  // a handle copy; execute() takes non-const handles
+  back_.execute(stream(), src, plain);
+  stream().wait();
+}
+
+}  // namespace tessera::dnnl_util

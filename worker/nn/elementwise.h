@@ -1,0 +1,64 @@
+// Parameter-free layers: ReLU, LeakyReLU, Dropout and Flatten; and channel concatenation for skip
+// connections (a two-input operation, so functions rather than a Layer).
+#pragma once
+
+#include <random>
+
+#include "worker/nn/layer.h"
+
+namespace tessera {
+
+// y = x for x > 0, slope * x otherwise (slope 0: ReLU).
+class LeakyReLU : public Layer {
+ public:
+  LeakyReLU(std::string name, float slope) : Layer(std::move(name)), slope_(slope) {}
+  const char* kind() const override { return slope_ == 0.0f ? "relu" : "leaky_relu"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  float slope_;
+  Tensor x_;
+};
+
+class ReLU : public LeakyReLU {
+ public:
+  explicit ReLU(std::string name) : LeakyReLU(std::move(name), 0.0f) {}
+};
+
+// Inverted dropout: in training, zeroes each entry with probability `rate` and scales the rest by
+// 1/(1-rate); identity in evaluation. The mask stream is deterministic in `seed`.
+class Dropout : public Layer {
+ public:
+  Dropout(std::string name, float rate, uint64_t seed);
+  const char* kind() const override { return "dropout"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+
+ private:
+  float rate_;
+  std::mt19937_64 rng_;
+  Tensor mask_;  // scale per entry of the last training forward; empty in evaluation
+};
+
+// (N, ...) -> (N, prod(...)).
+class Flatten : public Layer {
+ public:
+  explicit Flatten(std::string name) : Layer(std::move(name)) {}
+  const char* kind() const override { return "flatten"; }
+  Shape output_shape(const Shape& in) const override;
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override { return dy.reshape(in_); }
+
+ private:
+  Shape in_;
+};
+
+// Concatenates a and b along the channel dimension (1); all other dimensions must agree.
+Tensor concat_channels(const Tensor& a, const Tensor& b);
+// Splits a gradient of concat_channels(a, b) back into the parts for a (first `channels_a`) and b.
+void split_channels(const Tensor& dy, int64_t channels_a, Tensor& da, Tensor& db);
+
+}  // namespace tessera

@@ -1,0 +1,67 @@
+// Layer: the single-rank building block of every model. forward() caches what backward() needs;
+// backward() returns the input gradient and accumulates (+=) parameter gradients into Param::grad.
+// A layer is used by one thread; forward/backward pairs run in order.
+//
+// Error policy: a shape a layer cannot take is a ConfigError naming the layer (model configuration
+// is where such shapes come from); broken invariants throw std::logic_error.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/core/tensor.h"
+
+namespace tessera {
+
+struct Param {
+  std::string name;  // "conv1.weight"
+  Tensor value;
+  Tensor grad;       // same shape as value
+  bool decay = true; // weight decay applies (false for biases and normalisation parameters)
+};
+
+class Layer {
+ public:
+  explicit Layer(std::string name) : name_(std::move(name)) {}
+  virtual ~Layer() = default;
+  Layer(const Layer&) = delete;
+  Layer& operator=(const Layer&) = delete;
+
+  const std::string& name() const { return name_; }
+  virtual const char* kind() const = 0;
+  // The output shape for input shape `in`; throws ConfigError naming the layer when it cannot apply.
+  virtual Shape output_shape(const Shape& in) const = 0;
+  virtual Tensor forward(const Tensor& x, bool training) = 0;
+  virtual Tensor backward(const Tensor& dy) = 0;
+  virtual std::vector<Param*> params() { return {}; }
+  // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
+  virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
+
+ protected:
+  // Throws ConfigError("model.layers.<name>", reason).
+  [[noreturn]] void shape_error(const std::string& reason) const;
+
+ private:
+  std::string name_;
+};
+
+// Layers applied in order.
+class Sequential {
+ public:
+  Layer& add(std::unique_ptr<Layer> layer);
+  Tensor forward(const Tensor& x, bool training);
+  Tensor backward(const Tensor& dy);
+  std::vector<Param*> params();
+  Shape output_shape(Shape in) const;
+  double forward_flops(Shape in) const;
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+};
+
+// He-normal initialisation of a weight with `fan_in` inputs, deterministic in `seed`.
+void init_he_normal(Tensor& w, int64_t fan_in, uint64_t seed, float gain = 1.4142135f);
+
+}  // namespace tessera

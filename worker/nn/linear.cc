@@ -1,0 +1,47 @@
+#include "worker/nn/linear.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+
+Linear::Linear(std::string name, int in_features, int out_features, uint64_t seed, float init_gain)
+    : Layer(std::move(name)), in_(in_features), out_(out_features) {
+  if (in_ < 1 || out_ < 1)
+    throw ConfigError("model.layers." + this->name(), detail::concat("linear: invalid sizes ", in_, " -> ", out_));
+  weight_ = Param{this->name() + ".weight", Tensor({out_, in_}), Tensor::zeros({out_, in_}), true};
+  init_he_normal(weight_.value, in_, seed, init_gain);
+  bias_ = Param{this->name() + ".bias", Tensor::zeros({out_}), Tensor::zeros({out_}), false};
+}
+
+Shape Linear::output_shape(const Shape& in) const {
+  if (in.size() != 2 || in[1] != in_)
+    shape_error(detail::concat("expects input (N, ", in_, "), got ", shape_str(in)));
+  return {in[0], out_};
+}
+
+Tensor Linear::forward(const Tensor& x, bool training) {
+  Shape out = output_shape(x.shape());
+  const int64_t n = x.dim(0);
+  Tensor y(out);
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < out_; ++j) y[i * out_ + j] = bias_.value[j];
+  dnnl_sgemm('N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
+  if (training) x_ = x;
+  return y;
+}
+
+Tensor Linear::backward(const Tensor& dy) {
+  TESSERA_CHECK(!x_.empty(), "layer ", name(), ": backward without a training forward");
+  const int64_t n = x_.dim(0);
+  TESSERA_CHECK(dy.shape() == (Shape{n, out_}), "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
+  Tensor dx({n, in_});
+  dnnl_sgemm('N', 'N', n, in_, out_, 1.0f, dy.data(), out_, weight_.value.data(), in_, 0.0f, dx.data(), in_);
+  dnnl_sgemm('T', 'N', out_, in_, n, 1.0f, dy.data(), out_, x_.data(), in_, 1.0f, weight_.grad.data(), in_);
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < out_; ++j) bias_.grad[j] += dy[i * out_ + j];
+  return dx;
+}
+
+}  // namespace tessera

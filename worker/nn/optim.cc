@@ -1,0 +1,163 @@
+#include "worker/nn/optim.h"
+
+#include <cmath>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+
+Tensor& Optimizer::slot(const Param& p, const char* name) {
+  auto [it, inserted] = state_.try_emplace(p.name + "/" + name);
+  if (inserted || it->second.shape() != p.value.shape()) it->second = Tensor::zeros(p.value.shape());
+  return it->second;
+}
+
+namespace {
+
+class Sgd final : public Optimizer {
+ public:
+  explicit Sgd(const OptimizerConfig& c) : c_(c) {}
+  void step(const std::vector<Param*>& params, double lr) override {
+    ++steps_;
+    for (Param* p : params) {
+      const float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
+      const float mu = static_cast<float>(c_.momentum);
+      float* w = p->value.data();
+      const float* g = p->grad.data();
+      const int64_t n = p->value.numel();
+      if (mu == 0.0f) {
+        for (int64_t i = 0; i < n; ++i) w[i] -= static_cast<float>(lr) * (g[i] + wd * w[i]);
+        continue;
+      }
+      float* v = slot(*p, "momentum").data();
+      for (int64_t i = 0; i < n; ++i) {
+        const float d = g[i] + wd * w[i];
+        v[i] = mu * v[i] + d;
+        w[i] -= static_cast<float>(lr) * (c_.nesterov ? d + mu * v[i] : v[i]);
+      }
+    }
+  }
+
+ private:
+  OptimizerConfig c_;
+};
+
+class Adam final : public Optimizer {
+ public:
+  explicit Adam(const OptimizerConfig& c) : c_(c) {}
+  void step(const std::vector<Param*>& params, double lr) override {
+    ++steps_;
+    const double b1 = c_.beta1, b2 = c_.beta2;
+    const double corr1 = 1 - std::pow(b1, static_cast<double>(steps_));
+    const double corr2 = 1 - std::pow(b2, static_cast<double>(steps_));
+    const float step_size = static_cast<float>(lr * std::sqrt(corr2) / corr1);
+    for (Param* p : params) {
+      const float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
+      float* w = p->value.data();
+      const float* g = p->grad.data();
+      float* m = slot(*p, "m").data();
+      float* v = slot(*p, "v").data();
+      for (int64_t i = 0; i < p->value.numel(); ++i) {
+        const float d = g[i] + wd * w[i];
+        m[i] = static_cast<float>(b1) * m[i] + static_cast<float>(1 - b1) * d;
+        v[i] = static_cast<float>(b2) * v[i] + static_cast<float>(1 - b2) * d * d;
+        w[i] -= step_size * m[i] / (std::sqrt(v[i]) + static_cast<float>(c_.eps * std::sqrt(corr2)));
+      }
+    }
+  }
+
+ private:
+  OptimizerConfig c_;
+};
+
+// Layer-wise adaptive rate scaling: each parameter's step is scaled by trust * |w| / (|g| + wd |w|).
+// Parameters without weight decay (biases, normalisation) use the plain rate.
+class Lars final : public Optimizer {
+ public:
+  explicit Lars(const OptimizerConfig& c) : c_(c) {}
+  void step(const std::vector<Param*>& params, double lr) override {
+    ++steps_;
+    for (Param* p : params) {
+      const float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
+      float* w = p->value.data();
+      const float* g = p->grad.data();
+      const int64_t n = p->value.numel();
+      double wn = 0, gn = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        wn += double(w[i]) * w[i];
+        gn += double(g[i]) * g[i];
+      }
+      wn = std::sqrt(wn);
+      gn = std::sqrt(gn);
+      double local = 1.0;
+      if (p->decay && wn > 0 && gn > 0) local = c_.trust * wn / (gn + c_.weight_decay * wn);
+      const float rate = static_cast<float>(lr * local), mu = static_cast<float>(c_.momentum);
+      float* v = slot(*p, "momentum").data();
+      for (int64_t i = 0; i < n; ++i) {
+        v[i] = mu * v[i] + rate * (g[i] + wd * w[i]);
+        w[i] -= v[i];
+      }
+    }
+  }
+
+ private:
+  OptimizerConfig c_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
+  if (!(c.momentum >= 0 && c.momentum < 1)) throw ConfigError("training.optimizer.momentum", detail::concat(c.momentum, " is outside [0, 1)"));
+  if (!(c.weight_decay >= 0)) throw ConfigError("training.optimizer.weightDecay", detail::concat(c.weight_decay, " is negative"));
+  if (c.name == "sgd") return std::make_unique<Sgd>(c);
+  if (c.name == "adam") {
+    if (!(c.beta1 >= 0 && c.beta1 < 1)) throw ConfigError("training.optimizer.beta1", detail::concat(c.beta1, " is outside [0, 1)"));
+    if (!(c.beta2 >= 0 && c.beta2 < 1)) throw ConfigError("training.optimizer.beta2", detail::concat(c.beta2, " is outside [0, 1)"));
+    return std::make_unique<Adam>(c);
+  }
+  if (c.name == "lars") {
+    if (!(c.trust > 0)) throw ConfigError("training.optimizer.trust", detail::concat(c.trust, " must be positive"));
+    return std::make_unique<Lars>(c);
+  }
+  throw ConfigError("training.optimizer.name", "unknown optimizer '" + c.name + "' (expected sgd, adam or lars)");
+}
+
+void validate(const ScheduleConfig& s) {
+  if (!(s.base_lr > 0)) throw ConfigError("training.optimizer.learningRate", detail::concat(s.base_lr, " must be positive"));
+  if (s.warmup_steps < 0) throw ConfigError("training.schedule.warmupEpochs", "must not be negative");
+  if (s.decay != "none" && s.decay != "step" && s.decay != "cosine" && s.decay != "poly")
+    throw ConfigError("training.schedule.decay", "unknown decay '" + s.decay + "' (expected none, step, cosine or poly)");
+  if (!(s.gamma > 0 && s.gamma <= 1)) throw ConfigError("training.schedule.gamma", detail::concat(s.gamma, " is outside (0, 1]"));
+  if (!(s.min_lr >= 0 && s.min_lr <= s.base_lr))
+    throw ConfigError("training.schedule.minLearningRate", detail::concat(s.min_lr, " is outside [0, learningRate]"));
+}
+
+double learning_rate(const ScheduleConfig& s, int64_t step) {
+  if (step < s.warmup_steps) return s.base_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+  const double span = static_cast<double>(std::max<int64_t>(1, s.total_steps - s.warmup_steps));
+  const double t = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
+  if (s.decay == "step") {
+    double lr = s.base_lr;
+    for (int64_t m : s.milestones)
+      if (step >= m) lr *= s.gamma;
+    return lr;
+  }
+  if (s.decay == "cosine") return s.min_lr + (s.base_lr - s.min_lr) * 0.5 * (1 + std::cos(M_PI * t));
+  if (s.decay == "poly") return s.min_lr + (s.base_lr - s.min_lr) * std::pow(1 - t, s.power);
+  return s.base_lr;
+}
+
+double clip_grad_norm(const std::vector<Param*>& params, double max_norm) {
+  double sq = 0;
+  for (const Param* p : params)
+    for (float g : p->grad.span()) sq += double(g) * g;
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0 && norm > max_norm) {
+    const float scale = static_cast<float>(max_norm / (norm + 1e-12));
+    for (Param* p : params)
+      for (float& g : p->grad.span()) g *= scale;
+  }
+  return norm;
+}
+
+}  // namespace tessera

@@ -1,0 +1,91 @@
+#include "worker/nn/pool.h"
+
+#include "worker/core/error.h"
+#include "worker/nn/dnnl_util.h"
+
+namespace tessera {
+
+using dnnl::memory;
+
+struct Pool::Plan {
+  Shape in, out;
+  dnnl::pooling_forward::primitive_desc fwd_pd;
+  dnnl::pooling_forward fwd;
+  dnnl::pooling_backward::primitive_desc bwd_pd;
+  dnnl::pooling_backward bwd;
+  memory workspace;
+  dnnl_util::Converter dst_fwd, dy_bwd, dx_bwd;
+};
+
+Pool::Pool(std::string name, PoolOptions o) : Layer(std::move(name)), options_(o) {
+  if (o.kernel < 1 || o.stride < 1 || o.padding < 0 || 2 * o.padding >= o.kernel + 1 ||
+      (o.spatial_dims != 2 && o.spatial_dims != 3))
+    throw ConfigError("model.layers." + this->name(),
+                      detail::concat(kind(), ": invalid options (kernel ", o.kernel, ", stride ", o.stride,
+                                     ", padding ", o.padding, ", spatial dims ", o.spatial_dims, ")"));
+}
+
+Pool::~Pool() = default;
+
+Shape Pool::output_shape(const Shape& in) const {
+  const auto& o = options_;
+  if (static_cast<int>(in.size()) != 2 + o.spatial_dims)
+    shape_error(detail::concat("expects ", 2 + o.spatial_dims, "-d input (N, C, spatial...), got ", shape_str(in)));
+  Shape out = {in[0], in[1]};
+  for (int i = 0; i < o.spatial_dims; ++i) {
+    if (in[2 + i] + 2 * o.padding < o.kernel)
+      shape_error(detail::concat("spatial size ", in[2 + i], " is smaller than the window ", o.kernel));
+    out.push_back((in[2 + i] + 2 * o.padding - o.kernel) / o.stride + 1);
+  }
+  return out;
+}
+
+Pool::Plan& Pool::plan_for(const Shape& in) {
+  if (plan_ && plan_->in == in) return *plan_;
+  const auto& o = options_;
+  auto p = std::make_unique<Plan>();
+  p->in = in;
+  p->out = output_shape(in);
+  memory::dims k(o.spatial_dims, o.kernel), s(o.spatial_dims, o.stride), pad(o.spatial_dims, o.padding);
+  auto alg = o.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
+  memory::desc dst_any(dnnl_util::dims_of(p->out), memory::data_type::f32, memory::format_tag::any);
+  dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, alg, dnnl_util::plain_desc(in), dst_any, s, k, pad,
+                                 pad);
+  p->fwd_pd = dnnl::pooling_forward::primitive_desc(fd, dnnl_util::engine());
+  p->fwd = dnnl::pooling_forward(p->fwd_pd);
+  dnnl::pooling_backward::desc bd(alg, dnnl_util::plain_desc(in), dst_any, s, k, pad, pad);
+  p->bwd_pd = dnnl::pooling_backward::primitive_desc(bd, dnnl_util::engine(), p->fwd_pd);
+  p->bwd = dnnl::pooling_backward(p->bwd_pd);
+  if (o.max) p->workspace = memory(p->fwd_pd.workspace_desc(), dnnl_util::engine());
+  plan_ = std::move(p);
+  return *plan_;
+}
+
+Tensor Pool::forward(const Tensor& x, bool) {
+  auto& p = plan_for(x.shape());
+  Tensor y(p.out);
+  memory dst = p.dst_fwd.target(p.fwd_pd.dst_desc(), y);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::plain_memory(x)}, {DNNL_ARG_DST, dst}};
+  if (options_.max) args[DNNL_ARG_WORKSPACE] = p.workspace;
+  p.fwd.execute(dnnl_util::stream(), args);
+  dnnl_util::stream().wait();
+  p.dst_fwd.from(dst, y);
+  return y;
+}
+
+Tensor Pool::backward(const Tensor& dy) {
+  TESSERA_CHECK(plan_ != nullptr, "layer ", name(), ": backward before forward");
+  auto& p = *plan_;
+  TESSERA_CHECK(dy.shape() == p.out, "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
+  Tensor dx(p.in);
+  memory dxm = p.dx_bwd.target(p.bwd_pd.diff_src_desc(), dx);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, p.dy_bwd.to(p.bwd_pd.diff_dst_desc(), dy)},
+                                          {DNNL_ARG_DIFF_SRC, dxm}};
+  if (options_.max) args[DNNL_ARG_WORKSPACE] = p.workspace;
+  p.bwd.execute(dnnl_util::stream(), args);
+  dnnl_util::stream().wait();
+  p.dx_bwd.from(dxm, dx);
+  return dx;
+}
+
+}  // namespace tessera

@@ -1,0 +1,36 @@
+// Max and average pooling (2D and 3D) on oneDNN; max pooling keeps its workspace for backward.
+// Average pooling excludes padding from the divisor.
+#pragma once
+
+#include <memory>
+
+#include "worker/nn/layer.h"
+
+namespace tessera {
+
+struct PoolOptions {
+  bool max = true;       // max pooling, else average
+  int kernel = 2;
+  int stride = 2;
+  int padding = 0;
+  int spatial_dims = 3;  // 2 or 3
+};
+
+class Pool : public Layer {
+ public:
+  Pool(std::string name, PoolOptions options);
+  ~Pool() override;
+  const char* kind() const override { return options_.max ? "maxpool" : "avgpool"; }
+  Shape output_shape(const Shape& in) const override;
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+  const PoolOptions& options() const { return options_; }
+
+ private:
+  struct Plan;
+  Plan& plan_for(const Shape& in);
+  PoolOptions options_;
+  std::unique_ptr<Plan> plan_;
+};
+
+}  // namespace tessera
