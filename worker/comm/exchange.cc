@@ -59,6 +59,14 @@ class SparseSelector {
     return entries_;
   }
 
+  std::map<int, std::vector<float>> residuals() const {
+    std::map<int, std::vector<float>> out(feedback_.all().begin(), feedback_.all().end());
+    return out;
+  }
+  void restore(const std::map<int, std::vector<float>>& r) {
+    for (const auto& [b, v] : r) feedback_.restore(b, v);
+  }
+
   // out[offset + i] += residual[i].
   void add_residual(int bucket, std::span<float> out, size_t offset) const {
     auto r = feedback_.residual(bucket);
@@ -89,6 +97,8 @@ class SparseAllgather final : public GradientExchange {
     return mine.size();
   }
   void add_residual(int bucket, std::span<float> out) const override { selector_.add_residual(bucket, out, 0); }
+  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
+  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  private:
   SparseSelector selector_;
@@ -136,6 +146,8 @@ class HierarchicalTopk final : public GradientExchange {
     for (int l = 0; l < groups_.intra->rank(); ++l) offset += counts[l];
     selector_.add_residual(bucket, out, offset);
   }
+  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
+  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  private:
   double density_;

@@ -14,6 +14,7 @@
 // Every rank ends with bitwise identical values. One thread per strategy object.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -49,6 +50,9 @@ class GradientExchange {
   // into `out`, a buffer of the bucket's size. Nothing for dense strategies. Summed over ranks and
   // added to the sum of all exchanged results, it gives exactly the sum of all gradients passed in.
   virtual void add_residual(int bucket, std::span<float> out) const { (void)bucket, (void)out; }
+  // This rank's error-feedback state (bucket -> residual), for checkpoints; empty for dense strategies.
+  virtual std::map<int, std::vector<float>> residuals() const { return {}; }
+  virtual void restore_residuals(const std::map<int, std::vector<float>>& r) { (void)r; }
 
  protected:
   GradientExchange(std::string name, CommGroups& groups) : name_(std::move(name)), groups_(groups) {}

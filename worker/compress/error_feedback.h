@@ -24,6 +24,9 @@ class ErrorFeedback {
   std::span<const float> residual(int bucket) const;
   // Drops every residual (e.g. when the strategy switches to dense).
   void clear() { residuals_.clear(); }
+  // Every residual by bucket (for checkpoints), and restoring one.
+  const std::unordered_map<int, std::vector<float>>& all() const { return residuals_; }
+  void restore(int bucket, std::vector<float> residual) { residuals_[bucket] = std::move(residual); }
 
  private:
   std::unordered_map<int, std::vector<float>> residuals_;

@@ -140,13 +140,16 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
                 shape_str(p.out));
   auto& s = dnnl_util::stream();
   // Input gradient.
-  Tensor dx(p.in);
-  memory dxm = p.dx_bd.target(p.bd_pd.diff_src_desc(), dx);
-  p.bd.execute(s, {{DNNL_ARG_DIFF_DST, p.dy_bd.to(p.bd_pd.diff_dst_desc(), dy)},
-                   {DNNL_ARG_WEIGHTS, p.wei_bd.to(p.bd_pd.weights_desc(), weight_.value)},
-                   {DNNL_ARG_DIFF_SRC, dxm}});
-  s.wait();
-  p.dx_bd.from(dxm, dx);
+  Tensor dx;
+  if (input_grad()) {
+    dx = Tensor(p.in);
+    memory dxm = p.dx_bd.target(p.bd_pd.diff_src_desc(), dx);
+    p.bd.execute(s, {{DNNL_ARG_DIFF_DST, p.dy_bd.to(p.bd_pd.diff_dst_desc(), dy)},
+                     {DNNL_ARG_WEIGHTS, p.wei_bd.to(p.bd_pd.weights_desc(), weight_.value)},
+                     {DNNL_ARG_DIFF_SRC, dxm}});
+    s.wait();
+    p.dx_bd.from(dxm, dx);
+  }
   // Weight and bias gradients, accumulated.
   Tensor dw(weight_.value.shape());
   memory dwm = p.dw_bw.target(p.bw_pd.diff_weights_desc(), dw);

@@ -35,6 +35,10 @@ class Layer {
   virtual Tensor forward(const Tensor& x, bool training) = 0;
   virtual Tensor backward(const Tensor& dy) = 0;
   virtual std::vector<Param*> params() { return {}; }
+  // Whether backward() must compute the input gradient. Off for a model's first layer, whose input
+  // is data: backward() then returns an empty tensor (and skips that work).
+  void set_input_grad(bool on) { input_grad_ = on; }
+  bool input_grad() const { return input_grad_; }
   // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
   virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
 
@@ -44,6 +48,7 @@ class Layer {
 
  private:
   std::string name_;
+  bool input_grad_ = true;
 };
 
 // Layers applied in order.

@@ -1,0 +1,99 @@
+#include "worker/data/dataset.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+class SyntheticDataset final : public Dataset {
+ public:
+  explicit SyntheticDataset(const SyntheticConfig& c) : c_(c) {
+    Sample s = generate(0);
+    input_ = s.input.shape();
+    target_ = s.target.shape();
+  }
+  uint64_t size() const override { return c_.samples; }
+  Shape input_shape() const override { return input_; }
+  Shape target_shape() const override { return target_; }
+  Sample get(uint64_t index) const override {
+    TESSERA_CHECK_LT(index, c_.samples, "sample index");
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = memo_.find(index);
+      if (it != memo_.end()) return it->second;
+    }
+    Sample s = generate(index);
+    const size_t bytes = (s.input.numel() + s.target.numel()) * sizeof(float);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (memo_used_ + bytes <= c_.memo_bytes && memo_.emplace(index, s).second) memo_used_ += bytes;
+    return s;
+  }
+
+ private:
+  Sample generate(uint64_t index) const {
+    if (c_.kind == "cosmo") return cosmo_sample(c_.size, c_.seed, index);
+    if (c_.kind == "shapes") return shapes_sample(c_.size, c_.classes, c_.seed, index);
+    return image_sample(c_.size, c_.classes, c_.seed, index);
+  }
+  SyntheticConfig c_;
+  Shape input_, target_;
+  mutable std::mutex mu_;
+  mutable std::map<uint64_t, Sample> memo_;  // GUARDED_BY(mu_)
+  mutable size_t memo_used_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> make_synthetic(const SyntheticConfig& config) {
+  SyntheticConfig c = config;
+  if (c.kind != "cosmo" && c.kind != "shapes" && c.kind != "images")
+    throw ConfigError("dataset.synthetic", "unknown kind '" + c.kind + "' (expected cosmo, shapes or images)");
+  if (c.samples < 1) throw ConfigError("dataset.samples", "must be positive");
+  if (c.kind == "cosmo" && (c.size < 4 || (c.size & (c.size - 1))))
+    throw ConfigError("dataset.size", detail::concat(c.size, ": cosmo fields need a power of two, at least 4"));
+  if (c.size < 4) throw ConfigError("dataset.size", detail::concat(c.size, " is too small"));
+  if (c.classes == 0) c.classes = c.kind == "shapes" ? 3 : 10;
+  if (c.kind == "shapes" && c.classes != 3) throw ConfigError("dataset.classes", "shapes have exactly 3 classes");
+  if (c.classes < 2) throw ConfigError("dataset.classes", "need at least 2");
+  return std::make_unique<SyntheticDataset>(c);
+}
+
+std::vector<uint64_t> epoch_order(uint64_t size, uint64_t seed, int epoch) {
+  std::vector<uint64_t> order(size);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+std::vector<uint64_t> shard_batch(const std::vector<uint64_t>& order, int64_t step, int global_batch, int replica,
+                                  int replicas) {
+  TESSERA_CHECK(replicas > 0 && global_batch % replicas == 0, "global batch ", global_batch, " over ", replicas,
+                " replicas");
+  const int64_t b = global_batch / replicas;
+  const int64_t start = step * global_batch + replica * b;
+  TESSERA_CHECK_LE(static_cast<size_t>(start + b), order.size(), "step ", step, " past the epoch");
+  return std::vector<uint64_t>(order.begin() + start, order.begin() + start + b);
+}
+
+Batch stack(const Dataset& data, const std::vector<uint64_t>& indices) {
+  const int64_t b = static_cast<int64_t>(indices.size());
+  Shape is = {b}, ts = {b};
+  for (int64_t d : data.input_shape()) is.push_back(d);
+  for (int64_t d : data.target_shape()) ts.push_back(d);
+  Batch out{Tensor(is), Tensor(ts)};
+  const int64_t in_n = shape_numel(data.input_shape()), t_n = shape_numel(data.target_shape());
+  for (int64_t i = 0; i < b; ++i) {
+    Sample s = data.get(indices[i]);
+    std::memcpy(out.inputs.data() + i * in_n, s.input.data(), in_n * sizeof(float));
+    std::memcpy(out.targets.data() + i * t_n, s.target.data(), t_n * sizeof(float));
+  }
+  return out;
+}
+
+}  // namespace tessera

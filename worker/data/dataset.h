@@ -1,0 +1,53 @@
+// Datasets, epoch order and data-parallel sharding.
+//
+// Every rank computes the same permutation of the samples for an epoch (from the shared seed), and a
+// data-parallel replica takes its contiguous part of each global batch, so the replicas together
+// see exactly the samples a single process with the global batch would, in the same order.
+// Dataset::get is thread-safe.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "worker/data/synthetic.h"
+
+namespace tessera {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual uint64_t size() const = 0;
+  virtual Sample get(uint64_t index) const = 0;
+  virtual Shape input_shape() const = 0;   // per sample
+  virtual Shape target_shape() const = 0;  // per sample
+};
+
+struct SyntheticConfig {
+  std::string kind = "cosmo";  // cosmo | shapes | images
+  int size = 32;               // W
+  uint64_t samples = 256;
+  uint64_t seed = 1;
+  int classes = 0;             // shapes 3, images 10 by default
+  size_t memo_bytes = size_t{1} << 30;  // generated samples kept in memory up to this many bytes
+};
+
+// ConfigError on dataset.* when the kind is unknown or the sizes impossible.
+std::unique_ptr<Dataset> make_synthetic(const SyntheticConfig& config);
+
+struct Batch {
+  Tensor inputs;   // (b, C, spatial...)
+  Tensor targets;  // (b, target...)
+};
+
+// The permutation of [0, size) used in `epoch`; identical on every rank for the same seed.
+std::vector<uint64_t> epoch_order(uint64_t size, uint64_t seed, int epoch);
+// Replica `replica` of `replicas` takes samples [replica * b, (replica + 1) * b) of global batch
+// `step` (b = global_batch / replicas, which must divide).
+std::vector<uint64_t> shard_batch(const std::vector<uint64_t>& order, int64_t step, int global_batch, int replica,
+                                  int replicas);
+Batch stack(const Dataset& data, const std::vector<uint64_t>& indices);
+
+}  // namespace tessera

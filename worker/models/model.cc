@@ -1,0 +1,242 @@
+#include "worker/models/model.h"
+
+#include "worker/core/error.h"
+#include "worker/nn/batchnorm.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/elementwise.h"
+#include "worker/nn/linear.h"
+#include "worker/nn/pool.h"
+
+namespace tessera {
+
+LossResult Model::loss(const Tensor& out, const Tensor& target) const {
+  return task() == Task::kRegression ? mse_loss(out, target) : softmax_cross_entropy(out, target);
+}
+
+double Model::metric(const Tensor& out, const Tensor& target) const {
+  return task() == Task::kRegression ? mean_absolute_error(out, target) : accuracy(out, target);
+}
+
+const char* Model::metric_name() const { return task() == Task::kRegression ? "mae" : "accuracy"; }
+
+int64_t Model::num_params() {
+  int64_t n = 0;
+  for (Param* p : params()) n += p->value.numel();
+  return n;
+}
+
+namespace {
+
+bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// A model that is one Sequential.
+class SequentialModel : public Model {
+ public:
+  SequentialModel(std::string name, Task task, Shape sample, Shape target)
+      : name_(std::move(name)), task_(task), sample_(std::move(sample)), target_(std::move(target)) {}
+  const std::string& name() const override { return name_; }
+  Task task() const override { return task_; }
+  Shape sample_shape() const override { return sample_; }
+  Shape target_shape() const override { return target_; }
+  Tensor forward(const Tensor& x, bool training) override { return net_.forward(x, training); }
+  Tensor backward(const Tensor& dy) override { return net_.backward(dy); }
+  std::vector<Param*> params() override { return net_.params(); }
+  std::vector<Layer*> layers() override {
+    std::vector<Layer*> out;
+    for (auto& l : net_.layers()) out.push_back(l.get());
+    return out;
+  }
+  double forward_flops() const override {
+    Shape in = {1};
+    in.insert(in.end(), sample_.begin(), sample_.end());
+    return net_.forward_flops(in);
+  }
+  Sequential& net() { return net_; }
+
+ private:
+  std::string name_;
+  Task task_;
+  Shape sample_, target_;
+  Sequential net_;
+};
+
+// CosmoFlow: blocks of conv k3 (same padding) + LeakyReLU (+ BatchNorm) + max-pool 2 until the volume
+// is 4^3, channels base * 2^i capped at max_channels; then FC layers to the regression targets.
+std::unique_ptr<Model> cosmoflow(ModelConfig c) {
+  if (!power_of_two(c.input_size) || c.input_size < 8 || c.input_size > 1024)
+    throw ConfigError("model.inputSize", detail::concat(c.input_size, ": CosmoFlow needs a power of two from 8 to 1024"));
+  const int in_ch = c.in_channels ? c.in_channels : 4, base = c.base_channels ? c.base_channels : 16;
+  const int outputs = c.outputs ? c.outputs : 4;
+  const int W = c.input_size;
+  auto m = std::make_unique<SequentialModel>("cosmoflow", Task::kRegression, Shape{in_ch, W, W, W}, Shape{outputs});
+  Sequential& net = m->net();
+  int ch = in_ch, size = W, block = 0;
+  uint64_t seed = c.seed * 1000;
+  while (size > 4) {
+    const int out = std::min(base << block, c.max_channels);
+    const std::string b = "block" + std::to_string(block + 1);
+    net.add(std::make_unique<Conv>(b + ".conv", ConvOptions{ch, out, 3, 1, 1, 3, true, ++seed}));
+    if (c.batchnorm) net.add(std::make_unique<BatchNorm>(b + ".bn", out));
+    net.add(std::make_unique<LeakyReLU>(b + ".act", c.leaky_slope));
+    net.add(std::make_unique<Pool>(b + ".pool", PoolOptions{true, 2, 2, 0, 3}));
+    ch = out;
+    size /= 2;
+    ++block;
+  }
+  net.add(std::make_unique<Flatten>("flatten"));
+  int features = ch * size * size * size;
+  for (size_t i = 0; i < c.hidden.size(); ++i) {
+    if (c.hidden[i] < 1) throw ConfigError(detail::concat("model.hidden[", i, "]"), "must be positive");
+    const std::string f = "fc" + std::to_string(i + 1);
+    net.add(std::make_unique<Linear>(f, features, c.hidden[i], ++seed));
+    net.add(std::make_unique<LeakyReLU>(f + ".act", c.leaky_slope));
+    if (c.dropout > 0) net.add(std::make_unique<Dropout>(f + ".dropout", c.dropout, ++seed));
+    features = c.hidden[i];
+  }
+  net.add(std::make_unique<Linear>("output", features, outputs, ++seed, 0.5f));
+  net.layers().front()->set_input_grad(false);
+  return m;
+}
+
+// A small 2D CNN: two conv + ReLU + max-pool blocks, then FC 128 -> classes.
+std::unique_ptr<Model> cnn2d(ModelConfig c) {
+  if (c.input_size < 8 || c.input_size % 4)
+    throw ConfigError("model.inputSize", detail::concat(c.input_size, ": cnn2d needs a multiple of 4, at least 8"));
+  const int in_ch = c.in_channels ? c.in_channels : 1, base = c.base_channels ? c.base_channels : 16;
+  const int classes = c.outputs ? c.outputs : 10, W = c.input_size;
+  auto m = std::make_unique<SequentialModel>("cnn2d", Task::kClassification, Shape{in_ch, W, W}, Shape{});
+  Sequential& net = m->net();
+  uint64_t seed = c.seed * 1000;
+  net.add(std::make_unique<Conv>("conv1", ConvOptions{in_ch, base, 3, 1, 1, 2, true, ++seed}));
+  net.add(std::make_unique<ReLU>("relu1"));
+  net.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 2}));
+  net.add(std::make_unique<Conv>("conv2", ConvOptions{base, 2 * base, 3, 1, 1, 2, true, ++seed}));
+  net.add(std::make_unique<ReLU>("relu2"));
+  net.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 2}));
+  net.add(std::make_unique<Flatten>("flatten"));
+  net.add(std::make_unique<Linear>("fc1", 2 * base * (W / 4) * (W / 4), 128, ++seed));
+  net.add(std::make_unique<ReLU>("relu3"));
+  net.add(std::make_unique<Linear>("output", 128, classes, ++seed, 1.0f));
+  net.layers().front()->set_input_grad(false);
+  return m;
+}
+
+// 3D U-Net with three levels: (conv k3 + BN + ReLU) x 2 per level, max-pool 2 down, deconv k2 s2 up,
+// skip connections concatenated on channels, a 1x1x1 conv to the class logits.
+class UNet3D final : public Model {
+ public:
+  explicit UNet3D(const ModelConfig& c) {
+    if (c.input_size < 4 || c.input_size % 4)
+      throw ConfigError("model.inputSize", detail::concat(c.input_size, ": unet3d needs a multiple of 4"));
+    in_ch_ = c.in_channels ? c.in_channels : 1;
+    const int b = c.base_channels ? c.base_channels : 8;
+    classes_ = c.outputs ? c.outputs : 3;
+    W_ = c.input_size;
+    uint64_t seed = c.seed * 1000;
+    auto double_conv = [&](Sequential& s, const std::string& name, int in, int out) {
+      for (int i = 0; i < 2; ++i) {
+        const std::string n = name + ".conv" + std::to_string(i + 1);
+        s.add(std::make_unique<Conv>(n, ConvOptions{i ? out : in, out, 3, 1, 1, 3, false, ++seed}));
+        s.add(std::make_unique<BatchNorm>(n + ".bn", out));
+        s.add(std::make_unique<ReLU>(n + ".relu"));
+      }
+    };
+    double_conv(enc1_, "enc1", in_ch_, b);
+    pool1_.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 3}));
+    double_conv(enc2_, "enc2", b, 2 * b);
+    pool2_.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 3}));
+    double_conv(bottom_, "bottom", 2 * b, 4 * b);
+    up2_.add(std::make_unique<Deconv>("up2", ConvOptions{4 * b, 2 * b, 2, 2, 0, 3, true, ++seed}));
+    double_conv(dec2_, "dec2", 4 * b, 2 * b);
+    up1_.add(std::make_unique<Deconv>("up1", ConvOptions{2 * b, b, 2, 2, 0, 3, true, ++seed}));
+    double_conv(dec1_, "dec1", 2 * b, b);
+    head_.add(std::make_unique<Conv>("head", ConvOptions{b, classes_, 1, 1, 0, 3, true, ++seed}));
+    enc1_.layers().front()->set_input_grad(false);
+    skip1_ = b;
+    skip2_ = 2 * b;
+  }
+  const std::string& name() const override { return name_; }
+  Task task() const override { return Task::kSegmentation; }
+  Shape sample_shape() const override { return {in_ch_, W_, W_, W_}; }
+  Shape target_shape() const override { return {W_, W_, W_}; }
+
+  Tensor forward(const Tensor& x, bool training) override {
+    Tensor s1 = enc1_.forward(x, training);
+    Tensor s2 = enc2_.forward(pool1_.forward(s1, training), training);
+    Tensor h = bottom_.forward(pool2_.forward(s2, training), training);
+    h = dec2_.forward(concat_channels(s2, up2_.forward(h, training)), training);
+    h = dec1_.forward(concat_channels(s1, up1_.forward(h, training)), training);
+    return head_.forward(h, training);
+  }
+
+  Tensor backward(const Tensor& dy) override {
+    Tensor ds1, du1, ds2, du2;
+    split_channels(dec1_.backward(head_.backward(dy)), skip1_, ds1, du1);
+    split_channels(dec2_.backward(up1_.backward(du1)), skip2_, ds2, du2);
+    Tensor g = pool2_.backward(bottom_.backward(up2_.backward(du2)));
+    add_into(g, ds2);
+    g = pool1_.backward(enc2_.backward(g));
+    add_into(g, ds1);
+    return enc1_.backward(g);
+  }
+
+  std::vector<Param*> params() override {
+    std::vector<Param*> out;
+    for (Sequential* s : parts())
+      for (Param* p : s->params()) out.push_back(p);
+    return out;
+  }
+  std::vector<Layer*> layers() override {
+    std::vector<Layer*> out;
+    for (Sequential* s : parts())
+      for (auto& l : s->layers()) out.push_back(l.get());
+    return out;
+  }
+  double forward_flops() const override {
+    Shape in = {1, in_ch_, W_, W_, W_};
+    const int b = skip1_;
+    double f = enc1_.forward_flops(in);
+    Shape s1 = enc1_.output_shape(in);
+    Shape p1 = pool1_.output_shape(s1);
+    f += enc2_.forward_flops(p1);
+    Shape s2 = enc2_.output_shape(p1);
+    Shape p2 = pool2_.output_shape(s2);
+    f += bottom_.forward_flops(p2);
+    Shape h = bottom_.output_shape(p2);
+    f += up2_.forward_flops(h);
+    Shape u2 = up2_.output_shape(h);
+    u2[1] = 4 * b;
+    f += dec2_.forward_flops(u2);
+    Shape d2 = dec2_.output_shape(u2);
+    f += up1_.forward_flops(d2);
+    Shape u1 = up1_.output_shape(d2);
+    u1[1] = 2 * b;
+    f += dec1_.forward_flops(u1);
+    return f + head_.forward_flops(dec1_.output_shape(u1));
+  }
+
+ private:
+  static void add_into(Tensor& a, const Tensor& b) {
+    TESSERA_CHECK(a.shape() == b.shape(), "skip gradient ", shape_str(a.shape()), " vs ", shape_str(b.shape()));
+    for (int64_t i = 0; i < a.numel(); ++i) a[i] += b[i];
+  }
+  std::vector<Sequential*> parts() { return {&enc1_, &pool1_, &enc2_, &pool2_, &bottom_, &up2_, &dec2_, &up1_, &dec1_, &head_}; }
+
+  std::string name_ = "unet3d";
+  int in_ch_ = 1, classes_ = 3, W_ = 32, skip1_ = 8, skip2_ = 16;
+  Sequential enc1_, pool1_, enc2_, pool2_, bottom_, up2_, dec2_, up1_, dec1_, head_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_model(const ModelConfig& c) {
+  if (c.in_channels < 0) throw ConfigError("model.inChannels", "must not be negative");
+  if (c.base_channels < 0) throw ConfigError("model.baseChannels", "must not be negative");
+  if (c.outputs < 0) throw ConfigError("model.outputs", "must not be negative");
+  if (c.name == "cosmoflow") return cosmoflow(c);
+  if (c.name == "cnn2d") return cnn2d(c);
+  if (c.name == "unet3d") return std::make_unique<UNet3D>(c);
+  throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d or cnn2d)");
+}
+
+}  // namespace tessera

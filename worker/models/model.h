@@ -1,0 +1,58 @@
+// Models assembled from nn/ layers by configuration: CosmoFlow (3D regression), UNet3D (3D
+// segmentation) and a small 2D CNN (classification). A Model owns its layers, runs forward/backward,
+// and knows its task: which loss trains it and which metric reports it.
+// Configuration errors (a size that does not fit the architecture) are ConfigErrors naming the field.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/nn/layer.h"
+#include "worker/nn/loss.h"
+
+namespace tessera {
+
+struct ModelConfig {
+  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d
+  int input_size = 32;             // W: the input is channels x W^3 (2D: channels x W^2)
+  int in_channels = 0;             // 0: the model's default (cosmoflow 4, unet3d 1, cnn2d 1)
+  int base_channels = 0;           // 0: default (cosmoflow 16, unet3d 8, cnn2d 16)
+  int max_channels = 256;          // cosmoflow: channels double per block up to this
+  std::vector<int> hidden = {2048, 256};  // cosmoflow: fully connected widths before the output
+  int outputs = 0;                 // regression targets (cosmoflow 4) or classes (unet3d 3, cnn2d 10)
+  float dropout = 0.0f;            // cosmoflow: after each hidden FC layer
+  float leaky_slope = 0.3f;        // cosmoflow activations
+  bool batchnorm = false;          // cosmoflow: BatchNorm after each conv
+  uint64_t seed = 1;               // weight initialisation
+};
+
+enum class Task { kRegression, kSegmentation, kClassification };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const std::string& name() const = 0;
+  virtual Task task() const = 0;
+  // Shape of one sample's input (C, spatial...) and target.
+  virtual Shape sample_shape() const = 0;
+  virtual Shape target_shape() const = 0;
+  virtual Tensor forward(const Tensor& x, bool training) = 0;
+  virtual Tensor backward(const Tensor& dy) = 0;
+  virtual std::vector<Param*> params() = 0;
+  // Forward floating-point operations per sample.
+  virtual double forward_flops() const = 0;
+  // Every layer, for checkpoints of layer state (batch-norm running statistics).
+  virtual std::vector<Layer*> layers() = 0;
+
+  // The loss that trains this model's task, and its metric (MAE for regression, accuracy else).
+  LossResult loss(const Tensor& output, const Tensor& target) const;
+  double metric(const Tensor& output, const Tensor& target) const;
+  const char* metric_name() const;
+  int64_t num_params();
+};
+
+// Validates the configuration (ConfigError on model.*) and builds the model.
+std::unique_ptr<Model> make_model(const ModelConfig& config);
+
+}  // namespace tessera

@@ -1,0 +1,155 @@
+// tessera-worker: one rank of a training job.
+//
+//   tessera-worker --config job.yaml [--rank R --world-size N --node NAME --local-rank L]
+//                  [--rendezvous DIR] [--metrics FILE] [--threads T]
+//
+// Rank, world size, node and local rank come from the flags or from TESSERA_RANK,
+// TESSERA_WORLD_SIZE, TESSERA_NODE, TESSERA_LOCAL_RANK; the rendezvous directory (a file store
+// shared by all ranks) from --rendezvous or TESSERA_RENDEZVOUS. With a world of one no rendezvous
+// is needed. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
+// configuration, 1 any other failure.
+#include <omp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/core/error.h"
+#include "worker/core/log.h"
+#include "worker/train/trainer.h"
+
+namespace tessera {
+namespace {
+
+struct Options {
+  std::string config, rendezvous, metrics, node;
+  int rank = 0, world = 1, local_rank = -1, threads = 0;
+};
+
+int env_int(const char* name, int def) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end) throw ConfigError(name, std::string("'") + v + "' is not an integer");
+  return static_cast<int>(x);
+}
+
+std::string env_str(const char* name, const std::string& def) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : def;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  o.rank = env_int("TESSERA_RANK", 0);
+  o.world = env_int("TESSERA_WORLD_SIZE", 1);
+  o.local_rank = env_int("TESSERA_LOCAL_RANK", -1);
+  o.node = env_str("TESSERA_NODE", "");
+  o.rendezvous = env_str("TESSERA_RENDEZVOUS", "");
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() {
+      std::string v = value();
+      char* end = nullptr;
+      long x = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end) throw ConfigError(a, "'" + v + "' is not an integer");
+      return static_cast<int>(x);
+    };
+    if (a == "--config") o.config = value();
+    else if (a == "--rank") o.rank = number();
+    else if (a == "--world-size") o.world = number();
+    else if (a == "--local-rank") o.local_rank = number();
+    else if (a == "--node") o.node = value();
+    else if (a == "--rendezvous") o.rendezvous = value();
+    else if (a == "--metrics") o.metrics = value();
+    else if (a == "--threads") o.threads = number();
+    else throw ConfigError(a, "unknown flag (see the header of tessera_worker.cc or the README)");
+  }
+  if (o.config.empty()) throw ConfigError("--config", "a job configuration file is required");
+  if (o.world < 1) throw ConfigError("--world-size", "must be at least 1");
+  if (o.rank < 0 || o.rank >= o.world) throw ConfigError("--rank", detail::concat(o.rank, " is outside [0, ", o.world, ")"));
+  if (o.world > 1 && o.rendezvous.empty()) throw ConfigError("--rendezvous", "needed when the world has more than one rank");
+  if (o.node.empty()) {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    o.node = host;
+  }
+  if (o.local_rank < 0) o.local_rank = o.world == 1 ? 0 : o.rank;  // all on one node by default
+  return o;
+}
+
+int run(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  set_log_tag("rank " + std::to_string(o.rank));
+  JobConfig job = load_job_config(o.config);
+  if (o.threads > 0) job.training.threads = o.threads;
+
+  std::unique_ptr<FileStore> store;
+  std::unique_ptr<CommGroups> groups;
+  if (o.world > 1) {
+    store = std::make_unique<FileStore>(o.rendezvous);
+    const Millis timeout(job.communication.timeout_ms);
+    Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
+    groups = std::make_unique<CommGroups>(connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout)));
+  }
+  Trainer trainer(job, groups.get());
+  std::ofstream metrics;
+  if (!o.metrics.empty()) {
+    metrics.open(o.metrics, std::ios::app);
+    if (!metrics) throw Error("cannot open metrics file '" + o.metrics + "'");
+  }
+  trainer.on_step = [&](const StepRecord& r) {
+    if (!metrics.is_open()) return;
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
+                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"update_s\":%.6f,"
+                  "\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
+                  o.rank, static_cast<long long>(r.step), r.epoch, r.loss, r.lr, r.strategy.c_str(), r.data_s, r.forward_s,
+                  r.backward_s, r.comm_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
+                  static_cast<unsigned long long>(r.bytes_inter));
+    metrics << line << std::flush;
+  };
+  trainer.on_epoch = [&](const EpochRecord& e) {
+    if (!metrics.is_open()) return;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "{\"type\":\"epoch\",\"rank\":%d,\"epoch\":%d,\"val_loss\":%.9g,\"val_metric\":%.9g,\"baseline_loss\":%.9g}\n",
+                  o.rank, e.epoch, e.val_loss, e.val_metric, e.baseline_loss);
+    metrics << line << std::flush;
+  };
+  TrainSummary s = trainer.run();
+  if (o.rank == 0) {
+    std::printf("{\"type\":\"summary\",\"job\":\"%s\",\"steps\":%lld,\"first_step\":%lld,\"seconds\":%.3f,"
+                "\"samples_per_second\":%.3f,\"switch_step\":%lld,\"val_loss\":%.9g,\"val_metric\":%.9g,"
+                "\"baseline_loss\":%.9g}\n",
+                job.name.c_str(), static_cast<long long>(s.steps), static_cast<long long>(s.first_step), s.seconds,
+                s.samples_per_second, static_cast<long long>(s.switch_step), s.last_epoch.val_loss,
+                s.last_epoch.val_metric, s.last_epoch.baseline_loss);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  try {
+    return tessera::run(argc, argv);
+  } catch (const tessera::ConfigError& e) {
+    std::fprintf(stderr, "tessera-worker: configuration error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tessera-worker: %s\n", e.what());
+    return 1;
+  }
+}

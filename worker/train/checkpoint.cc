@@ -1,0 +1,177 @@
+#include "worker/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kMagic[8] = {'T', 'S', 'R', 'C', 'K', 'P', 'T', '1'};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+template <typename T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+class Reader {
+ public:
+  Reader(const std::string& s, const std::string& file) : s_(s), file_(file) {}
+  template <typename T>
+  T get() {
+    T v;
+    need(sizeof(T));
+    std::memcpy(&v, s_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string bytes(size_t n) {
+    need(n);
+    std::string v = s_.substr(pos_, n);
+    pos_ += n;
+    return v;
+  }
+  void need(size_t n) const {
+    if (pos_ + n > s_.size()) throw Error("checkpoint '" + file_ + "': truncated");
+  }
+
+ private:
+  const std::string& s_;
+  std::string file_;
+  size_t pos_ = 0;
+};
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+  throw Error("checkpoint: cannot " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string checkpoint_file(const std::string& dir, int64_t step, int rank) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "ckpt-%010lld-rank%d.bin", static_cast<long long>(step), rank);
+  return dir + "/" + name;
+}
+
+void write_checkpoint(const std::string& dir, int64_t step, int rank, const CheckpointData& data) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("checkpoint: cannot create directory '" + dir + "': " + ec.message());
+  std::string buf(kMagic, sizeof(kMagic));
+  put<uint64_t>(buf, data.counters.size());
+  for (const auto& [name, v] : data.counters) {
+    put<uint32_t>(buf, static_cast<uint32_t>(name.size()));
+    buf += name;
+    put<int64_t>(buf, v);
+  }
+  put<uint64_t>(buf, data.arrays.size());
+  for (const auto& [name, v] : data.arrays) {
+    put<uint32_t>(buf, static_cast<uint32_t>(name.size()));
+    buf += name;
+    put<uint64_t>(buf, v.size());
+    buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  }
+  put<uint64_t>(buf, fnv1a(buf));
+
+  const std::string path = checkpoint_file(dir, step, rank);
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error("create", tmp);
+  size_t off = 0;
+  while (off < buf.size()) {
+    ssize_t n = ::write(fd, buf.data() + off, buf.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      errno = e;
+      io_error("write", tmp);
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    io_error("sync", tmp);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) io_error("rename into", path);
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+CheckpointData read_checkpoint(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error("checkpoint: cannot open '" + file + "'");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (s.size() < sizeof(kMagic) + 8 || std::memcmp(s.data(), kMagic, sizeof(kMagic)) != 0)
+    throw Error("checkpoint '" + file + "': not a Tessera checkpoint");
+  uint64_t stored;
+  std::memcpy(&stored, s.data() + s.size() - 8, 8);
+  if (fnv1a(s.substr(0, s.size() - 8)) != stored) throw Error("checkpoint '" + file + "': checksum mismatch (corrupt)");
+  Reader r(s, file);
+  r.bytes(sizeof(kMagic));
+  CheckpointData d;
+  for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
+    std::string name = r.bytes(r.get<uint32_t>());
+    d.counters[name] = r.get<int64_t>();
+  }
+  for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
+    std::string name = r.bytes(r.get<uint32_t>());
+    const uint64_t count = r.get<uint64_t>();
+    std::string raw = r.bytes(count * sizeof(float));
+    std::vector<float> v(count);
+    std::memcpy(v.data(), raw.data(), raw.size());
+    d.arrays[name] = std::move(v);
+  }
+  return d;
+}
+
+namespace {
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir, int rank) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return out;
+  const std::regex re("ckpt-(\\d+)-rank" + std::to_string(rank) + "\\.bin");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, re)) out.emplace_back(std::stoll(m[1]), e.path().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+}  // namespace
+
+std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank) {
+  auto all = list_checkpoints(dir, rank);
+  if (all.empty()) return std::nullopt;
+  return all.back().first;
+}
+
+void prune_checkpoints(const std::string& dir, int rank, int keep) {
+  auto all = list_checkpoints(dir, rank);
+  for (size_t i = 0; i + keep < all.size(); ++i) std::filesystem::remove(all[i].second);
+}
+
+}  // namespace tessera

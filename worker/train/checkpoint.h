@@ -1,0 +1,28 @@
+// Checkpoints: named float arrays plus integer counters, written atomically (temporary file, fsync,
+// rename, fsync of the directory) with a checksum verified on read. One file per rank and step:
+// <dir>/ckpt-<step>-rank<rank>.bin. A torn or corrupt file is an error naming it, never a silent
+// partial restore. I/O errors name the path; nothing is retried.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessera {
+
+struct CheckpointData {
+  std::map<std::string, int64_t> counters;             // step, optimizer steps, ...
+  std::map<std::string, std::vector<float>> arrays;    // parameters, optimizer state, residuals, ...
+};
+
+std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
+void write_checkpoint(const std::string& dir, int64_t step, int rank, const CheckpointData& data);
+CheckpointData read_checkpoint(const std::string& file);
+// The newest step with a checkpoint of `rank` in dir, if any.
+std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank);
+// Deletes this rank's checkpoints except the newest `keep`.
+void prune_checkpoints(const std::string& dir, int rank, int keep);
+
+}  // namespace tessera

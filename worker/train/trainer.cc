@@ -1,0 +1,339 @@
+#include "worker/train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "worker/core/error.h"
+#include "worker/core/log.h"
+#include "worker/nn/batchnorm.h"
+#include "worker/train/checkpoint.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+// Gradients fused into flat buckets of at most bucket_bytes (a parameter larger than that gets a
+// bucket of its own), in parameter order.
+struct Trainer::Buckets {
+  struct Slot {
+    Param* param;
+    size_t offset;
+  };
+  std::vector<std::vector<Slot>> slots;
+  std::vector<std::vector<float>> data;
+
+  Buckets(const std::vector<Param*>& params, int64_t bucket_bytes) {
+    const size_t cap = static_cast<size_t>(bucket_bytes) / sizeof(float);
+    size_t used = cap;
+    for (Param* p : params) {
+      const size_t n = static_cast<size_t>(p->grad.numel());
+      if (used + n > cap && used > 0) {
+        slots.emplace_back();
+        data.emplace_back();
+        used = 0;
+      }
+      slots.back().push_back({p, used});
+      used += n;
+      data.back().resize(used);
+    }
+  }
+  void fuse(size_t b) {
+    for (const Slot& s : slots[b]) std::memcpy(data[b].data() + s.offset, s.param->grad.data(), s.param->grad.numel() * 4);
+  }
+  void unfuse(size_t b, float scale) {
+    for (const Slot& s : slots[b]) {
+      float* g = s.param->grad.data();
+      const float* d = data[b].data() + s.offset;
+      for (int64_t i = 0; i < s.param->grad.numel(); ++i) g[i] = d[i] * scale;
+    }
+  }
+};
+
+Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
+  if (groups_) {
+    rank_ = groups_->rank;
+    replicas_ = groups_->topology.world_size();
+  }
+  const auto& tr = config_.training;
+  if (tr.threads > 0) omp_set_num_threads(tr.threads);
+  if (tr.batch_size % replicas_ != 0)
+    throw ConfigError("spec.training.batchSize", detail::concat(tr.batch_size, " does not divide over ", replicas_,
+                                                                " data-parallel replicas"));
+  model_ = make_model(config_.model);
+  train_ = make_synthetic(config_.dataset);
+  SyntheticConfig vc = config_.dataset;
+  vc.samples = config_.validation_samples;
+  vc.seed = config_.dataset.seed + 1000003;  // disjoint from the training samples
+  val_ = make_synthetic(vc);
+  if (train_->input_shape() != model_->sample_shape())
+    throw ConfigError("spec.dataset", detail::concat("samples of shape ", shape_str(train_->input_shape()),
+                                                     " do not fit model input ", shape_str(model_->sample_shape())));
+  steps_per_epoch_ = static_cast<int64_t>(train_->size()) / tr.batch_size;
+  if (steps_per_epoch_ < 1)
+    throw ConfigError("spec.dataset.samples", detail::concat(train_->size(), " samples make no full batch of ", tr.batch_size));
+  total_steps_ = steps_per_epoch_ * tr.epochs;
+
+  ScheduleConfig& s = config_.training.schedule;
+  s.warmup_steps = static_cast<int64_t>(std::llround(tr.warmup_epochs * steps_per_epoch_));
+  s.total_steps = total_steps_;
+  s.milestones.clear();
+  for (int64_t e : tr.milestone_epochs) s.milestones.push_back(e * steps_per_epoch_);
+  optimizer_ = make_optimizer(tr.optimizer);
+
+  const auto& cc = config_.communication;
+  if (groups_) {
+    const bool hybrid = cc.strategy == "hybrid";
+    sparse_ = make_exchange(ExchangeConfig{hybrid ? cc.sparse : cc.strategy, cc.density, cc.selector}, *groups_);
+    if (hybrid) {
+      dense_ = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector}, *groups_);
+      switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
+    }
+  }
+  buckets_ = std::make_unique<Buckets>(model_->params(), cc.bucket_bytes);
+}
+
+Trainer::~Trainer() = default;
+
+double Trainer::allreduce_mean(double value, double weight) {
+  double v[2] = {value * weight, weight};
+  if (groups_) groups_->world->allreduce(std::span<double>(v, 2));
+  return v[1] > 0 ? v[0] / v[1] : 0.0;
+}
+
+void Trainer::exchange_gradients(StepRecord& rec) {
+  if (!groups_) {
+    rec.strategy = "local";
+    return;
+  }
+  const bool dense_phase = dense_ && step_ >= switch_step_;
+  GradientExchange& ex = dense_phase ? *dense_ : *sparse_;
+  rec.strategy = ex.name();
+  for (size_t b = 0; b < buckets_->data.size(); ++b) {
+    buckets_->fuse(b);
+    std::span<float> bucket(buckets_->data[b]);
+    // First dense step after the switch: what the sparse phase still owed is sent now.
+    if (dense_phase && !flushed_residuals_) sparse_->add_residual(static_cast<int>(b), bucket);
+    ExchangeStats st = ex.exchange(static_cast<int>(b), bucket);
+    rec.bytes_intra += st.bytes.intra;
+    rec.bytes_inter += st.bytes.inter;
+    buckets_->unfuse(b, 1.0f / static_cast<float>(replicas_));
+  }
+  if (dense_phase) flushed_residuals_ = true;
+}
+
+EpochRecord Trainer::validate(int epoch) {
+  EpochRecord r;
+  r.epoch = epoch;
+  const int64_t n = static_cast<int64_t>(val_->size());
+  const int64_t b = std::max<int64_t>(1, config_.training.batch_size / replicas_);
+  double loss_sum = 0, metric_sum = 0, count = 0;
+  std::vector<double> target_sum, target_sq;
+  for (int64_t start = rank_ * b; start < n; start += b * replicas_) {
+    std::vector<uint64_t> idx;
+    for (int64_t i = start; i < std::min(n, start + b); ++i) idx.push_back(static_cast<uint64_t>(i));
+    Batch batch = stack(*val_, idx);
+    Tensor out = model_->forward(batch.inputs, false);
+    const double k = static_cast<double>(idx.size());
+    loss_sum += model_->loss(out, batch.targets).loss * k;
+    metric_sum += model_->metric(out, batch.targets) * k;
+    count += k;
+    if (model_->task() == Task::kRegression) {
+      const int64_t t = batch.targets.numel() / batch.targets.dim(0);
+      target_sum.resize(t, 0.0);
+      target_sq.resize(t, 0.0);
+      for (int64_t i = 0; i < batch.targets.numel(); ++i) {
+        target_sum[i % t] += batch.targets[i];
+        target_sq[i % t] += double(batch.targets[i]) * batch.targets[i];
+      }
+    }
+  }
+  // Sums over replicas: [loss, metric, count, target sums..., target squares...].
+  std::vector<double> v = {loss_sum, metric_sum, count};
+  const size_t t = model_->task() == Task::kRegression ? static_cast<size_t>(shape_numel(model_->target_shape())) : 0;
+  target_sum.resize(t, 0.0);
+  target_sq.resize(t, 0.0);
+  v.insert(v.end(), target_sum.begin(), target_sum.end());
+  v.insert(v.end(), target_sq.begin(), target_sq.end());
+  if (groups_) groups_->world->allreduce(std::span<double>(v));
+  r.val_loss = v[0] / v[2];
+  r.val_metric = v[1] / v[2];
+  // Predict-the-mean baseline: the variance of each target, averaged over targets.
+  for (size_t i = 0; i < t; ++i) {
+    const double mean = v[3 + i] / v[2];
+    r.baseline_loss += (v[3 + t + i] / v[2] - mean * mean) / static_cast<double>(t);
+  }
+  return r;
+}
+
+void Trainer::save(int64_t next_step) {
+  CheckpointData d;
+  d.counters["step"] = next_step;
+  d.counters["optimizer_steps"] = optimizer_->steps();
+  d.counters["flushed_residuals"] = flushed_residuals_;
+  for (Param* p : model_->params()) d.arrays["param/" + p->name] = std::vector<float>(p->value.span().begin(), p->value.span().end());
+  for (auto& [name, t] : optimizer_->state()) d.arrays["opt/" + name] = std::vector<float>(t.span().begin(), t.span().end());
+  for (Layer* l : model_->layers())
+    if (auto* bn = dynamic_cast<BatchNorm*>(l)) {
+      d.arrays["bn/" + l->name() + "/mean"] = std::vector<float>(bn->running_mean().span().begin(), bn->running_mean().span().end());
+      d.arrays["bn/" + l->name() + "/var"] = std::vector<float>(bn->running_var().span().begin(), bn->running_var().span().end());
+    }
+  if (sparse_)
+    for (auto& [b, r] : sparse_->residuals()) d.arrays["residual/" + std::to_string(b)] = r;
+  write_checkpoint(config_.checkpoint.path, next_step, rank_, d);
+  prune_checkpoints(config_.checkpoint.path, rank_, config_.checkpoint.keep);
+}
+
+void Trainer::restore() {
+  if (config_.checkpoint.path.empty()) return;
+  int64_t mine = latest_checkpoint(config_.checkpoint.path, rank_).value_or(-1);
+  // Every rank resumes from the same step: the newest one all of them have.
+  int64_t agreed = mine;
+  if (groups_) {
+    int64_t v = mine;
+    groups_->world->allreduce(&v, 1, DType::kInt64, ReduceOp::kMin, Millis(0));
+    agreed = v;
+  }
+  if (agreed < 0) return;
+  const std::string file = checkpoint_file(config_.checkpoint.path, agreed, rank_);
+  CheckpointData d = read_checkpoint(file);
+  auto load = [&](const std::string& key, Tensor& into) {
+    auto it = d.arrays.find(key);
+    if (it == d.arrays.end() || static_cast<int64_t>(it->second.size()) != into.numel())
+      throw Error("checkpoint '" + file + "': '" + key + "' is missing or has the wrong size for this model");
+    std::memcpy(into.data(), it->second.data(), it->second.size() * sizeof(float));
+  };
+  for (Param* p : model_->params()) load("param/" + p->name, p->value);
+  for (const auto& [key, v] : d.arrays) {
+    if (key.rfind("opt/", 0) == 0) {
+      Tensor t(Shape{static_cast<int64_t>(v.size())});
+      std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
+      // Optimiser state keeps the shape of its parameter.
+      const std::string name = key.substr(4);
+      for (Param* p : model_->params())
+        if (name.rfind(p->name + "/", 0) == 0) t = t.reshape(p->value.shape());
+      optimizer_->state()[name] = t;
+    }
+  }
+  for (Layer* l : model_->layers())
+    if (auto* bn = dynamic_cast<BatchNorm*>(l)) {
+      load("bn/" + l->name() + "/mean", bn->running_mean());
+      load("bn/" + l->name() + "/var", bn->running_var());
+    }
+  std::map<int, std::vector<float>> residuals;
+  for (const auto& [key, v] : d.arrays)
+    if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
+  if (sparse_) sparse_->restore_residuals(residuals);
+  optimizer_->set_steps(d.counters.at("optimizer_steps"));
+  flushed_residuals_ = d.counters.count("flushed_residuals") && d.counters.at("flushed_residuals");
+  step_ = d.counters.at("step");
+  log_info("restored checkpoint ", file, ": resuming at step ", step_);
+}
+
+TrainSummary Trainer::run() {
+  restore();
+  TrainSummary summary;
+  summary.first_step = step_;
+  summary.switch_step = switch_step_;
+  const auto& tr = config_.training;
+  const int local_batch = tr.batch_size / replicas_;
+  const int replica = rank_;
+  auto params = model_->params();
+  const auto t_start = Clock::now();
+  auto t_log = Clock::now();
+  int64_t logged_samples = 0;
+  StepRecord window;  // timings summed since the last progress line
+  std::vector<uint64_t> order;
+  int order_epoch = -1;
+  if (rank_ == 0)
+    log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
+             " GFLOP per sample forward) on ", replicas_, " rank(s): ", tr.epochs, " epochs x ", steps_per_epoch_,
+             " steps, global batch ", tr.batch_size, ", strategy ", config_.communication.strategy,
+             switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "");
+  while (step_ < total_steps_) {
+    const int epoch = static_cast<int>(step_ / steps_per_epoch_);
+    if (epoch != order_epoch) {
+      order = epoch_order(train_->size(), tr.seed, epoch);
+      order_epoch = epoch;
+    }
+    if (switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
+      log_info("switching gradient exchange ", sparse_->name(), " -> ", dense_->name(), " at step ", step_, " (epoch ", epoch, ")");
+    StepRecord rec;
+    rec.step = step_;
+    rec.epoch = epoch;
+    auto t0 = Clock::now();
+    Batch batch = stack(*train_, shard_batch(order, step_ % steps_per_epoch_, tr.batch_size, replica, replicas_));
+    rec.data_s = seconds_since(t0);
+
+    t0 = Clock::now();
+    for (Param* p : params) p->grad.zero();
+    Tensor out = model_->forward(batch.inputs, true);
+    LossResult loss = model_->loss(out, batch.targets);
+    rec.forward_s = seconds_since(t0);
+    t0 = Clock::now();
+    model_->backward(loss.grad);
+    rec.backward_s = seconds_since(t0);
+
+    t0 = Clock::now();
+    exchange_gradients(rec);
+    rec.loss = allreduce_mean(loss.loss, local_batch);
+    rec.comm_s = seconds_since(t0);
+
+    t0 = Clock::now();
+    if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
+    rec.lr = learning_rate(config_.training.schedule, step_);
+    optimizer_->step(params, rec.lr);
+    rec.update_s = seconds_since(t0);
+    if (!std::isfinite(rec.loss))
+      throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
+                                        " (lower spec.training.optimizer.learningRate or set gradClip)"));
+    if (on_step) on_step(rec);
+    ++step_;
+
+    window.data_s += rec.data_s;
+    window.forward_s += rec.forward_s;
+    window.backward_s += rec.backward_s;
+    window.comm_s += rec.comm_s;
+    window.update_s += rec.update_s;
+    logged_samples += tr.batch_size;
+    const double since = seconds_since(t_log);
+    if (rank_ == 0 && (since >= tr.log_every_seconds || step_ == total_steps_)) {
+      const double total = window.data_s + window.forward_s + window.backward_s + window.comm_s + window.update_s;
+      auto pct = [&](double v) { return static_cast<int>(std::lround(100 * v / std::max(total, 1e-12))); };
+      log_info("epoch ", epoch + 1, "/", tr.epochs, " step ", step_, "/", total_steps_, " | ",
+               static_cast<int>(logged_samples / since), " samples/s | loss ", rec.loss, " | lr ", rec.lr, " | ",
+               rec.strategy, " | data ", pct(window.data_s), "% fwd ", pct(window.forward_s), "% bwd ",
+               pct(window.backward_s), "% comm ", pct(window.comm_s), "% update ", pct(window.update_s), "%");
+      t_log = Clock::now();
+      logged_samples = 0;
+      window = StepRecord{};
+    }
+    const bool epoch_end = step_ % steps_per_epoch_ == 0;
+    if (!config_.checkpoint.path.empty() &&
+        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_))
+      save(step_);
+    if (epoch_end) {
+      summary.last_epoch = validate(epoch + 1);
+      if (on_epoch) on_epoch(summary.last_epoch);
+      if (rank_ == 0) {
+        const auto& e = summary.last_epoch;
+        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
+                 model_->task() == Task::kRegression ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (",
+                                                                      e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
+                                                     : std::string());
+      }
+    }
+  }
+  summary.steps = step_;
+  summary.seconds = seconds_since(t_start);
+  summary.samples_per_second = (step_ - summary.first_step) * tr.batch_size / std::max(summary.seconds, 1e-9);
+  return summary;
+}
+
+}  // namespace tessera

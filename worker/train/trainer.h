@@ -1,0 +1,80 @@
+// Trainer: the data-parallel step loop of one rank.
+//
+// Each step: take this replica's part of the global batch, forward, loss, backward, fuse the
+// gradients into buckets, exchange them with the configured strategy (hybrid: the sparse one, then
+// the dense one from the switch step on, which every rank computes identically), average, clip,
+// optimiser update. Records per-step timings (data wait, forward, backward, communication, update),
+// prints a progress line, checkpoints every N steps (atomically; a restarted rank resumes from the
+// newest step every rank has) and validates at the end of each epoch.
+// A Trainer is driven by one thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "worker/comm/topology.h"
+#include "worker/train/job_config.h"
+
+namespace tessera {
+
+struct StepRecord {
+  int64_t step = 0;            // 0-based global step
+  int epoch = 0;
+  double loss = 0;             // mean over the global batch
+  double lr = 0;
+  std::string strategy;        // exchange strategy used this step
+  double data_s = 0, forward_s = 0, backward_s = 0, comm_s = 0, update_s = 0;
+  uint64_t bytes_intra = 0, bytes_inter = 0;  // this rank, this step
+};
+
+struct EpochRecord {
+  int epoch = 0;
+  double val_loss = 0;         // mean validation loss
+  double val_metric = 0;       // MAE (regression) or accuracy
+  double baseline_loss = 0;    // predict-the-mean MSE on the validation set (regression only)
+};
+
+struct TrainSummary {
+  int64_t first_step = 0;      // where this run started (after a restore)
+  int64_t steps = 0;           // last step + 1
+  double seconds = 0;
+  double samples_per_second = 0;
+  int64_t switch_step = -1;    // hybrid: the first dense step
+  EpochRecord last_epoch;
+};
+
+class Trainer {
+ public:
+  // groups: the rank's communicators, or null for a single process.
+  Trainer(JobConfig config, CommGroups* groups);
+  ~Trainer();
+
+  TrainSummary run();
+
+  std::function<void(const StepRecord&)> on_step;
+  std::function<void(const EpochRecord&)> on_epoch;
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+  int64_t switch_step() const { return switch_step_; }
+
+ private:
+  struct Buckets;
+  void restore();
+  void save(int64_t next_step);
+  void exchange_gradients(StepRecord& rec);
+  EpochRecord validate(int epoch);
+  double allreduce_mean(double value, double weight);
+
+  JobConfig config_;
+  CommGroups* groups_;
+  int rank_ = 0, replicas_ = 1;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Dataset> train_, val_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
+  std::unique_ptr<Buckets> buckets_;
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
+  bool flushed_residuals_ = false;
+};
+
+}  // namespace tessera
