@@ -72,15 +72,16 @@ Sample cosmo_sample(int W, uint64_t seed, uint64_t index) {
   auto rng = rng_for(seed, index);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   // Physical parameters, and the targets: each mapped linearly to [-1, 1].
-  const double amp = 0.5 + 1.5 * u(rng);     // A in [0.5, 2]
-  const double slope = 1.0 + 2.0 * u(rng);   // n in [1, 3]
-  const double smooth = 0.5 + 1.5 * u(rng);  // r in [0.5, 2] voxels
-  const double nonlin = 0.5 + 1.0 * u(rng);  // a in [0.5, 1.5]
+  const double log_amp = -1.0 + 2.0 * u(rng);  // A = e^log_amp in [0.37, 2.7]
+  const double slope = 1.0 + 2.0 * u(rng);      // n in [1, 3]
+  const double smooth = 0.2 + 0.6 * u(rng);     // r in [0.2, 0.8] voxels
+  const double log_nbar = std::log(3.0) + std::log(10.0) * u(rng);  // mean density in [3, 30]
+  const double amp = std::exp(log_amp);
   Tensor target({4});
-  target[0] = static_cast<float>((amp - 1.25) / 0.75);
-  target[1] = static_cast<float>((slope - 2.0) / 1.0);
-  target[2] = static_cast<float>((smooth - 1.25) / 0.75);
-  target[3] = static_cast<float>((nonlin - 1.0) / 0.5);
+  target[0] = static_cast<float>(log_amp);
+  target[1] = static_cast<float>(slope - 2.0);
+  target[2] = static_cast<float>((smooth - 0.5) / 0.3);
+  target[3] = static_cast<float>((log_nbar - std::log(3.0)) / std::log(10.0) * 2 - 1);
 
   const int64_t n3 = int64_t(W) * W * W;
   std::vector<double> re(n3), im(n3, 0.0);
@@ -97,7 +98,7 @@ Sample cosmo_sample(int W, uint64_t seed, uint64_t index) {
         double f = 0;
         if (k > 0) {
           const double kk = k * 2 * M_PI / W;  // radians per voxel: statistics per voxel do not depend on W
-          f = std::sqrt(amp * std::pow(kk / 0.5, -slope) * std::exp(-(kk * smooth) * (kk * smooth)));
+          f = std::sqrt(amp * std::pow(kk / 0.8, -slope) * std::exp(-(kk * smooth) * (kk * smooth)));
         }
         re[i] *= f;
         im[i] *= f;
@@ -107,15 +108,16 @@ Sample cosmo_sample(int W, uint64_t seed, uint64_t index) {
   var /= n3;
   // One fixed scale for all samples (so the amplitude stays visible in the contrast), chosen so the
   // contrast has a standard deviation of about 0.5 at the middle of the parameter ranges.
-  const double norm = 6.0;
+  const double norm = 3.0;
   Tensor input({4, W, W, W});
   const double growth[4] = {1.0, 0.75, 0.5, 0.3};
+  const double nbar = std::exp(log_nbar);
   for (int c = 0; c < 4; ++c) {
-    const double a = nonlin * growth[c];
+    const double g = growth[c];
     const double s2 = var * norm * norm;
     for (int64_t i = 0; i < n3; ++i) {
       const double delta = re[i] * norm;
-      input[c * n3 + i] = static_cast<float>(10.0 * std::exp(a * delta - a * a * s2 / 2));
+      input[c * n3 + i] = static_cast<float>(nbar * std::exp(g * delta - g * g * s2 / 2));
     }
   }
   log1p_inplace(input);

@@ -1,8 +1,9 @@
 // Synthetic datasets that are learnable, generated deterministically from (seed, index) so every
 // rank sees the same sample without storage:
 //   cosmo   4 x W^3 matter-like fields: a Gaussian random field with power spectrum
-//           P(k) = A k^-n exp(-(k r)^2), turned into positive densities rho = exp(a delta - a^2 s^2 / 2)
-//           at four growth factors (the channels); targets are (A, n, r, a) scaled to [-1, 1].
+//           P(k) = A (k/0.8)^-n exp(-(k r)^2) (k in radians per voxel), turned into positive densities
+//           rho = nbar exp(g delta - g^2 s^2 / 2) at four growth factors g (the channels); targets are
+//           (log A, n, r, log nbar), each scaled to [-1, 1].
 //   shapes  1 x W^3 volumes with a few solid spheres and boxes in noise; voxel labels 0 (background),
 //           1 (sphere), 2 (box).
 //   images  1 x W^2 noisy oriented gratings; the label is the orientation bin (classes bins).
