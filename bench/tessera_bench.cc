@@ -4,6 +4,9 @@
 //       one streaming pass (memory-bandwidth floor), exact nth_element top-k, MSTopK; single thread.
 //   tessera-bench exchange --strategy S --nodes M --local N --size D --density R [--iters I] [--json]
 //       M x N worker processes over loopback TCP; per-rank time and bytes per link kind per exchange.
+//   tessera-bench train    --model cosmoflow --size W [--batch B] [--threads T] [--iters I] [--json]
+//       samples/s of forward + backward + update in one process, and conv3d GFLOP/s per layer shape,
+//       against PyTorch (bench/torch_cosmoflow.py, same layers, batch and threads) when it is installed.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -19,7 +22,14 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
+#include <nlohmann/json.hpp>
+
 #include "tests/support/fork_ranks.h"
+#include "worker/models/model.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/optim.h"
 #include "worker/comm/exchange.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/compress/topk.h"
@@ -305,11 +315,133 @@ int cmd_demo(Flags& f) {
   return 0;
 }
 
+// ---- train ----
+
+Tensor random_tensor(const Shape& s, uint32_t seed) {
+  Tensor t(s);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (auto& v : t.span()) v = n(rng);
+  return t;
+}
+
+// Mean seconds of fn over `iters` calls after one warm-up call.
+double time_it(const std::function<void()>& fn, int iters) {
+  fn();
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+}
+
+// The PyTorch baseline, or null when python3 with torch is not installed.
+nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const std::string& hidden) {
+  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch_cosmoflow.py --size ", size,
+                                         " --batch ", batch, " --threads ", threads, " --iters ", iters, " --hidden ", hidden,
+                                         " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  if (pclose(p) != 0 || out.empty()) return nullptr;
+  try {
+    return nlohmann::json::parse(out);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+int cmd_train(Flags& f) {
+  ModelConfig mc;
+  mc.name = f.str("model", "cosmoflow");
+  mc.input_size = static_cast<int>(f.integer("size", 64, 4));
+  const int batch = static_cast<int>(f.integer("batch", 4, 1));
+  const int threads = static_cast<int>(f.integer("threads", 2, 1));
+  const int iters = static_cast<int>(f.integer("iters", 5, 1));
+  const bool json = f.has("json");
+  f.check_all_used();
+  omp_set_num_threads(threads);
+  auto model = make_model(mc);
+  Shape in = {batch};
+  for (int64_t d : model->sample_shape()) in.push_back(d);
+  Shape tgt = {batch};
+  for (int64_t d : model->target_shape()) tgt.push_back(d);
+  Tensor x = random_tensor(in, 1), y = random_tensor(tgt, 2);
+  if (model->task() != Task::kRegression)
+    for (auto& v : y.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 3) % 3);
+  auto opt = make_optimizer(OptimizerConfig{});
+  auto params = model->params();
+  const double step_s = time_it([&] {
+    for (Param* p : params) p->grad.zero();
+    Tensor out = model->forward(x, true);
+    model->backward(model->loss(out, y).grad);
+    opt->step(params, 1e-4);
+  }, iters);
+  const double sps = batch / step_s;
+
+  // Conv layer shapes of the model, each timed alone.
+  nlohmann::json convs = nlohmann::json::array();
+  Shape shape = in;
+  for (Layer* l : model->layers()) {
+    if (auto* c = dynamic_cast<Conv*>(l); c && c->options().spatial_dims == 3) {
+      Conv conv("bench", c->options());
+      Tensor xi = random_tensor(shape, 3);
+      const double flops = conv.forward_flops(shape);
+      const double fwd = time_it([&] { conv.forward(xi, true); }, iters);
+      Tensor g = random_tensor(conv.output_shape(shape), 4);
+      conv.forward(xi, true);
+      const double bwd = time_it([&] { conv.backward(g); }, iters);
+      convs.push_back({{"in", c->options().in_channels}, {"out", c->options().out_channels}, {"size", shape[2]},
+                       {"fwd_gflops", flops / fwd / 1e9}, {"bwd_gflops", 2 * flops / bwd / 1e9}});
+    }
+    shape = l->output_shape(shape);
+  }
+
+  nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"size", mc.input_size}, {"batch", batch},
+                        {"threads", threads}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3}};
+  nlohmann::json torch = nullptr;
+  if (mc.name == "cosmoflow") {
+    std::string hidden;
+    for (int h : mc.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+    torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
+  }
+  out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];
+  out["ratio_vs_torch"] = torch.is_null() ? nlohmann::json(nullptr) : nlohmann::json(sps / torch["samples_per_second"].get<double>());
+  for (size_t i = 0; i < convs.size(); ++i) {
+    if (!torch.is_null() && i < torch["convs"].size()) {
+      convs[i]["torch_fwd_gflops"] = torch["convs"][i]["fwd_gflops"];
+      convs[i]["torch_bwd_gflops"] = torch["convs"][i]["bwd_gflops"];
+    }
+  }
+  out["convs"] = convs;
+  if (json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("%s at %d^3, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size,
+              batch, threads, sps, step_s * 1e3);
+  if (!torch.is_null())
+    std::printf("; PyTorch %s: %.2f samples/s; ratio %.2fx", torch["version"].get<std::string>().c_str(),
+                torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());
+  else
+    std::printf("; PyTorch baseline not available (install python3-torch)");
+  std::printf("\n");
+  for (const auto& c : convs) {
+    std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
+                c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());
+    if (c.contains("torch_fwd_gflops"))
+      std::printf("   (PyTorch %6.1f / %6.1f)", c["torch_fwd_gflops"].get<double>(), c["torch_bwd_gflops"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: tessera-bench <command> [flags]\n"
                "  topk     --size D --density R [--repeat N] [--json]\n"
                "  exchange --strategy %s --nodes M --local N --size D --density R [--iters I] [--json]\n"
+               "  train    --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
@@ -329,6 +461,7 @@ int main(int argc, char** argv) {
     if (cmd == "topk") return cmd_topk(f);
     if (cmd == "exchange") return cmd_exchange(f);
     if (cmd == "demo") return cmd_demo(f);
+    if (cmd == "train") return cmd_train(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   } catch (const ConfigError& e) {

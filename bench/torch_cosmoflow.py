@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The PyTorch baseline of `tessera-bench train`: the same CosmoFlow layers, batch and threads.
+
+Prints one JSON line: samples/s of forward + backward + SGD update, and forward / backward GFLOP/s
+of each conv3d layer shape.
+"""
+import argparse
+import json
+import time
+
+import torch
+import torch.nn as nn
+
+
+def cosmoflow(size, base, max_channels, hidden, slope):
+    layers, ch, s, block = [], 4, size, 0
+    shapes = []
+    while s > 4:
+        out = min(base << block, max_channels)
+        shapes.append((ch, out, s))
+        layers += [nn.Conv3d(ch, out, 3, padding=1), nn.LeakyReLU(slope), nn.MaxPool3d(2)]
+        ch, s, block = out, s // 2, block + 1
+    layers.append(nn.Flatten())
+    features = ch * s ** 3
+    for h in hidden:
+        layers += [nn.Linear(features, h), nn.LeakyReLU(slope)]
+        features = h
+    layers.append(nn.Linear(features, 4))
+    return nn.Sequential(*layers), shapes
+
+
+def timed(fn, iters):
+    fn()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    return (time.perf_counter() - t0) / iters
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--size", type=int, default=64)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--hidden", type=str, default="2048,256")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    hidden = [int(h) for h in a.hidden.split(",") if h]
+    net, shapes = cosmoflow(a.size, 16, 256, hidden, 0.3)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
+    x = torch.randn(a.batch, 4, a.size, a.size, a.size)
+    y = torch.randn(a.batch, 4)
+
+    def step():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(net(x), y)
+        loss.backward()
+        opt.step()
+
+    step_s = timed(step, a.iters)
+    convs = []
+    for ci, co, s in shapes:
+        conv = nn.Conv3d(ci, co, 3, padding=1)
+        xi = torch.randn(a.batch, ci, s, s, s, requires_grad=True)
+        flops = 2.0 * a.batch * s ** 3 * ci * co * 27
+        with torch.no_grad():
+            fwd = timed(lambda: conv(xi), a.iters)
+        out = conv(xi)
+        g = torch.randn_like(out)
+        bwd = timed(lambda: torch.autograd.grad(conv(xi), [xi, conv.weight], g), a.iters) - fwd
+        convs.append({"in": ci, "out": co, "size": s, "fwd_gflops": flops / fwd / 1e9,
+                      "bwd_gflops": 2 * flops / max(bwd, 1e-9) / 1e9})
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "samples_per_second": a.batch / step_s,
+                      "step_ms": step_s * 1e3, "convs": convs}))
+
+
+if __name__ == "__main__":
+    main()
