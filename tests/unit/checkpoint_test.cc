@@ -1,0 +1,62 @@
+#include "worker/train/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/fork_ranks.h"
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+TEST(CheckpointTest, RoundTripLatestAndPrune) {
+  const std::string dir = testing::make_temp_dir("tessera-ckpt");
+  CheckpointData d;
+  d.counters["step"] = 12;
+  d.arrays["param/w"] = {1.5f, -2.0f, 3.25f};
+  d.arrays["empty"] = {};
+  for (int64_t step : {4, 8, 12}) write_checkpoint(dir, step, 1, d);
+  write_checkpoint(dir, 16, 0, d);
+  EXPECT_EQ(latest_checkpoint(dir, 1).value(), 12);
+  EXPECT_EQ(latest_checkpoint(dir, 0).value(), 16);
+  EXPECT_FALSE(latest_checkpoint(dir, 2).has_value());
+  CheckpointData r = read_checkpoint(checkpoint_file(dir, 12, 1));
+  EXPECT_EQ(r.counters, d.counters);
+  EXPECT_EQ(r.arrays, d.arrays);
+  prune_checkpoints(dir, 1, 2);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_file(dir, 4, 1)));
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_file(dir, 8, 1)));
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_file(dir, 16, 0)));
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_EQ(e.path().extension(), ".bin") << "temporary file left: " << e.path();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CheckpointTest, CorruptAndTruncatedFilesAreErrorsNamingTheFile) {
+  const std::string dir = testing::make_temp_dir("tessera-ckpt");
+  CheckpointData d;
+  d.arrays["x"] = std::vector<float>(1000, 1.0f);
+  write_checkpoint(dir, 1, 0, d);
+  const std::string file = checkpoint_file(dir, 1, 0);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  try {
+    read_checkpoint(file);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos);
+  }
+  std::filesystem::resize_file(file, 100);
+  EXPECT_THROW(read_checkpoint(file), Error);
+  EXPECT_THROW(read_checkpoint(dir + "/missing.bin"), Error);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,131 @@
+// Whole models: shapes, configuration errors, and gradients of the full network (loss included)
+// against central finite differences on sampled parameters. The forward runs in float32 through
+// every layer, so the loss differences carry rounding noise: measured errors are 2e-3 to 5e-3 and
+// the tolerance is 1e-2 (the per-layer tests in nn_layers_test hold 1e-3).
+#include "worker/models/model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "worker/core/error.h"
+#include "worker/data/dataset.h"
+#include "worker/nn/optim.h"
+
+namespace tessera {
+namespace {
+
+double model_gradient_error(Model& m, const Tensor& x, const Tensor& y) {
+  for (Param* p : m.params()) p->grad.zero();
+  Tensor out = m.forward(x, true);
+  m.backward(m.loss(out, y).grad);
+  std::mt19937 rng(5);
+  double num = 0, den = 0;
+  const float eps = 2e-3f;
+  for (Param* p : m.params()) {
+    for (int s = 0; s < 3; ++s) {
+      const int64_t i = static_cast<int64_t>(rng() % p->value.numel());
+      const float keep = p->value[i];
+      p->value[i] = keep + eps;
+      const double lp = m.loss(m.forward(x, true), y).loss;
+      p->value[i] = keep - eps;
+      const double lm = m.loss(m.forward(x, true), y).loss;
+      p->value[i] = keep;
+      const double fd = (lp - lm) / (2 * eps);
+      num += (fd - p->grad[i]) * (fd - p->grad[i]);
+      den += fd * fd;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(ModelsTest, CosmoFlowShapesAndGradients) {
+  ModelConfig c;
+  c.input_size = 16;
+  c.base_channels = 4;
+  c.hidden = {16, 8};
+  auto m = make_model(c);
+  EXPECT_EQ(m->sample_shape(), (Shape{4, 16, 16, 16}));
+  EXPECT_EQ(m->target_shape(), (Shape{4}));
+  EXPECT_EQ(m->task(), Task::kRegression);
+  auto data = make_synthetic({"cosmo", 16, 4, 1});
+  Batch b = stack(*data, {0, 1});
+  EXPECT_EQ(m->forward(b.inputs, false).shape(), (Shape{2, 4}));
+  const double e = model_gradient_error(*m, b.inputs, b.targets);
+  std::printf("cosmoflow gradient rel. error %.2e\n", e);
+  EXPECT_LT(e, 1e-2);
+}
+
+TEST(ModelsTest, UNet3DShapesAndGradients) {
+  ModelConfig c;
+  c.name = "unet3d";
+  c.input_size = 8;
+  c.base_channels = 2;
+  auto m = make_model(c);
+  EXPECT_EQ(m->sample_shape(), (Shape{1, 8, 8, 8}));
+  auto data = make_synthetic({"shapes", 8, 4, 1});
+  Batch b = stack(*data, {0, 1});
+  Tensor out = m->forward(b.inputs, false);
+  EXPECT_EQ(out.shape(), (Shape{2, 3, 8, 8, 8}));
+  EXPECT_GT(m->forward_flops(), 0);
+  const double e = model_gradient_error(*m, b.inputs, b.targets);
+  std::printf("unet3d gradient rel. error %.2e\n", e);
+  EXPECT_LT(e, 1e-2);
+}
+
+TEST(ModelsTest, Cnn2dLearnsOrientedGratings) {
+  ModelConfig c;
+  c.name = "cnn2d";
+  c.input_size = 16;
+  c.outputs = 4;
+  auto m = make_model(c);
+  auto data = make_synthetic({"images", 16, 512, 1, 4});
+  OptimizerConfig oc;
+  oc.name = "adam";
+  auto opt = make_optimizer(oc);
+  auto params = m->params();
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    auto order = epoch_order(data->size(), 1, epoch);
+    for (int64_t s = 0; s < 32; ++s) {
+      Batch b = stack(*data, shard_batch(order, s, 16, 0, 1));
+      for (Param* p : params) p->grad.zero();
+      m->backward(m->loss(m->forward(b.inputs, true), b.targets).grad);
+      opt->step(params, 2e-3);
+    }
+  }
+  auto val = make_synthetic({"images", 16, 128, 99, 4});
+  std::vector<uint64_t> idx(128);
+  std::iota(idx.begin(), idx.end(), 0);
+  Batch v = stack(*val, idx);
+  const double acc = m->metric(m->forward(v.inputs, false), v.targets);
+  std::printf("cnn2d validation accuracy %.3f (chance 0.25)\n", acc);
+  EXPECT_GT(acc, 0.6);
+}
+
+TEST(ModelsTest, ConfigurationErrors) {
+  auto field = [](ModelConfig c) {
+    try {
+      make_model(c);
+    } catch (const ConfigError& e) {
+      return e.field();
+    }
+    return std::string("accepted");
+  };
+  ModelConfig c;
+  c.input_size = 24;
+  EXPECT_EQ(field(c), "model.inputSize");
+  c = ModelConfig{};
+  c.hidden = {0};
+  EXPECT_EQ(field(c), "model.hidden[0]");
+  c = ModelConfig{};
+  c.name = "unet3d";
+  c.input_size = 10;
+  EXPECT_EQ(field(c), "model.inputSize");
+  c.name = "vgg";
+  EXPECT_EQ(field(c), "model.name");
+}
+
+}  // namespace
+}  // namespace tessera
