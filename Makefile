@@ -4,7 +4,7 @@ ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-asan run bench clean
+.PHONY: all deps deps-bench configure build test test-asan run bench clean
 
 all: build
 
@@ -29,9 +29,15 @@ test-asan: deps
 
 run: build
 	$(BUILD_DIR)/bin/tessera-bench demo
+	$(BUILD_DIR)/bin/tessera-worker --config examples/cosmoflow-small.yaml
 
-bench: build
+# The PyTorch baseline of `tessera-bench train` needs python3-torch (not needed by the tests).
+deps-bench: deps
+	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || apt-get install -y -q python3-torch
+
+bench: build deps-bench
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json
+	$(BUILD_DIR)/bin/tessera-bench train --model cosmoflow --size 64 --threads 2 --json
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done
