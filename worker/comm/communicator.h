@@ -76,6 +76,10 @@ class Communicator {
   virtual void broadcast(void* data, size_t count, DType t, int root, Millis timeout) = 0;
   virtual void send(const void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) = 0;
   virtual void recv(void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) = 0;
+  // Sends sbytes to `to` and receives rbytes from `from` at the same time (neighbour exchanges: both
+  // sides call it, so neither blocks on the other's send). Either size may be zero.
+  virtual void sendrecv(const void* sdata, size_t sbytes, int to, void* rdata, size_t rbytes, int from, uint32_t tag,
+                        Millis timeout) = 0;
   virtual void barrier(Millis timeout) = 0;
 
   // out[count * size()] := every member's in[count], in rank order.

@@ -6,6 +6,7 @@
 #include "worker/nn/elementwise.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/pool.h"
+#include "worker/spatial/layers.h"
 
 namespace tessera {
 
@@ -49,11 +50,23 @@ class SequentialModel : public Model {
   double forward_flops() const override {
     Shape in = {1};
     in.insert(in.end(), sample_.begin(), sample_.end());
+    if (partition_)
+      for (int d = 0; d < 3; ++d) in[2 + d] = partition_->owned(d).size();  // this rank's block
     return net_.forward_flops(in);
   }
   Sequential& net() { return net_; }
+  const Partition* input_partition() const override { return partition_.get(); }
+  std::vector<int64_t> held_samples(int64_t n) const override {
+    return shuffle_ ? shuffle_->held(n) : Model::held_samples(n);
+  }
+  void set_spatial(std::unique_ptr<Partition> p, const Shuffle* s) {
+    partition_ = std::move(p);
+    shuffle_ = s;
+  }
 
  private:
+  std::unique_ptr<Partition> partition_;
+  const Shuffle* shuffle_ = nullptr;
   std::string name_;
   Task task_;
   Shape sample_, target_;
@@ -62,7 +75,7 @@ class SequentialModel : public Model {
 
 // CosmoFlow: blocks of conv k3 (same padding) + LeakyReLU (+ BatchNorm) + max-pool 2 until the volume
 // is 4^3, channels base * 2^i capped at max_channels; then FC layers to the regression targets.
-std::unique_ptr<Model> cosmoflow(ModelConfig c) {
+std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   if (!power_of_two(c.input_size) || c.input_size < 8 || c.input_size > 1024)
     throw ConfigError("model.inputSize", detail::concat(c.input_size, ": CosmoFlow needs a power of two from 8 to 1024"));
   const int in_ch = c.in_channels ? c.in_channels : 4, base = c.base_channels ? c.base_channels : 16;
@@ -70,19 +83,40 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c) {
   const int W = c.input_size;
   auto m = std::make_unique<SequentialModel>("cosmoflow", Task::kRegression, Shape{in_ch, W, W, W}, Shape{outputs});
   Sequential& net = m->net();
+  const bool split = c.spatial.size() > 1;
+  SpatialContext ctx{spatial, c.spatial};
+  if (split && (!spatial || spatial->size() != c.spatial.size()))
+    throw ConfigError("parallelism.spatial", detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
+  std::array<int64_t, 3> extent = {W, W, W};
   int ch = in_ch, size = W, block = 0;
   uint64_t seed = c.seed * 1000;
   while (size > 4) {
     const int out = std::min(base << block, c.max_channels);
     const std::string b = "block" + std::to_string(block + 1);
-    net.add(std::make_unique<Conv>(b + ".conv", ConvOptions{ch, out, 3, 1, 1, 3, true, ++seed}));
-    if (c.batchnorm) net.add(std::make_unique<BatchNorm>(b + ".bn", out));
+    const ConvOptions conv{ch, out, 3, 1, 1, 3, true, ++seed};
+    const PoolOptions pool{true, 2, 2, 0, 3};
+    if (split) {
+      net.add(std::make_unique<DistConv>(b + ".conv", conv, ctx, extent));
+    } else {
+      net.add(std::make_unique<Conv>(b + ".conv", conv));
+    }
+    if (c.batchnorm) {
+      auto& bn = static_cast<BatchNorm&>(net.add(std::make_unique<BatchNorm>(b + ".bn", out)));
+      if (split) bn.set_stats_reducer(spatial_batchnorm_reducer(*spatial));
+    }
     net.add(std::make_unique<LeakyReLU>(b + ".act", c.leaky_slope));
-    net.add(std::make_unique<Pool>(b + ".pool", PoolOptions{true, 2, 2, 0, 3}));
+    if (split) {
+      net.add(std::make_unique<DistPool>(b + ".pool", pool, ctx, extent));
+    } else {
+      net.add(std::make_unique<Pool>(b + ".pool", pool));
+    }
+    for (auto& e : extent) e /= 2;
     ch = out;
     size /= 2;
     ++block;
   }
+  const Shuffle* shuffle = nullptr;
+  if (split) shuffle = static_cast<const Shuffle*>(&net.add(std::make_unique<Shuffle>("shuffle", ctx, extent)));
   net.add(std::make_unique<Flatten>("flatten"));
   int features = ch * size * size * size;
   for (size_t i = 0; i < c.hidden.size(); ++i) {
@@ -95,6 +129,9 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c) {
   }
   net.add(std::make_unique<Linear>("output", features, outputs, ++seed, 0.5f));
   net.layers().front()->set_input_grad(false);
+  if (split)
+    m->set_spatial(std::make_unique<Partition>(std::array<int64_t, 3>{W, W, W}, c.spatial, spatial->rank(), "parallelism.spatial"),
+                   shuffle);
   return m;
 }
 
@@ -229,11 +266,13 @@ class UNet3D final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_model(const ModelConfig& c) {
+std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.in_channels < 0) throw ConfigError("model.inChannels", "must not be negative");
   if (c.base_channels < 0) throw ConfigError("model.baseChannels", "must not be negative");
   if (c.outputs < 0) throw ConfigError("model.outputs", "must not be negative");
-  if (c.name == "cosmoflow") return cosmoflow(c);
+  if (c.spatial.size() > 1 && c.name != "cosmoflow")
+    throw ConfigError("parallelism.spatial", "spatial parallelism is available for cosmoflow; '" + c.name + "' runs data-parallel");
+  if (c.name == "cosmoflow") return cosmoflow(c, spatial);
   if (c.name == "cnn2d") return cnn2d(c);
   if (c.name == "unet3d") return std::make_unique<UNet3D>(c);
   throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d or cnn2d)");

@@ -10,6 +10,7 @@
 
 #include "worker/nn/layer.h"
 #include "worker/nn/loss.h"
+#include "worker/spatial/partition.h"
 
 namespace tessera {
 
@@ -25,7 +26,10 @@ struct ModelConfig {
   float leaky_slope = 0.3f;        // cosmoflow activations
   bool batchnorm = false;          // cosmoflow: BatchNorm after each conv
   uint64_t seed = 1;               // weight initialisation
+  SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow)
 };
+
+class Communicator;
 
 enum class Task { kRegression, kSegmentation, kClassification };
 
@@ -44,6 +48,14 @@ class Model {
   virtual double forward_flops() const = 0;
   // Every layer, for checkpoints of layer state (batch-norm running statistics).
   virtual std::vector<Layer*> layers() = 0;
+  // Under spatial parallelism: the partition of the input volume (forward() then takes this rank's
+  // block of each sample) and the samples of a local batch of n whose outputs this rank produces.
+  virtual const Partition* input_partition() const { return nullptr; }
+  virtual std::vector<int64_t> held_samples(int64_t n) const {
+    std::vector<int64_t> all(n);
+    for (int64_t i = 0; i < n; ++i) all[i] = i;
+    return all;
+  }
 
   // The loss that trains this model's task, and its metric (MAE for regression, accuracy else).
   LossResult loss(const Tensor& output, const Tensor& target) const;
@@ -52,7 +64,8 @@ class Model {
   int64_t num_params();
 };
 
-// Validates the configuration (ConfigError on model.*) and builds the model.
-std::unique_ptr<Model> make_model(const ModelConfig& config);
+// Validates the configuration (ConfigError on model.*) and builds the model. With config.spatial
+// larger than 1 x 1 x 1, `spatial` is this rank's spatial group (its size the grid's).
+std::unique_ptr<Model> make_model(const ModelConfig& config, Communicator* spatial = nullptr);
 
 }  // namespace tessera

@@ -4,6 +4,10 @@
 #include "worker/nn/dnnl_util.h"
 
 namespace tessera {
+
+int pad_before(const ConvOptions& o, int i) { return o.pad_l.empty() ? o.padding : o.pad_l.at(i); }
+int pad_after(const ConvOptions& o, int i) { return o.pad_r.empty() ? o.padding : o.pad_r.at(i); }
+
 namespace detail {
 
 using dnnl::memory;
@@ -15,8 +19,10 @@ struct ConvTraits {
   using BwdWeights = dnnl::convolution_backward_weights;
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::convolution_direct;
   static constexpr const char* kKind = "conv";
-  static int64_t out_size(int64_t in, const ConvOptions& o) { return (in + 2 * o.padding - o.kernel) / o.stride + 1; }
-  static bool fits(int64_t in, const ConvOptions& o) { return in + 2 * o.padding >= o.kernel; }
+  static int64_t out_size(int64_t in, const ConvOptions& o, int i) {
+    return (in + pad_before(o, i) + pad_after(o, i) - o.kernel) / o.stride + 1;
+  }
+  static bool fits(int64_t in, const ConvOptions& o, int i) { return in + pad_before(o, i) + pad_after(o, i) >= o.kernel; }
 };
 
 struct DeconvTraits {
@@ -25,8 +31,12 @@ struct DeconvTraits {
   using BwdWeights = dnnl::deconvolution_backward_weights;
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::deconvolution_direct;
   static constexpr const char* kKind = "deconv";
-  static int64_t out_size(int64_t in, const ConvOptions& o) { return (in - 1) * o.stride - 2 * o.padding + o.kernel; }
-  static bool fits(int64_t in, const ConvOptions& o) { return (in - 1) * o.stride + o.kernel > 2 * o.padding; }
+  static int64_t out_size(int64_t in, const ConvOptions& o, int i) {
+    return (in - 1) * o.stride - pad_before(o, i) - pad_after(o, i) + o.kernel;
+  }
+  static bool fits(int64_t in, const ConvOptions& o, int i) {
+    return (in - 1) * o.stride + o.kernel > pad_before(o, i) + pad_after(o, i);
+  }
 };
 
 template <class T>
@@ -47,7 +57,9 @@ using dnnl::memory;
 
 template <class T>
 ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)), options_(o) {
-  if (o.in_channels < 1 || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 ||
+  bool pads_ok = o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
+  for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i) pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0;
+  if (o.in_channels < 1 || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 || !pads_ok ||
       (o.spatial_dims != 2 && o.spatial_dims != 3))
     throw ConfigError("model.layers." + this->name(),
                       detail::concat(T::kKind, ": invalid options (channels ", o.in_channels, " -> ", o.out_channels,
@@ -81,10 +93,10 @@ Shape ConvLayer<T>::output_shape(const Shape& in) const {
     shape_error(detail::concat("expects ", o.in_channels, " input channels, got ", in[1], " in ", shape_str(in)));
   Shape out = {in[0], o.out_channels};
   for (int i = 0; i < o.spatial_dims; ++i) {
-    if (!T::fits(in[2 + i], o))
+    if (!T::fits(in[2 + i], o, i))
       shape_error(detail::concat("spatial size ", in[2 + i], " is too small for kernel ", o.kernel, " with padding ",
-                                 o.padding));
-    out.push_back(T::out_size(in[2 + i], o));
+                                 pad_before(o, i), "+", pad_after(o, i)));
+    out.push_back(T::out_size(in[2 + i], o, i));
   }
   return out;
 }
@@ -97,18 +109,22 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   p->in = in;
   p->out = output_shape(in);
   auto any = [](const Shape& s) { return memory::desc(dnnl_util::dims_of(s), memory::data_type::f32, memory::format_tag::any); };
-  memory::dims strides(o.spatial_dims, o.stride), pad(o.spatial_dims, o.padding);
+  memory::dims strides(o.spatial_dims, o.stride), pad_l(o.spatial_dims), pad_r(o.spatial_dims);
+  for (int i = 0; i < o.spatial_dims; ++i) {
+    pad_l[i] = pad_before(o, i);
+    pad_r[i] = pad_after(o, i);
+  }
   memory::desc bias_md = o.bias ? dnnl_util::plain_desc(bias_.value.shape()) : memory::desc();
   auto& eng = dnnl_util::engine();
   typename T::Fwd::desc fd(dnnl::prop_kind::forward_training, T::kAlg, any(in), any(weight_.value.shape()), bias_md,
-                           any(p->out), strides, pad, pad);
+                           any(p->out), strides, pad_l, pad_r);
   p->fwd_pd = typename T::Fwd::primitive_desc(fd, eng);
   p->fwd = typename T::Fwd(p->fwd_pd);
-  typename T::BwdData::desc bdd(T::kAlg, any(in), any(weight_.value.shape()), any(p->out), strides, pad, pad);
+  typename T::BwdData::desc bdd(T::kAlg, any(in), any(weight_.value.shape()), any(p->out), strides, pad_l, pad_r);
   p->bd_pd = typename T::BwdData::primitive_desc(bdd, eng, p->fwd_pd);
   p->bd = typename T::BwdData(p->bd_pd);
-  typename T::BwdWeights::desc bwd(T::kAlg, any(in), any(weight_.value.shape()), bias_md, any(p->out), strides, pad,
-                                   pad);
+  typename T::BwdWeights::desc bwd(T::kAlg, any(in), any(weight_.value.shape()), bias_md, any(p->out), strides, pad_l,
+                                   pad_r);
   p->bw_pd = typename T::BwdWeights::primitive_desc(bwd, eng, p->fwd_pd);
   p->bw = typename T::BwdWeights(p->bw_pd);
   plan_ = std::move(p);

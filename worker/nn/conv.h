@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "worker/nn/layer.h"
 
@@ -15,11 +16,18 @@ struct ConvOptions {
   int out_channels = 0;
   int kernel = 3;
   int stride = 1;
-  int padding = 1;      // on every side of every spatial dimension
+  int padding = 1;      // on every side of every spatial dimension, unless pad_l / pad_r are given
   int spatial_dims = 3; // 2 (N, C, H, W) or 3 (N, C, D, H, W)
   bool bias = true;
   uint64_t seed = 1;    // weight initialisation (He normal); biases start at zero
+  // Per spatial dimension, before and after; override `padding` when given (spatial parallelism pads
+  // blocks unevenly at the volume's edge).
+  std::vector<int> pad_l{}, pad_r{};
 };
+
+// Padding of spatial dimension i before (pad_before) and after (pad_after) the input.
+int pad_before(const ConvOptions& o, int i);
+int pad_after(const ConvOptions& o, int i);
 
 namespace detail {
 struct ConvTraits;

@@ -28,12 +28,16 @@ Tensor Linear::forward(const Tensor& x, bool training) {
   for (int64_t i = 0; i < n; ++i)
     for (int j = 0; j < out_; ++j) y[i * out_ + j] = bias_.value[j];
   dnnl_sgemm('N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
-  if (training) x_ = x;
+  if (training) {
+    x_ = x;
+    have_input_ = true;
+  }
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy) {
-  TESSERA_CHECK(!x_.empty(), "layer ", name(), ": backward without a training forward");
+  TESSERA_CHECK(have_input_, "layer ", name(), ": backward without a training forward");
+  if (x_.dim(0) == 0) return Tensor({0, in_});
   const int64_t n = x_.dim(0);
   TESSERA_CHECK(dy.shape() == (Shape{n, out_}), "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
   Tensor dx({n, in_});

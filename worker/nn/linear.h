@@ -21,6 +21,7 @@ class Linear : public Layer {
   int in_, out_;
   Param weight_, bias_;
   Tensor x_;
+  bool have_input_ = false;  // a training forward ran (x_ may hold zero samples)
 };
 
 }  // namespace tessera

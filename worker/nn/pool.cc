@@ -7,6 +7,11 @@ namespace tessera {
 
 using dnnl::memory;
 
+namespace {
+int pool_pad_l(const PoolOptions& o, int i) { return o.pad_l.empty() ? o.padding : o.pad_l.at(i); }
+int pool_pad_r(const PoolOptions& o, int i) { return o.pad_r.empty() ? o.padding : o.pad_r.at(i); }
+}  // namespace
+
 struct Pool::Plan {
   Shape in, out;
   dnnl::pooling_forward::primitive_desc fwd_pd;
@@ -18,7 +23,9 @@ struct Pool::Plan {
 };
 
 Pool::Pool(std::string name, PoolOptions o) : Layer(std::move(name)), options_(o) {
-  if (o.kernel < 1 || o.stride < 1 || o.padding < 0 || 2 * o.padding >= o.kernel + 1 ||
+  bool pads_ok = o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
+  for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i) pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0 && o.pad_l[i] < o.kernel && o.pad_r[i] < o.kernel;
+  if (o.kernel < 1 || o.stride < 1 || o.padding < 0 || 2 * o.padding >= o.kernel + 1 || !pads_ok ||
       (o.spatial_dims != 2 && o.spatial_dims != 3))
     throw ConfigError("model.layers." + this->name(),
                       detail::concat(kind(), ": invalid options (kernel ", o.kernel, ", stride ", o.stride,
@@ -33,9 +40,10 @@ Shape Pool::output_shape(const Shape& in) const {
     shape_error(detail::concat("expects ", 2 + o.spatial_dims, "-d input (N, C, spatial...), got ", shape_str(in)));
   Shape out = {in[0], in[1]};
   for (int i = 0; i < o.spatial_dims; ++i) {
-    if (in[2 + i] + 2 * o.padding < o.kernel)
+    const int pads = pool_pad_l(o, i) + pool_pad_r(o, i);
+    if (in[2 + i] + pads < o.kernel)
       shape_error(detail::concat("spatial size ", in[2 + i], " is smaller than the window ", o.kernel));
-    out.push_back((in[2 + i] + 2 * o.padding - o.kernel) / o.stride + 1);
+    out.push_back((in[2 + i] + pads - o.kernel) / o.stride + 1);
   }
   return out;
 }
@@ -46,14 +54,18 @@ Pool::Plan& Pool::plan_for(const Shape& in) {
   auto p = std::make_unique<Plan>();
   p->in = in;
   p->out = output_shape(in);
-  memory::dims k(o.spatial_dims, o.kernel), s(o.spatial_dims, o.stride), pad(o.spatial_dims, o.padding);
+  memory::dims k(o.spatial_dims, o.kernel), s(o.spatial_dims, o.stride), pad(o.spatial_dims), pad_r(o.spatial_dims);
+  for (int i = 0; i < o.spatial_dims; ++i) {
+    pad[i] = pool_pad_l(o, i);
+    pad_r[i] = pool_pad_r(o, i);
+  }
   auto alg = o.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
   memory::desc dst_any(dnnl_util::dims_of(p->out), memory::data_type::f32, memory::format_tag::any);
   dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, alg, dnnl_util::plain_desc(in), dst_any, s, k, pad,
-                                 pad);
+                                 pad_r);
   p->fwd_pd = dnnl::pooling_forward::primitive_desc(fd, dnnl_util::engine());
   p->fwd = dnnl::pooling_forward(p->fwd_pd);
-  dnnl::pooling_backward::desc bd(alg, dnnl_util::plain_desc(in), dst_any, s, k, pad, pad);
+  dnnl::pooling_backward::desc bd(alg, dnnl_util::plain_desc(in), dst_any, s, k, pad, pad_r);
   p->bwd_pd = dnnl::pooling_backward::primitive_desc(bd, dnnl_util::engine(), p->fwd_pd);
   p->bwd = dnnl::pooling_backward(p->bwd_pd);
   if (o.max) p->workspace = memory(p->fwd_pd.workspace_desc(), dnnl_util::engine());

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "worker/nn/layer.h"
 
@@ -14,6 +15,7 @@ struct PoolOptions {
   int stride = 2;
   int padding = 0;
   int spatial_dims = 3;  // 2 or 3
+  std::vector<int> pad_l{}, pad_r{};  // per spatial dimension, overriding `padding` when given
 };
 
 class Pool : public Layer {

@@ -291,6 +291,18 @@ void GlooCommunicator::recv(void* data, size_t bytes, int peer, uint32_t tag, Mi
   sendrecv(op, nullptr, 0, peer, data, bytes, peer);
 }
 
+void GlooCommunicator::sendrecv(const void* sdata, size_t sbytes, int to, void* rdata, size_t rbytes, int from,
+                                uint32_t tag, Millis timeout) {
+  if (!broken_.empty())
+    throw CommError(where("sendrecv") + ": communicator is unusable after an earlier failure: " + broken_);
+  for (int peer : {to, from})
+    if (peer < 0 || peer >= size() || peer == rank())
+      throw std::invalid_argument(detail::concat(where("sendrecv"), ": invalid peer ", peer));
+  Millis t = resolve(timeout);
+  Op op{"sendrecv", Clock::now() + t, t, kP2PSlotBit | (uint64_t{tag} << 24)};
+  sendrecv(op, sdata, sbytes, to, rdata, rbytes, from);
+}
+
 void GlooCommunicator::barrier(Millis timeout) {
   Op op = begin("barrier", timeout);
   // Dissemination barrier: round k signals rank+2^k and waits for rank-2^k.

@@ -207,6 +207,17 @@ void NcclCommunicator::recv(void* data, size_t bytes, int peer, uint32_t, Millis
   complete("recv", timeout);
 }
 
+void NcclCommunicator::sendrecv(const void* sdata, size_t sbytes, int to, void* rdata, size_t rbytes, int from,
+                                uint32_t, Millis timeout) {
+  check_usable("sendrecv");
+  TESSERA_NCCL("sendrecv", ncclGroupStart());
+  if (sbytes) TESSERA_NCCL("sendrecv", ncclSend(sdata, sbytes, ncclUint8, to, impl_->comm, impl_->stream));
+  if (rbytes) TESSERA_NCCL("sendrecv", ncclRecv(rdata, rbytes, ncclUint8, from, impl_->comm, impl_->stream));
+  TESSERA_NCCL("sendrecv", ncclGroupEnd());
+  if (sbytes) count_sent(to, sbytes);
+  complete("sendrecv", timeout);
+}
+
 void NcclCommunicator::barrier(Millis timeout) {
   check_usable("barrier");
   float* d = nullptr;

@@ -38,6 +38,8 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t count, DType t, int root, Millis timeout) override;
   void send(const void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) override;
   void recv(void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) override;
+  void sendrecv(const void* sdata, size_t sbytes, int to, void* rdata, size_t rbytes, int from, uint32_t tag,
+                Millis timeout) override;
   void barrier(Millis timeout) override;
 
  private:
