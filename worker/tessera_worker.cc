@@ -99,7 +99,8 @@ int run(int argc, char** argv) {
     store = std::make_unique<FileStore>(o.rendezvous);
     const Millis timeout(job.communication.timeout_ms);
     Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
-    groups = std::make_unique<CommGroups>(connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout)));
+    groups = std::make_unique<CommGroups>(
+        connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout), job.model.spatial.size()));
   }
   Trainer trainer(job, groups.get());
   std::ofstream metrics;

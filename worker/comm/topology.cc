@@ -99,15 +99,18 @@ LinkBytes Topology::link_bytes(const Communicator& comm) const {
 
 LinkBytes CommGroups::link_bytes() const {
   LinkBytes out;
-  for (const auto* c : {world.get(), intra.get(), inter.get()})
+  for (const auto* c : {world.get(), intra.get(), inter.get(), spatial.get()})
     if (c) out += topology.link_bytes(*c);
   return out;
 }
 
-CommGroups connect_groups(Store& store, Topology topology, int rank, const CommFactory& factory) {
+CommGroups connect_groups(Store& store, Topology topology, int rank, const CommFactory& factory, int spatial_size) {
   if (rank < 0 || rank >= topology.world_size())
     throw ConfigError("rank", detail::concat(rank, " is outside the world of ", topology.world_size(), " ranks"));
-  CommGroups g{std::move(topology), rank, nullptr, nullptr, nullptr};
+  if (spatial_size < 1 || topology.world_size() % spatial_size != 0)
+    throw ConfigError("parallelism.spatial", detail::concat("a spatial group of ", spatial_size, " ranks does not divide the world of ",
+                                                            topology.world_size()));
+  CommGroups g{std::move(topology), rank, nullptr, nullptr, nullptr, nullptr};
   const Topology& t = g.topology;
   std::vector<int> all(t.world_size());
   for (int r = 0; r < t.world_size(); ++r) all[r] = r;
@@ -120,6 +123,12 @@ CommGroups connect_groups(Store& store, Topology topology, int rank, const CommF
   auto peers = t.peers_with_local_rank(local);
   int inter_rank = static_cast<int>(std::find(peers.begin(), peers.end(), rank) - peers.begin());
   g.inter = factory(store, "inter/local" + std::to_string(local), inter_rank, peers);
+  if (spatial_size > 1) {
+    const int first = rank - rank % spatial_size;
+    std::vector<int> members(spatial_size);
+    for (int i = 0; i < spatial_size; ++i) members[i] = first + i;
+    g.spatial = factory(store, "spatial/" + std::to_string(first / spatial_size), rank - first, members);
+  }
   return g;
 }
 

@@ -81,12 +81,14 @@ struct CommGroups {
   std::unique_ptr<Communicator> world;   // all ranks
   std::unique_ptr<Communicator> intra;   // ranks of this node, by local rank
   std::unique_ptr<Communicator> inter;   // ranks with this local rank, by node
+  std::unique_ptr<Communicator> spatial; // ranks splitting the same samples (spatial parallelism), or null
 
-  // Bytes sent by this rank through all three groups, by link kind.
+  // Bytes sent by this rank through all groups, by link kind.
   LinkBytes link_bytes() const;
 };
 
-// Connects world, intra-node and inter-node groups for `rank` (every rank must call it).
-CommGroups connect_groups(Store& store, Topology topology, int rank, const CommFactory& factory);
+// Connects world, intra-node and inter-node groups for `rank` (every rank must call it); with
+// spatial_size > 1 also the spatial group: world ranks [r - r % spatial_size, + spatial_size).
+CommGroups connect_groups(Store& store, Topology topology, int rank, const CommFactory& factory, int spatial_size = 1);
 
 }  // namespace tessera

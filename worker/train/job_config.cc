@@ -90,9 +90,12 @@ JobConfig parse_job_config(const ConfigNode& root) {
   p.allow_only({"spatial", "data"});
   ConfigNode sp = p.child("spatial");
   sp.allow_only({"d", "h", "w"});
-  for (const char* dim : {"d", "h", "w"})
-    if (sp.integer(dim, 1, 1, 4096) != 1)
-      throw ConfigError(sp.field(dim), "spatial parallelism is not available in this worker; use 1 (data parallelism)");
+  j.model.spatial.d = static_cast<int>(sp.integer("d", 1, 1, 4096));
+  j.model.spatial.h = static_cast<int>(sp.integer("h", 1, 1, 4096));
+  j.model.spatial.w = static_cast<int>(sp.integer("w", 1, 1, 4096));
+  j.data_replicas = static_cast<int>(p.integer("data", 0, 0, 1 << 20));
+  if (j.model.spatial.size() > 1 && j.model.name != "cosmoflow")
+    throw ConfigError(sp.path(), "spatial parallelism is available for cosmoflow; '" + j.model.name + "' runs data-parallel");
 
   ConfigNode c = spec.child("communication");
   c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "timeoutSeconds"});
@@ -125,7 +128,9 @@ JobConfig parse_job_config(const ConfigNode& root) {
   j.checkpoint.every_steps = k.integer("everySteps", 0, 0, INT64_MAX);
   j.checkpoint.keep = static_cast<int>(k.integer("keep", 2, 1, 1000));
 
-  make_model(j.model);  // validates the model configuration
+  ModelConfig single = j.model;
+  single.spatial = SpatialGrid{};
+  make_model(single);  // validates the model configuration (the split is checked when the ranks meet)
   return j;
 }
 

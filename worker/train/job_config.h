@@ -44,7 +44,8 @@ struct TrainingConfig {
 
 struct JobConfig {
   std::string name = "job";
-  ModelConfig model;
+  ModelConfig model;               // model.spatial: parallelism.spatial
+  int data_replicas = 0;           // parallelism.data; 0: world size / spatial group size
   SyntheticConfig dataset;
   uint64_t validation_samples = 64;
   TrainingConfig training;

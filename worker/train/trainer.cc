@@ -9,6 +9,7 @@
 #include "worker/core/error.h"
 #include "worker/core/log.h"
 #include "worker/nn/batchnorm.h"
+#include "worker/spatial/halo.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -57,16 +58,25 @@ struct Trainer::Buckets {
 };
 
 Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
-  if (groups_) {
-    rank_ = groups_->rank;
-    replicas_ = groups_->topology.world_size();
-  }
+  const int world = groups_ ? groups_->topology.world_size() : 1;
+  const int spatial = config_.model.spatial.size();
+  if (groups_) rank_ = groups_->rank;
+  if (world % spatial != 0)
+    throw ConfigError("spec.parallelism.spatial", detail::concat("d x h x w = ", spatial, " does not divide the world of ",
+                                                                 world, " ranks"));
+  replicas_ = world / spatial;
+  replica_ = rank_ / spatial;
+  if (config_.data_replicas && config_.data_replicas != replicas_)
+    throw ConfigError("spec.parallelism.data", detail::concat(config_.data_replicas, " replicas x ", spatial,
+                                                              " spatial ranks is not the world of ", world));
   const auto& tr = config_.training;
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (tr.batch_size % replicas_ != 0)
     throw ConfigError("spec.training.batchSize", detail::concat(tr.batch_size, " does not divide over ", replicas_,
                                                                 " data-parallel replicas"));
-  model_ = make_model(config_.model);
+  if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
+    throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
+  model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
   train_ = make_synthetic(config_.dataset);
   SyntheticConfig vc = config_.dataset;
   vc.samples = config_.validation_samples;
@@ -100,6 +110,31 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
 }
 
 Trainer::~Trainer() = default;
+
+Batch Trainer::local_part(const Batch& b) const {
+  Batch out;
+  const Partition* p = model_->input_partition();
+  if (p) {
+    const Tensor& x = b.inputs;
+    out.inputs = Tensor({x.dim(0), x.dim(1), p->owned(0).size(), p->owned(1).size(), p->owned(2).size()});
+    copy_box(x, {0, 0, p->owned(0).begin, p->owned(1).begin, p->owned(2).begin}, out.inputs, {0, 0, 0, 0, 0},
+             {out.inputs.dim(0), out.inputs.dim(1), out.inputs.dim(2), out.inputs.dim(3), out.inputs.dim(4)}, false);
+  } else {
+    out.inputs = b.inputs;
+  }
+  const auto held = model_->held_samples(b.targets.dim(0));
+  if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) {
+    out.targets = b.targets;
+    return out;
+  }
+  Shape ts = b.targets.shape();
+  ts[0] = static_cast<int64_t>(held.size());
+  out.targets = Tensor(ts);
+  const int64_t per = b.targets.numel() / std::max<int64_t>(1, b.targets.dim(0));
+  for (size_t i = 0; i < held.size(); ++i)
+    std::memcpy(out.targets.data() + i * per, b.targets.data() + held[i] * per, per * sizeof(float));
+  return out;
+}
 
 double Trainer::allreduce_mean(double value, double weight) {
   double v[2] = {value * weight, weight};
@@ -135,12 +170,13 @@ EpochRecord Trainer::validate(int epoch) {
   const int64_t b = std::max<int64_t>(1, config_.training.batch_size / replicas_);
   double loss_sum = 0, metric_sum = 0, count = 0;
   std::vector<double> target_sum, target_sq;
-  for (int64_t start = rank_ * b; start < n; start += b * replicas_) {
+  for (int64_t start = replica_ * b; start < n; start += b * replicas_) {
     std::vector<uint64_t> idx;
     for (int64_t i = start; i < std::min(n, start + b); ++i) idx.push_back(static_cast<uint64_t>(i));
-    Batch batch = stack(*val_, idx);
+    Batch batch = local_part(stack(*val_, idx));
     Tensor out = model_->forward(batch.inputs, false);
-    const double k = static_cast<double>(idx.size());
+    const double k = static_cast<double>(out.dim(0));
+    if (k == 0) continue;
     loss_sum += model_->loss(out, batch.targets).loss * k;
     metric_sum += model_->metric(out, batch.targets) * k;
     count += k;
@@ -243,7 +279,6 @@ TrainSummary Trainer::run() {
   summary.switch_step = switch_step_;
   const auto& tr = config_.training;
   const int local_batch = tr.batch_size / replicas_;
-  const int replica = rank_;
   auto params = model_->params();
   const auto t_start = Clock::now();
   auto t_log = Clock::now();
@@ -253,7 +288,8 @@ TrainSummary Trainer::run() {
   int order_epoch = -1;
   if (rank_ == 0)
     log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
-             " GFLOP per sample forward) on ", replicas_, " rank(s): ", tr.epochs, " epochs x ", steps_per_epoch_,
+             " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
+             config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
              " steps, global batch ", tr.batch_size, ", strategy ", config_.communication.strategy,
              switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "");
   while (step_ < total_steps_) {
@@ -268,13 +304,19 @@ TrainSummary Trainer::run() {
     rec.step = step_;
     rec.epoch = epoch;
     auto t0 = Clock::now();
-    Batch batch = stack(*train_, shard_batch(order, step_ % steps_per_epoch_, tr.batch_size, replica, replicas_));
+    Batch batch = local_part(stack(*train_, shard_batch(order, step_ % steps_per_epoch_, tr.batch_size, replica_, replicas_)));
     rec.data_s = seconds_since(t0);
 
     t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
     Tensor out = model_->forward(batch.inputs, true);
     LossResult loss = model_->loss(out, batch.targets);
+    // The loss is a mean over the samples this rank produced; the gradient of the replica's mean is
+    // that scaled by their share of the replica batch (1 without spatial parallelism).
+    const int64_t held = out.dim(0);
+    const float share = static_cast<float>(held) / static_cast<float>(local_batch);
+    if (share != 1.0f)
+      for (float& g : loss.grad.span()) g *= share;
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
     model_->backward(loss.grad);
@@ -282,7 +324,7 @@ TrainSummary Trainer::run() {
 
     t0 = Clock::now();
     exchange_gradients(rec);
-    rec.loss = allreduce_mean(loss.loss, local_batch);
+    rec.loss = allreduce_mean(held ? loss.loss : 0.0, static_cast<double>(held));
     rec.comm_s = seconds_since(t0);
 
     t0 = Clock::now();
@@ -301,7 +343,7 @@ TrainSummary Trainer::run() {
     window.backward_s += rec.backward_s;
     window.comm_s += rec.comm_s;
     window.update_s += rec.update_s;
-    logged_samples += tr.batch_size;
+    logged_samples += tr.batch_size;  // global samples per step
     const double since = seconds_since(t_log);
     if (rank_ == 0 && (since >= tr.log_every_seconds || step_ == total_steps_)) {
       const double total = window.data_s + window.forward_s + window.backward_s + window.comm_s + window.update_s;

@@ -1,6 +1,8 @@
 // Trainer: the data-parallel step loop of one rank.
 //
-// Each step: take this replica's part of the global batch, forward, loss, backward, fuse the
+// Ranks form data-parallel replicas of spatial groups (world = spatial x data; a group of one rank
+// without spatial parallelism). Each step: take this replica's part of the global batch (under
+// spatial parallelism, this rank's block of each sample), forward, loss, backward, fuse the
 // gradients into buckets, exchange them with the configured strategy (hybrid: the sparse one, then
 // the dense one from the switch step on, which every rank computes identically), average, clip,
 // optimiser update. Records per-step timings (data wait, forward, backward, communication, update),
@@ -64,10 +66,13 @@ class Trainer {
   void exchange_gradients(StepRecord& rec);
   EpochRecord validate(int epoch);
   double allreduce_mean(double value, double weight);
+  // This rank's part of a replica batch: its block of each input (spatial parallelism) and the
+  // targets of the samples whose outputs it produces.
+  Batch local_part(const Batch& replica_batch) const;
 
   JobConfig config_;
   CommGroups* groups_;
-  int rank_ = 0, replicas_ = 1;
+  int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
   std::unique_ptr<Model> model_;
   std::unique_ptr<Dataset> train_, val_;
   std::unique_ptr<Optimizer> optimizer_;
