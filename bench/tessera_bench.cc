@@ -7,6 +7,9 @@
 //   tessera-bench train    --model cosmoflow --size W [--batch B] [--threads T] [--iters I] [--json]
 //       samples/s of forward + backward + update in one process, and conv3d GFLOP/s per layer shape,
 //       against PyTorch (bench/torch_cosmoflow.py, same layers, batch and threads) when it is installed.
+//   tessera-bench spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B] [--iters I] [--json]
+//       one process per spatial rank, one thread each: per-rank peak activation memory, time per
+//       sample and halo bytes for each split of D, against the unsplit model in the same run.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -30,6 +33,9 @@
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/optim.h"
+#include "worker/spatial/layers.h"
+
+#include <sys/resource.h>
 #include "worker/comm/exchange.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/compress/topk.h"
@@ -436,12 +442,123 @@ int cmd_train(Flags& f) {
   return 0;
 }
 
+// ---- spatial ----
+
+int cmd_spatial(Flags& f) {
+  ModelConfig mc;
+  mc.name = f.str("model", "cosmoflow");
+  mc.input_size = static_cast<int>(f.integer("size", 128, 8));
+  const int batch = static_cast<int>(f.integer("batch", 1, 1));
+  const int iters = static_cast<int>(f.integer("iters", 2, 1));
+  const std::string splits_s = f.str("splits", "1,2,4");
+  const bool json = f.has("json");
+  f.check_all_used();
+  if (mc.name != "cosmoflow") throw ConfigError("--model", "spatial parallelism is available for cosmoflow");
+  std::vector<int> splits;
+  for (size_t pos = 0; pos < splits_s.size();) {
+    size_t comma = splits_s.find(',', pos);
+    const std::string part = splits_s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    char* end = nullptr;
+    long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end || v < 1) throw ConfigError("--splits", "'" + splits_s + "' is not a list of positive integers");
+    splits.push_back(static_cast<int>(v));
+    pos = comma == std::string::npos ? splits_s.size() : comma + 1;
+  }
+  nlohmann::json results = nlohmann::json::array();
+  double base_ms = 0, base_mem = 0;
+  for (int S : splits) {
+    const std::string dir = testing::make_temp_dir("tessera-spatial-bench");
+    auto outcomes = testing::fork_ranks(S, [&](int r, std::string& report) {
+      omp_set_num_threads(1);
+      FileStore store(dir);
+      std::unique_ptr<Communicator> comm;
+      ModelConfig c = mc;
+      if (S > 1) {
+        std::vector<int> members(S);
+        for (int i = 0; i < S; ++i) members[i] = i;
+        GlooCommunicator::Options o;
+        o.group = "spatial";
+        o.timeout = Millis(600000);
+        comm = GlooCommunicator::connect(store, r, members, o);
+        c.spatial = SpatialGrid{S, 1, 1};
+      }
+      auto model = make_model(c, comm.get());
+      Shape in = {batch, 4, mc.input_size, mc.input_size, mc.input_size};
+      if (const Partition* p = model->input_partition())
+        for (int d = 0; d < 3; ++d) in[2 + d] = p->owned(d).size();
+      Tensor x = random_tensor(in, 10 + r);
+      Tensor y = random_tensor({static_cast<int64_t>(model->held_samples(batch).size()), 4}, 20);
+      auto params = model->params();
+      auto step = [&] {
+        for (Param* p : params) p->grad.zero();
+        Tensor out = model->forward(x, true);
+        LossResult l = model->loss(out, y);
+        if (out.dim(0) == 0) l.grad = Tensor(out.shape());
+        model->backward(l.grad);
+      };
+      auto halo = [&] {
+        uint64_t b = 0;
+        for (Layer* l : model->layers()) {
+          if (auto* dc = dynamic_cast<DistConv*>(l)) b += dc->halo_bytes();
+          if (auto* dp = dynamic_cast<DistPool*>(l)) b += dp->halo_bytes();
+        }
+        return b;
+      };
+      step();  // warm-up: primitives built, buffers allocated
+      const int64_t before = live_tensor_bytes();
+      reset_peak_tensor_bytes();
+      const uint64_t halo0 = halo();
+      if (comm) comm->barrier(Millis(0));
+      auto t0 = Clock::now();
+      for (int i = 0; i < iters; ++i) step();
+      const double ms = ms_since(t0) / iters;
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      report = detail::concat(ms, " ", peak_tensor_bytes() - before, " ", (halo() - halo0) / iters, " ", ru.ru_maxrss * 1024L);
+      return 0;
+    }, std::chrono::minutes(10));
+    std::filesystem::remove_all(dir);
+    double worst_ms = 0, worst_mem = 0, rss = 0;
+    uint64_t halo_bytes = 0;
+    for (int r = 0; r < S; ++r) {
+      if (outcomes[r].exit_code != 0)
+        throw Error(detail::concat("spatial bench: rank ", r, " of ", S, " failed: ", outcomes[r].report));
+      std::istringstream in(outcomes[r].report);
+      double ms, mem, rs;
+      uint64_t hb;
+      in >> ms >> mem >> hb >> rs;
+      worst_ms = std::max(worst_ms, ms);
+      worst_mem = std::max(worst_mem, mem);
+      rss = std::max(rss, rs);
+      halo_bytes = std::max(halo_bytes, hb);
+    }
+    if (base_ms == 0) {
+      base_ms = worst_ms;
+      base_mem = worst_mem;
+    }
+    results.push_back({{"split", S}, {"ms_per_sample", worst_ms / batch}, {"peak_activation_bytes", worst_mem},
+                       {"peak_rss_bytes", rss}, {"halo_bytes_per_step", halo_bytes},
+                       {"time_vs_first", worst_ms / base_ms}, {"memory_vs_first", worst_mem / base_mem}});
+    if (!json)
+      std::printf("split %d: %9.1f ms per sample (%.2fx), peak activations %8.1f MB per rank (%.2fx), halo %7.2f MB per "
+                  "step, peak RSS %7.1f MB\n",
+                  S, worst_ms / batch, worst_ms / base_ms, worst_mem / 1e6, worst_mem / base_mem, halo_bytes / 1e6, rss / 1e6);
+  }
+  if (json) {
+    nlohmann::json out = {{"bench", "spatial"}, {"model", mc.name}, {"size", mc.input_size}, {"batch", batch},
+                          {"threads_per_rank", 1}, {"splits", results}};
+    std::printf("%s\n", out.dump().c_str());
+  }
+  return 0;
+}
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: tessera-bench <command> [flags]\n"
                "  topk     --size D --density R [--repeat N] [--json]\n"
                "  exchange --strategy %s --nodes M --local N --size D --density R [--iters I] [--json]\n"
                "  train    --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+               "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
@@ -462,6 +579,7 @@ int main(int argc, char** argv) {
     if (cmd == "exchange") return cmd_exchange(f);
     if (cmd == "demo") return cmd_demo(f);
     if (cmd == "train") return cmd_train(f);
+    if (cmd == "spatial") return cmd_spatial(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   } catch (const ConfigError& e) {

@@ -1,11 +1,26 @@
 #include "worker/core/tensor.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "worker/core/error.h"
 
 namespace tessera {
+namespace {
+std::atomic<int64_t> g_live{0}, g_peak{0};
+
+void track_alloc(int64_t bytes) {
+  const int64_t now = g_live.fetch_add(bytes) + bytes;
+  int64_t peak = g_peak.load();
+  while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
+  }
+}
+}  // namespace
+
+int64_t live_tensor_bytes() { return g_live.load(); }
+int64_t peak_tensor_bytes() { return g_peak.load(); }
+void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
@@ -25,8 +40,13 @@ std::string shape_str(const Shape& s) {
 Tensor::Tensor(Shape shape) : shape_(std::move(shape)), numel_(shape_numel(shape_)) {
   // 64-byte aligned for vector loads.
   if (numel_ > 0) {
-    float* p = static_cast<float*>(::operator new[](numel_ * sizeof(float), std::align_val_t(64)));
-    data_ = std::shared_ptr<float[]>(p, [](float* q) { ::operator delete[](q, std::align_val_t(64)); });
+    const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
+    float* p = static_cast<float*>(::operator new[](bytes, std::align_val_t(64)));
+    track_alloc(bytes);
+    data_ = std::shared_ptr<float[]>(p, [bytes](float* q) {
+      g_live.fetch_sub(bytes);
+      ::operator delete[](q, std::align_val_t(64));
+    });
   }
 }
 

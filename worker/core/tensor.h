@@ -15,6 +15,12 @@ namespace tessera {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& s);
+
+// Bytes of tensor storage alive in this process now, and the most alive at once since the last
+// reset_peak_tensor_bytes() (memory accounting for benchmarks; thread-safe).
+int64_t live_tensor_bytes();
+int64_t peak_tensor_bytes();
+void reset_peak_tensor_bytes();
 std::string shape_str(const Shape& s);  // "[2, 4, 32, 32, 32]"
 
 class Tensor {

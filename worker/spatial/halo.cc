@@ -57,6 +57,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
   for (int d = 0; d < 3; ++d) {
     TESSERA_CHECK_EQ(block.dim(2 + d), cur[d].size(), "block extent along dimension ", d);
     const Range own = in_.owned(d), need = need_[d].input;
+    if (in_.grid()[d] == 1 && need == own) continue;  // nothing to exchange or crop along d
     Shape s = block.shape();
     s[2 + d] = need.size();
     Tensor next(s);
@@ -122,6 +123,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
   Tensor block = needed;
   for (int d = 2; d >= 0; --d) {
     const Range own = in_.owned(d), need = need_[d].input;
+    if (in_.grid()[d] == 1 && need == own) continue;
     TESSERA_CHECK_EQ(block.dim(2 + d), need.size(), "gradient extent along dimension ", d);
     Shape s = block.shape();
     s[2 + d] = own.size();
