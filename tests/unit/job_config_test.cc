@@ -58,7 +58,10 @@ TEST(JobConfigTest, EveryMistakeNamesItsField) {
   EXPECT_EQ(field_of("communication: {strategy: hybrid, switchAtEpoch: 5}"), "communication.switchAtEpoch");
   EXPECT_EQ(field_of("communication: {bucketSize: 12 parsecs}"), "communication.bucketSize");
   EXPECT_EQ(field_of("dataset: {format: parquet}"), "dataset.format");
-  EXPECT_EQ(field_of("parallelism: {spatial: {d: 2}}"), "parallelism.spatial.d");
+  EXPECT_EQ(field_of("model: {name: cnn2d, inputSize: 16}\nparallelism: {spatial: {d: 2}}"), "parallelism.spatial");
+  EXPECT_EQ(field_of("parallelism: {spatial: {d: 0}}"), "parallelism.spatial.d");
+  EXPECT_EQ(field_of("parallelism: {spatial: {d: 2, depth: 2}}"), "parallelism.spatial.depth");
+  EXPECT_EQ(parse("parallelism: {spatial: {d: 2, h: 2}, data: 3}").model.spatial.size(), 4);
   EXPECT_EQ(field_of("kind: Pod\nspec: {}"), "kind");
   EXPECT_EQ(field_of("model: [1, 2]"), "model");
   EXPECT_EQ(field_of("spec:\n  training: {epochs: -3}"), "spec.training.epochs");

@@ -1,7 +1,7 @@
 // Spatial parallelism: every distributed layer equals the single-rank layer on the same input (forward,
 // input gradient, summed weight gradients; relative error 1e-5) for splits of D into 2 and 4, D x H
-// into 2 x 2, H x W, odd sizes and stride 2; whole CosmoFlow models give the same outputs, loss and
-// gradients (1e-5 on outputs and loss, 1e-4 on gradients). One thread per rank over Gloo.
+// into 2 x 2, H x W, odd sizes and stride 2; whole CosmoFlow and UNet3D models give the same outputs,
+// loss and gradients (1e-5 on outputs and loss, 1e-4 on gradients). One thread per rank over Gloo.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -141,6 +141,15 @@ TEST(SpatialLayers, Pooling) {
   }
 }
 
+TEST(SpatialLayers, TransposedConvolution) {
+  ConvOptions up{3, 2, 2, 2, 0, 3, true, 12};
+  check_layer("deconv k2 s2", [&] { return std::make_unique<Deconv>("d", up); },
+              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", up, ctx, e); }, 3);
+  ConvOptions k3{2, 2, 3, 1, 1, 3, true, 13};
+  check_layer("deconv k3 s1", [&] { return std::make_unique<Deconv>("d", k3); },
+              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", k3, ctx, e); }, 2);
+}
+
 TEST(SpatialLayers, BatchNormWithGlobalStatistics) {
   // BatchNorm is pointwise given its statistics; the reducer makes them global.
   check_layer("batchnorm", [&] { return std::make_unique<BatchNorm>("bn", 3); },
@@ -227,6 +236,67 @@ TEST(SpatialModel, CosmoFlowEqualsSingleRank) {
     // Relative error below 1e-4 (float32 sums in another order through the whole network), measured
     // against the whole gradient's norm where a parameter's own is tiny: a convolution bias in front
     // of BatchNorm has a gradient that is zero up to rounding.
+    auto ps = ref->params();
+    ASSERT_EQ(grads.size(), ps.size());
+    double total = 0;
+    for (Param* p : ps)
+      for (float v : p->grad.span()) total += double(v) * v;
+    for (size_t i = 0; i < ps.size(); ++i) {
+      double num = 0, den = 0;
+      for (int64_t k = 0; k < ps[i]->grad.numel(); ++k) {
+        num += (double(grads[i][k]) - ps[i]->grad[k]) * (double(grads[i][k]) - ps[i]->grad[k]);
+        den += double(ps[i]->grad[k]) * ps[i]->grad[k];
+      }
+      EXPECT_LT(std::sqrt(num / std::max(den, 1e-6 * total)), 1e-4) << ps[i]->name;
+    }
+  }
+}
+
+TEST(SpatialModel, UNet3DEqualsSingleRank) {
+  for (SpatialGrid grid : {SpatialGrid{2, 1, 1}, SpatialGrid{2, 2, 1}}) {
+    SCOPED_TRACE("grid " + std::to_string(grid.d) + "x" + std::to_string(grid.h));
+    ModelConfig c;
+    c.name = "unet3d";
+    c.input_size = 8;
+    c.base_channels = 2;
+    auto ref = make_model(c);
+    Tensor x = random_tensor({2, 1, 8, 8, 8}, 7);
+    Tensor labels({2, 8, 8, 8});
+    for (int64_t i = 0; i < labels.numel(); ++i) labels[i] = static_cast<float>((i * 7 + i / 13) % 3);
+    Tensor out = ref->forward(x, true);
+    LossResult l = ref->loss(out, labels);
+    for (Param* p : ref->params()) p->grad.zero();
+    ref->backward(l.grad);
+    MemoryStore store;
+    std::mutex mu;
+    std::vector<std::vector<float>> grads;
+    double dist_loss = 0;
+    auto errors = run_ranks(grid.size(), [&](int r) {
+      auto comm = spatial_comm(store, r, grid.size());
+      ModelConfig sc = c;
+      sc.spatial = grid;
+      auto m = make_model(sc, comm.get());
+      const Partition& p = *m->input_partition();
+      Tensor o = m->forward(crop(x, p), true);
+      EXPECT_LT(rel_error(o, crop(out, p)), 1e-5) << "logits, rank " << r;
+      Tensor lab = crop(labels.reshape({2, 1, 8, 8, 8}), p);
+      lab = lab.reshape({2, lab.dim(2), lab.dim(3), lab.dim(4)});
+      LossResult lr = m->loss(o, lab);
+      const double share = m->loss_share(2);
+      for (auto& g : lr.grad.span()) g *= static_cast<float>(share);
+      double part[1] = {lr.loss * share};
+      for (Param* q : m->params()) q->grad.zero();
+      m->backward(lr.grad);
+      comm->allreduce(std::span<double>(part, 1));
+      for (Param* q : m->params()) comm->allreduce(q->grad.span());
+      std::lock_guard<std::mutex> lock(mu);
+      if (r == 0) {
+        dist_loss = part[0];
+        for (Param* q : m->params()) grads.emplace_back(q->grad.span().begin(), q->grad.span().end());
+      }
+    });
+    for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(testing::message(errors[r]), "") << "rank " << r;
+    EXPECT_NEAR(dist_loss, l.loss, 1e-5 * l.loss);
     auto ps = ref->params();
     ASSERT_EQ(grads.size(), ps.size());
     double total = 0;

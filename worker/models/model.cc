@@ -162,35 +162,70 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
 // skip connections concatenated on channels, a 1x1x1 conv to the class logits.
 class UNet3D final : public Model {
  public:
-  explicit UNet3D(const ModelConfig& c) {
+  UNet3D(const ModelConfig& c, Communicator* spatial) {
     if (c.input_size < 4 || c.input_size % 4)
       throw ConfigError("model.inputSize", detail::concat(c.input_size, ": unet3d needs a multiple of 4"));
     in_ch_ = c.in_channels ? c.in_channels : 1;
     const int b = c.base_channels ? c.base_channels : 8;
     classes_ = c.outputs ? c.outputs : 3;
     W_ = c.input_size;
+    const bool split = c.spatial.size() > 1;
+    if (split && (!spatial || spatial->size() != c.spatial.size()))
+      throw ConfigError("parallelism.spatial", detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
+    SpatialContext ctx{spatial, c.spatial};
     uint64_t seed = c.seed * 1000;
-    auto double_conv = [&](Sequential& s, const std::string& name, int in, int out) {
+    using Extent = std::array<int64_t, 3>;
+    const Extent e1 = {W_, W_, W_}, e2 = {W_ / 2, W_ / 2, W_ / 2}, e3 = {W_ / 4, W_ / 4, W_ / 4};
+    auto conv = [&](const std::string& n, ConvOptions o, Extent e) -> std::unique_ptr<Layer> {
+      if (split) return std::make_unique<DistConv>(n, o, ctx, e);
+      return std::make_unique<Conv>(n, o);
+    };
+    auto double_conv = [&](Sequential& s, const std::string& name, int in, int out, Extent e) {
       for (int i = 0; i < 2; ++i) {
         const std::string n = name + ".conv" + std::to_string(i + 1);
-        s.add(std::make_unique<Conv>(n, ConvOptions{i ? out : in, out, 3, 1, 1, 3, false, ++seed}));
-        s.add(std::make_unique<BatchNorm>(n + ".bn", out));
+        s.add(conv(n, ConvOptions{i ? out : in, out, 3, 1, 1, 3, false, ++seed}, e));
+        auto& bn = static_cast<BatchNorm&>(s.add(std::make_unique<BatchNorm>(n + ".bn", out)));
+        if (split) bn.set_stats_reducer(spatial_batchnorm_reducer(*spatial));
         s.add(std::make_unique<ReLU>(n + ".relu"));
       }
     };
-    double_conv(enc1_, "enc1", in_ch_, b);
-    pool1_.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 3}));
-    double_conv(enc2_, "enc2", b, 2 * b);
-    pool2_.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 3}));
-    double_conv(bottom_, "bottom", 2 * b, 4 * b);
-    up2_.add(std::make_unique<Deconv>("up2", ConvOptions{4 * b, 2 * b, 2, 2, 0, 3, true, ++seed}));
-    double_conv(dec2_, "dec2", 4 * b, 2 * b);
-    up1_.add(std::make_unique<Deconv>("up1", ConvOptions{2 * b, b, 2, 2, 0, 3, true, ++seed}));
-    double_conv(dec1_, "dec1", 2 * b, b);
-    head_.add(std::make_unique<Conv>("head", ConvOptions{b, classes_, 1, 1, 0, 3, true, ++seed}));
+    auto pool = [&](Sequential& s, const std::string& n, Extent e) {
+      const PoolOptions o{true, 2, 2, 0, 3};
+      if (split) {
+        s.add(std::make_unique<DistPool>(n, o, ctx, e));
+      } else {
+        s.add(std::make_unique<Pool>(n, o));
+      }
+    };
+    auto up = [&](Sequential& s, const std::string& n, int in, int out, Extent e) {
+      const ConvOptions o{in, out, 2, 2, 0, 3, true, ++seed};
+      if (split) {
+        s.add(std::make_unique<DistDeconv>(n, o, ctx, e));
+      } else {
+        s.add(std::make_unique<Deconv>(n, o));
+      }
+    };
+    double_conv(enc1_, "enc1", in_ch_, b, e1);
+    pool(pool1_, "pool1", e1);
+    double_conv(enc2_, "enc2", b, 2 * b, e2);
+    pool(pool2_, "pool2", e2);
+    double_conv(bottom_, "bottom", 2 * b, 4 * b, e3);
+    up(up2_, "up2", 4 * b, 2 * b, e3);
+    double_conv(dec2_, "dec2", 4 * b, 2 * b, e2);
+    up(up1_, "up1", 2 * b, b, e2);
+    double_conv(dec1_, "dec1", 2 * b, b, e1);
+    head_.add(conv("head", ConvOptions{b, classes_, 1, 1, 0, 3, true, ++seed}, e1));
     enc1_.layers().front()->set_input_grad(false);
     skip1_ = b;
     skip2_ = 2 * b;
+    if (split) partition_ = std::make_unique<Partition>(e1, c.spatial, spatial->rank(), "parallelism.spatial");
+  }
+  const Partition* input_partition() const override { return partition_.get(); }
+  double loss_share(int64_t n) const override {
+    if (!partition_) return Model::loss_share(n);
+    double share = 1;
+    for (int d = 0; d < 3; ++d) share *= static_cast<double>(partition_->owned(d).size()) / partition_->extent()[d];
+    return share;
   }
   const std::string& name() const override { return name_; }
   Task task() const override { return Task::kSegmentation; }
@@ -231,6 +266,7 @@ class UNet3D final : public Model {
   }
   double forward_flops() const override {
     Shape in = {1, in_ch_, W_, W_, W_};
+    if (partition_) return 0;  // per-rank blocks: not tracked for the U-Net
     const int b = skip1_;
     double f = enc1_.forward_flops(in);
     Shape s1 = enc1_.output_shape(in);
@@ -261,6 +297,7 @@ class UNet3D final : public Model {
 
   std::string name_ = "unet3d";
   int in_ch_ = 1, classes_ = 3, W_ = 32, skip1_ = 8, skip2_ = 16;
+  std::unique_ptr<Partition> partition_;
   Sequential enc1_, pool1_, enc2_, pool2_, bottom_, up2_, dec2_, up1_, dec1_, head_;
 };
 
@@ -270,11 +307,12 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.in_channels < 0) throw ConfigError("model.inChannels", "must not be negative");
   if (c.base_channels < 0) throw ConfigError("model.baseChannels", "must not be negative");
   if (c.outputs < 0) throw ConfigError("model.outputs", "must not be negative");
-  if (c.spatial.size() > 1 && c.name != "cosmoflow")
-    throw ConfigError("parallelism.spatial", "spatial parallelism is available for cosmoflow; '" + c.name + "' runs data-parallel");
+  if (c.spatial.size() > 1 && !supports_spatial(c.name))
+    throw ConfigError("parallelism.spatial", "spatial parallelism is available for cosmoflow and unet3d; '" + c.name +
+                                                 "' runs data-parallel");
   if (c.name == "cosmoflow") return cosmoflow(c, spatial);
   if (c.name == "cnn2d") return cnn2d(c);
-  if (c.name == "unet3d") return std::make_unique<UNet3D>(c);
+  if (c.name == "unet3d") return std::make_unique<UNet3D>(c, spatial);
   throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d or cnn2d)");
 }
 

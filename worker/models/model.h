@@ -26,7 +26,7 @@ struct ModelConfig {
   float leaky_slope = 0.3f;        // cosmoflow activations
   bool batchnorm = false;          // cosmoflow: BatchNorm after each conv
   uint64_t seed = 1;               // weight initialisation
-  SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow)
+  SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow, unet3d)
 };
 
 class Communicator;
@@ -56,6 +56,10 @@ class Model {
     for (int64_t i = 0; i < n; ++i) all[i] = i;
     return all;
   }
+  // The fraction of a local batch's loss terms this rank computes (its held samples, or its block's
+  // voxels for per-voxel losses): the loss gradient is scaled by it so the spatial group's partial
+  // gradients add up to the gradient of the batch mean.
+  virtual double loss_share(int64_t n) const { return n ? static_cast<double>(held_samples(n).size()) / n : 0.0; }
 
   // The loss that trains this model's task, and its metric (MAE for regression, accuracy else).
   LossResult loss(const Tensor& output, const Tensor& target) const;
@@ -67,5 +71,8 @@ class Model {
 // Validates the configuration (ConfigError on model.*) and builds the model. With config.spatial
 // larger than 1 x 1 x 1, `spatial` is this rank's spatial group (its size the grid's).
 std::unique_ptr<Model> make_model(const ModelConfig& config, Communicator* spatial = nullptr);
+
+// The models that run under spatial parallelism.
+inline bool supports_spatial(const std::string& model) { return model == "cosmoflow" || model == "unet3d"; }
 
 }  // namespace tessera

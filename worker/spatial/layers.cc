@@ -70,6 +70,57 @@ double DistConv::forward_flops(const Shape& in) const {
   return local_->forward_flops(ext);
 }
 
+namespace {
+std::array<Window, 3> deconv_windows(const ConvOptions& o) {
+  std::array<Window, 3> w;
+  for (int d = 0; d < 3; ++d) w[d] = {o.kernel, o.stride, pad_before(o, d), pad_after(o, d), true};
+  return w;
+}
+}  // namespace
+
+DistDeconv::DistDeconv(std::string name, ConvOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
+    : Layer(name),
+      in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),
+      out_(output_partition(in_, deconv_windows(o), "model.layers." + name)) {
+  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, "spatial parallelism needs 3D deconvolutions");
+  const auto windows = deconv_windows(o);
+  check_halos(in_, out_, windows, "model.layers." + name);
+  halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, windows);
+  ConvOptions local = o;
+  local.pad_l.resize(3);
+  local.pad_r.resize(3);
+  for (int d = 0; d < 3; ++d) {
+    local.pad_l[d] = halo_->need(d).pad_before;
+    local.pad_r[d] = halo_->need(d).pad_after;
+    if (local.pad_l[d] < 0 || local.pad_r[d] < 0)
+      throw ConfigError("model.layers." + name, "this split cannot crop the transposed convolution's output");
+  }
+  local_ = std::make_unique<Deconv>(name, local);
+}
+
+Shape DistDeconv::output_shape(const Shape& in) const {
+  if (in.size() != 5 || in[2] != in_.owned(0).size() || in[3] != in_.owned(1).size() || in[4] != in_.owned(2).size())
+    shape_error("expects this rank's block, got " + shape_str(in));
+  return block_shape(in[0], local_->options().out_channels, out_);
+}
+
+Tensor DistDeconv::forward(const Tensor& x, bool training) {
+  output_shape(x.shape());
+  return local_->forward(halo_->forward(x), training);
+}
+
+Tensor DistDeconv::backward(const Tensor& dy) {
+  local_->set_input_grad(input_grad());
+  Tensor dx = local_->backward(dy);
+  return input_grad() ? halo_->reverse(dx) : dx;
+}
+
+double DistDeconv::forward_flops(const Shape& in) const {
+  Shape ext = in;
+  for (int d = 0; d < 3; ++d) ext[2 + d] = halo_->need(d).input.size();
+  return local_->forward_flops(ext);
+}
+
 DistPool::DistPool(std::string name, PoolOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
     : Layer(name),
       in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),

@@ -44,6 +44,26 @@ class DistConv : public Layer {
   std::unique_ptr<Conv> local_;
 };
 
+// Transposed convolution (U-Net upsampling) on blocks: the local deconvolution crops its output to
+// this rank's block (its padding), after taking the input halo the cropped outputs depend on.
+class DistDeconv : public Layer {
+ public:
+  DistDeconv(std::string name, ConvOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);
+  const char* kind() const override { return "dist_deconv"; }
+  Shape output_shape(const Shape& in) const override;
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+  std::vector<Param*> params() override { return local_->params(); }
+  double forward_flops(const Shape& in) const override;
+  const Partition& out_partition() const { return out_; }
+  uint64_t halo_bytes() const { return halo_->bytes_sent(); }
+
+ private:
+  Partition in_, out_;
+  std::unique_ptr<HaloExchange> halo_;
+  std::unique_ptr<Deconv> local_;
+};
+
 class DistPool : public Layer {
  public:
   DistPool(std::string name, PoolOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);

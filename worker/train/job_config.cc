@@ -94,8 +94,9 @@ JobConfig parse_job_config(const ConfigNode& root) {
   j.model.spatial.h = static_cast<int>(sp.integer("h", 1, 1, 4096));
   j.model.spatial.w = static_cast<int>(sp.integer("w", 1, 1, 4096));
   j.data_replicas = static_cast<int>(p.integer("data", 0, 0, 1 << 20));
-  if (j.model.spatial.size() > 1 && j.model.name != "cosmoflow")
-    throw ConfigError(sp.path(), "spatial parallelism is available for cosmoflow; '" + j.model.name + "' runs data-parallel");
+  if (j.model.spatial.size() > 1 && !supports_spatial(j.model.name))
+    throw ConfigError(sp.path(), "spatial parallelism is available for cosmoflow and unet3d; '" + j.model.name +
+                                     "' runs data-parallel");
 
   ConfigNode c = spec.child("communication");
   c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "timeoutSeconds"});

@@ -122,6 +122,14 @@ Batch Trainer::local_part(const Batch& b) const {
   } else {
     out.inputs = b.inputs;
   }
+  if (p && model_->task() == Task::kSegmentation) {  // voxel labels: this rank's block
+    const Tensor t5 = b.targets.reshape({b.targets.dim(0), 1, b.targets.dim(1), b.targets.dim(2), b.targets.dim(3)});
+    Tensor blk({t5.dim(0), 1, p->owned(0).size(), p->owned(1).size(), p->owned(2).size()});
+    copy_box(t5, {0, 0, p->owned(0).begin, p->owned(1).begin, p->owned(2).begin}, blk, {0, 0, 0, 0, 0},
+             {blk.dim(0), 1, blk.dim(2), blk.dim(3), blk.dim(4)}, false);
+    out.targets = blk.reshape({blk.dim(0), blk.dim(2), blk.dim(3), blk.dim(4)});
+    return out;
+  }
   const auto held = model_->held_samples(b.targets.dim(0));
   if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) {
     out.targets = b.targets;
@@ -175,8 +183,8 @@ EpochRecord Trainer::validate(int epoch) {
     for (int64_t i = start; i < std::min(n, start + b); ++i) idx.push_back(static_cast<uint64_t>(i));
     Batch batch = local_part(stack(*val_, idx));
     Tensor out = model_->forward(batch.inputs, false);
-    const double k = static_cast<double>(out.dim(0));
-    if (k == 0) continue;
+    const double k = model_->loss_share(static_cast<int64_t>(idx.size())) * static_cast<double>(idx.size());
+    if (out.dim(0) == 0) continue;
     loss_sum += model_->loss(out, batch.targets).loss * k;
     metric_sum += model_->metric(out, batch.targets) * k;
     count += k;
@@ -311,12 +319,11 @@ TrainSummary Trainer::run() {
     for (Param* p : params) p->grad.zero();
     Tensor out = model_->forward(batch.inputs, true);
     LossResult loss = model_->loss(out, batch.targets);
-    // The loss is a mean over the samples this rank produced; the gradient of the replica's mean is
-    // that scaled by their share of the replica batch (1 without spatial parallelism).
-    const int64_t held = out.dim(0);
-    const float share = static_cast<float>(held) / static_cast<float>(local_batch);
-    if (share != 1.0f)
-      for (float& g : loss.grad.span()) g *= share;
+    // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
+    // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
+    const double share = model_->loss_share(local_batch);
+    if (share != 1.0)
+      for (float& g : loss.grad.span()) g *= static_cast<float>(share);
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
     model_->backward(loss.grad);
@@ -324,7 +331,7 @@ TrainSummary Trainer::run() {
 
     t0 = Clock::now();
     exchange_gradients(rec);
-    rec.loss = allreduce_mean(held ? loss.loss : 0.0, static_cast<double>(held));
+    rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch);
     rec.comm_s = seconds_since(t0);
 
     t0 = Clock::now();
