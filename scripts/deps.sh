@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
-  libyaml-cpp-dev nlohmann-json3-dev
+  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev
   libgtest-dev googletest
 )
 

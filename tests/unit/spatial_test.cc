@@ -65,53 +65,62 @@ const std::vector<Case> kCases = {
     {{4, 1, 1}, {13, 6, 6}}, {{2, 2, 1}, {7, 9, 4}}, {{1, 2, 2}, {5, 8, 7}},
 };
 
-// Checks one layer kind: forward blocks, input-gradient blocks and summed parameter gradients.
+// Checks one layer kind: forward blocks, input-gradient blocks and summed parameter gradients. The
+// ranks of one group size connect once and run every case of that size.
 void check_layer(const std::string& what, const std::function<std::unique_ptr<Layer>()>& single,
                  const std::function<std::unique_ptr<Layer>(const SpatialContext&, std::array<int64_t, 3>)>& dist,
                  int channels, bool distinct_inputs = false) {
+  struct Reference {
+    Tensor x, y, dy, dx;
+    std::vector<Tensor> grads;
+  };
+  std::vector<Reference> refs;
   for (const Case& c : kCases) {
-    SCOPED_TRACE(what + " grid " + std::to_string(c.grid.d) + "x" + std::to_string(c.grid.h) + "x" +
-                 std::to_string(c.grid.w) + " extent " + std::to_string(c.extent[0]) + "x" + std::to_string(c.extent[1]) +
-                 "x" + std::to_string(c.extent[2]));
-    Tensor x = random_tensor({2, channels, c.extent[0], c.extent[1], c.extent[2]}, 1);
+    Reference ref;
+    ref.x = random_tensor({2, channels, c.extent[0], c.extent[1], c.extent[2]}, 1);
     if (distinct_inputs) {  // max pooling: no ties
-      std::vector<int64_t> order(x.numel());
+      std::vector<int64_t> order(ref.x.numel());
       std::iota(order.begin(), order.end(), 0);
       std::shuffle(order.begin(), order.end(), std::mt19937(4));
-      for (int64_t i = 0; i < x.numel(); ++i) x[i] = 0.01f * static_cast<float>(order[i]);
+      for (int64_t i = 0; i < ref.x.numel(); ++i) ref.x[i] = 0.01f * static_cast<float>(order[i]);
     }
-    auto ref = single();
-    Tensor y = ref->forward(x, true);
-    Tensor dy = random_tensor(y.shape(), 2);
-    for (Param* p : ref->params()) p->grad.zero();
-    Tensor dx = ref->backward(dy);
+    auto layer = single();
+    ref.y = layer->forward(ref.x, true);
+    ref.dy = random_tensor(ref.y.shape(), 2);
+    for (Param* p : layer->params()) p->grad.zero();
+    ref.dx = layer->backward(ref.dy);
+    for (Param* p : layer->params()) ref.grads.push_back(p->grad.clone());
+    refs.push_back(std::move(ref));
+  }
+  for (int size : {2, 4}) {
     MemoryStore store;
-    std::mutex mu;
-    std::vector<std::vector<float>> grads;  // summed over ranks
-    rethrow_first(run_ranks(c.grid.size(), [&](int r) {
-      auto comm = spatial_comm(store, r, c.grid.size());
-      SpatialContext ctx{comm.get(), c.grid};
-      auto layer = dist(ctx, c.extent);
-      Partition in(c.extent, c.grid, r, "in");
-      Partition out({y.dim(2), y.dim(3), y.dim(4)}, c.grid, r, "out");
-      Tensor yl = layer->forward(crop(x, in), true);
-      EXPECT_LT(rel_error(yl, crop(y, out)), 1e-5) << "forward, rank " << r;
-      for (Param* p : layer->params()) p->grad.zero();
-      Tensor dxl = layer->backward(crop(dy, out));
-      EXPECT_LT(rel_error(dxl, crop(dx, in)), 1e-5) << "input gradient, rank " << r;
-      auto ps = layer->params();
-      for (size_t i = 0; i < ps.size(); ++i) comm->allreduce(ps[i]->grad.span());
-      std::lock_guard<std::mutex> lock(mu);
-      if (r == 0)
-        for (Param* p : ps) grads.emplace_back(p->grad.span().begin(), p->grad.span().end());
-    }));
-    auto ps = ref->params();
-    ASSERT_EQ(grads.size(), ps.size());
-    for (size_t i = 0; i < ps.size(); ++i) {
-      Tensor g(ps[i]->grad.shape());
-      std::copy(grads[i].begin(), grads[i].end(), g.data());
-      EXPECT_LT(rel_error(g, ps[i]->grad), 1e-5) << ps[i]->name;
-    }
+    auto errors = run_ranks(size, [&](int r) {
+      auto comm = spatial_comm(store, r, size);
+      for (size_t k = 0; k < kCases.size(); ++k) {
+        const Case& c = kCases[k];
+        if (c.grid.size() != size) continue;
+        SCOPED_TRACE(what + " grid " + std::to_string(c.grid.d) + "x" + std::to_string(c.grid.h) + "x" +
+                     std::to_string(c.grid.w) + " extent " + std::to_string(c.extent[0]) + "x" +
+                     std::to_string(c.extent[1]) + "x" + std::to_string(c.extent[2]));
+        const Reference& ref = refs[k];
+        SpatialContext ctx{comm.get(), c.grid};
+        auto layer = dist(ctx, c.extent);
+        Partition in(c.extent, c.grid, r, "in");
+        Partition out({ref.y.dim(2), ref.y.dim(3), ref.y.dim(4)}, c.grid, r, "out");
+        Tensor yl = layer->forward(crop(ref.x, in), true);
+        EXPECT_LT(rel_error(yl, crop(ref.y, out)), 1e-5) << "forward, rank " << r;
+        for (Param* p : layer->params()) p->grad.zero();
+        Tensor dxl = layer->backward(crop(ref.dy, out));
+        EXPECT_LT(rel_error(dxl, crop(ref.dx, in)), 1e-5) << "input gradient, rank " << r;
+        auto ps = layer->params();
+        ASSERT_EQ(ps.size(), ref.grads.size());
+        for (size_t i = 0; i < ps.size(); ++i) {
+          comm->allreduce(ps[i]->grad.span());
+          EXPECT_LT(rel_error(ps[i]->grad, ref.grads[i]), 1e-5) << ps[i]->name << ", rank " << r;
+        }
+      }
+    });
+    for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(testing::message(errors[r]), "") << "rank " << r;
   }
 }
 

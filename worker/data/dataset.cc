@@ -49,6 +49,35 @@ class SyntheticDataset final : public Dataset {
 
 }  // namespace
 
+Tensor crop_volume(const Tensor& v, const VolumeBox& box) {
+  const bool labels = v.rank() == 3;
+  TESSERA_CHECK(v.rank() == 4 || labels, "crop of ", shape_str(v.shape()));
+  const int64_t c = labels ? 1 : v.dim(0);
+  const int64_t D = v.dim(-3), H = v.dim(-2), W = v.dim(-1);
+  const int64_t d = box.end[0] - box.begin[0], h = box.end[1] - box.begin[1], w = box.end[2] - box.begin[2];
+  TESSERA_CHECK(box.begin[0] >= 0 && box.end[0] <= D && box.begin[1] >= 0 && box.end[1] <= H && box.begin[2] >= 0 &&
+                    box.end[2] <= W && d > 0 && h > 0 && w > 0,
+                "box ", box.str(), " outside ", shape_str(v.shape()));
+  Tensor out(labels ? Shape{d, h, w} : Shape{c, d, h, w});
+  float* o = out.data();
+  for (int64_t ci = 0; ci < c; ++ci)
+    for (int64_t z = 0; z < d; ++z)
+      for (int64_t y = 0; y < h; ++y) {
+        const float* src = v.data() + ((ci * D + box.begin[0] + z) * H + box.begin[1] + y) * W + box.begin[2];
+        std::memcpy(o, src, w * sizeof(float));
+        o += w;
+      }
+  return out;
+}
+
+Sample Dataset::get_block(uint64_t index, const VolumeBox& box) const {
+  Sample s = get(index);
+  if (box == VolumeBox{} || s.input.rank() != 4) return s;
+  s.input = crop_volume(s.input, box);
+  if (s.target.rank() == 3) s.target = crop_volume(s.target, box);
+  return s;
+}
+
 std::unique_ptr<Dataset> make_synthetic(const SyntheticConfig& config) {
   SyntheticConfig c = config;
   if (c.kind != "cosmo" && c.kind != "shapes" && c.kind != "images")
@@ -79,6 +108,22 @@ std::vector<uint64_t> shard_batch(const std::vector<uint64_t>& order, int64_t st
   const int64_t start = step * global_batch + replica * b;
   TESSERA_CHECK_LE(static_cast<size_t>(start + b), order.size(), "step ", step, " past the epoch");
   return std::vector<uint64_t>(order.begin() + start, order.begin() + start + b);
+}
+
+Batch stack_samples(const std::vector<Sample>& samples) {
+  TESSERA_CHECK(!samples.empty(), "empty batch");
+  const int64_t b = static_cast<int64_t>(samples.size());
+  Shape is = {b}, ts = {b};
+  for (int64_t d : samples[0].input.shape()) is.push_back(d);
+  for (int64_t d : samples[0].target.shape()) ts.push_back(d);
+  Batch out{Tensor(is), Tensor(ts)};
+  const int64_t in_n = samples[0].input.numel(), t_n = samples[0].target.numel();
+  for (int64_t i = 0; i < b; ++i) {
+    TESSERA_CHECK(samples[i].input.numel() == in_n && samples[i].target.numel() == t_n, "samples of different shapes");
+    std::memcpy(out.inputs.data() + i * in_n, samples[i].input.data(), in_n * sizeof(float));
+    std::memcpy(out.targets.data() + i * t_n, samples[i].target.data(), t_n * sizeof(float));
+  }
+  return out;
 }
 
 Batch stack(const Dataset& data, const std::vector<uint64_t>& indices) {

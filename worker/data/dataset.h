@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/data/h5_sample.h"
 #include "worker/data/synthetic.h"
 
 namespace tessera {
@@ -23,7 +24,13 @@ class Dataset {
   virtual Sample get(uint64_t index) const = 0;
   virtual Shape input_shape() const = 0;   // per sample
   virtual Shape target_shape() const = 0;  // per sample
+  // One sample's block of the volume (C, d, h, w), with its targets (per-voxel labels cropped to the
+  // block). The default reads the whole sample and crops; file datasets read only the block.
+  virtual Sample get_block(uint64_t index, const VolumeBox& box) const;
 };
+
+// Crops (C, D, H, W) volumes (and (D, H, W) labels) to box.
+Tensor crop_volume(const Tensor& v, const VolumeBox& box);
 
 struct SyntheticConfig {
   std::string kind = "cosmo";  // cosmo | shapes | images
@@ -49,5 +56,7 @@ std::vector<uint64_t> epoch_order(uint64_t size, uint64_t seed, int epoch);
 std::vector<uint64_t> shard_batch(const std::vector<uint64_t>& order, int64_t step, int global_batch, int replica,
                                   int replicas);
 Batch stack(const Dataset& data, const std::vector<uint64_t>& indices);
+// Stacks samples given already loaded.
+Batch stack_samples(const std::vector<Sample>& samples);
 
 }  // namespace tessera

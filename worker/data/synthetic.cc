@@ -67,7 +67,7 @@ void log1p_inplace(Tensor& t) {
   for (float& v : t.span()) v = std::log1p(v);
 }
 
-Sample cosmo_sample(int W, uint64_t seed, uint64_t index) {
+Sample cosmo_sample(int W, uint64_t seed, uint64_t index, bool raw) {
   TESSERA_CHECK(W >= 4 && (W & (W - 1)) == 0, "cosmo field size ", W, " is not a power of two");
   auto rng = rng_for(seed, index);
   std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -120,7 +120,7 @@ Sample cosmo_sample(int W, uint64_t seed, uint64_t index) {
       input[c * n3 + i] = static_cast<float>(nbar * std::exp(g * delta - g * g * s2 / 2));
     }
   }
-  log1p_inplace(input);
+  if (!raw) log1p_inplace(input);
   return Sample{input, target};
 }
 

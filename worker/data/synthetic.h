@@ -26,7 +26,8 @@ struct Sample {
 // Transforms applied to cosmo inputs by the loader: log1p of the density.
 void log1p_inplace(Tensor& t);
 
-Sample cosmo_sample(int W, uint64_t seed, uint64_t index);
+// raw: the densities themselves (as stored in files); otherwise log1p-transformed (as trained on).
+Sample cosmo_sample(int W, uint64_t seed, uint64_t index, bool raw = false);
 Sample shapes_sample(int W, int classes, uint64_t seed, uint64_t index);
 Sample image_sample(int W, int classes, uint64_t seed, uint64_t index);
 

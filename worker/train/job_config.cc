@@ -42,10 +42,28 @@ JobConfig parse_job_config(const ConfigNode& root) {
   j.model = parse_model(spec.child("model"));
 
   ConfigNode d = spec.child("dataset");
-  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath"});
+  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath", "remoteThrottle"});
   const std::string format = d.str("format", "synthetic");
-  if (format != "synthetic")
-    throw ConfigError(d.field("format"), "'" + format + "' datasets are not readable by this worker (expected synthetic)");
+  if (format != "synthetic" && format != "hdf5")
+    throw ConfigError(d.field("format"), "'" + format + "' (expected synthetic or hdf5)");
+  j.data.format = format;
+  j.data.path = d.str("path", "");
+  j.data.validation_path = d.str("validationPath", "");
+  if (format == "hdf5" && j.data.path.empty()) throw ConfigError(d.field("path"), "an hdf5 dataset needs a path");
+  if (format == "hdf5" && j.data.validation_path.empty())
+    throw ConfigError(d.field("validationPath"), "an hdf5 dataset needs a validation path");
+  ConfigNode rt = d.child("remoteThrottle");
+  rt.allow_only({"mbps", "latencyMs"});
+  j.data.remote_mbps = rt.number("mbps", 0);
+  j.data.remote_latency_ms = rt.number("latencyMs", 0);
+  if (j.data.remote_mbps < 0 || j.data.remote_latency_ms < 0) throw ConfigError(rt.path(), "must not be negative");
+  ConfigNode cache = spec.child("cache");
+  cache.allow_only({"memory", "localSSD", "remote"});
+  j.data.cache.memory_bytes = cache.bytes("memory", j.data.cache.memory_bytes);
+  ConfigNode ssd = cache.child("localSSD");
+  ssd.allow_only({"path", "sizeLimit"});
+  j.data.cache.ssd_dir = ssd.str("path", "");
+  j.data.cache.ssd_bytes = ssd.bytes("sizeLimit", j.data.cache.ssd_bytes);
   j.dataset.kind = d.str("synthetic", j.model.name == "cosmoflow" ? "cosmo" : j.model.name == "unet3d" ? "shapes" : "images");
   j.dataset.size = j.model.input_size;
   j.dataset.samples = static_cast<uint64_t>(d.integer("samples", 256, 1, INT64_MAX));
@@ -54,7 +72,8 @@ JobConfig parse_job_config(const ConfigNode& root) {
   if (j.model.outputs && j.dataset.kind != "cosmo") j.dataset.classes = j.model.outputs;
 
   ConfigNode t = spec.child("training");
-  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "threads", "logEverySeconds", "seed"});
+  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "threads", "logEverySeconds", "seed",
+                "loaderThreads", "prefetchBatches"});
   auto& tr = j.training;
   tr.epochs = static_cast<int>(t.integer("epochs", tr.epochs, 1, 1000000));
   tr.batch_size = static_cast<int>(t.integer("batchSize", tr.batch_size, 1, 1 << 24));
@@ -63,6 +82,8 @@ JobConfig parse_job_config(const ConfigNode& root) {
   tr.threads = static_cast<int>(t.integer("threads", 0, 0, 4096));
   tr.log_every_seconds = t.number("logEverySeconds", tr.log_every_seconds);
   tr.seed = static_cast<uint64_t>(t.integer("seed", 1, 0, INT64_MAX));
+  j.data.loader_threads = static_cast<int>(t.integer("loaderThreads", j.data.loader_threads, 1, 256));
+  j.data.prefetch_batches = static_cast<int>(t.integer("prefetchBatches", j.data.prefetch_batches, 1, 4096));
   ConfigNode o = t.child("optimizer");
   o.allow_only({"name", "learningRate", "momentum", "nesterov", "weightDecay", "beta1", "beta2", "eps", "trust"});
   tr.optimizer.name = o.str("name", tr.optimizer.name);

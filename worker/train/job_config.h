@@ -7,6 +7,7 @@
 #include "worker/comm/exchange.h"
 #include "worker/core/config_node.h"
 #include "worker/data/dataset.h"
+#include "worker/data/tiered_cache.h"
 #include "worker/models/model.h"
 #include "worker/nn/optim.h"
 
@@ -42,11 +43,22 @@ struct TrainingConfig {
   uint64_t seed = 1;         // data order
 };
 
+struct DataConfig {
+  std::string format = "synthetic";  // synthetic | hdf5
+  std::string path, validation_path; // hdf5: directories with a manifest.tsv
+  CacheOptions cache;                // spec.cache: memory, localSSD.{path, sizeLimit}
+  double remote_mbps = 0;            // emulate a slow remote tier (dataset.remoteThrottle.mbps); 0: off
+  double remote_latency_ms = 0;
+  int loader_threads = 2;            // training.loaderThreads
+  int prefetch_batches = 4;          // training.prefetchBatches
+};
+
 struct JobConfig {
   std::string name = "job";
   ModelConfig model;               // model.spatial: parallelism.spatial
   int data_replicas = 0;           // parallelism.data; 0: world size / spatial group size
-  SyntheticConfig dataset;
+  SyntheticConfig dataset;         // synthetic data (data.format == synthetic)
+  DataConfig data;
   uint64_t validation_samples = 64;
   TrainingConfig training;
   CommunicationConfig communication;

@@ -9,7 +9,7 @@
 #include "worker/core/error.h"
 #include "worker/core/log.h"
 #include "worker/nn/batchnorm.h"
-#include "worker/spatial/halo.h"
+#include "worker/data/h5_dataset.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -77,11 +77,33 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
   model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
-  train_ = make_synthetic(config_.dataset);
-  SyntheticConfig vc = config_.dataset;
-  vc.samples = config_.validation_samples;
-  vc.seed = config_.dataset.seed + 1000003;  // disjoint from the training samples
-  val_ = make_synthetic(vc);
+  if (const Partition* p = model_->input_partition())
+    for (int d = 0; d < 3; ++d) {
+      box_.begin[d] = p->owned(d).begin;
+      box_.end[d] = p->owned(d).end;
+    }
+  const DataConfig& dc = config_.data;
+  if (dc.format == "hdf5") {
+    posix_ = std::make_unique<PosixFileSystem>();
+    FileSystem* remote = posix_.get();
+    if (dc.remote_mbps > 0) {
+      remote_fs_ = std::make_unique<ThrottledFileSystem>(
+          *posix_, dc.remote_mbps, std::chrono::microseconds(static_cast<int64_t>(dc.remote_latency_ms * 1000)));
+      remote = remote_fs_.get();
+    }
+    CacheOptions co = dc.cache;
+    if (!co.ssd_dir.empty()) co.ssd_dir += "/rank" + std::to_string(rank_);  // each rank caches its own blocks
+    cache_ = std::make_unique<TieredCache>(co, *posix_);
+    train_ = std::make_unique<Hdf5Dataset>(dc.path, *remote, cache_.get());
+    val_ = std::make_unique<Hdf5Dataset>(dc.validation_path, *remote, cache_.get());
+  } else {
+    train_ = make_synthetic(config_.dataset);
+    SyntheticConfig vc = config_.dataset;
+    vc.samples = config_.validation_samples;
+    vc.seed = config_.dataset.seed + 1000003;  // disjoint from the training samples
+    val_ = make_synthetic(vc);
+  }
+  loader_ = std::make_unique<PrefetchLoader>(*train_, dc.loader_threads, dc.prefetch_batches, box_);
   if (train_->input_shape() != model_->sample_shape())
     throw ConfigError("spec.dataset", detail::concat("samples of shape ", shape_str(train_->input_shape()),
                                                      " do not fit model input ", shape_str(model_->sample_shape())));
@@ -111,36 +133,24 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
 
 Trainer::~Trainer() = default;
 
-Batch Trainer::local_part(const Batch& b) const {
-  Batch out;
-  const Partition* p = model_->input_partition();
-  if (p) {
-    const Tensor& x = b.inputs;
-    out.inputs = Tensor({x.dim(0), x.dim(1), p->owned(0).size(), p->owned(1).size(), p->owned(2).size()});
-    copy_box(x, {0, 0, p->owned(0).begin, p->owned(1).begin, p->owned(2).begin}, out.inputs, {0, 0, 0, 0, 0},
-             {out.inputs.dim(0), out.inputs.dim(1), out.inputs.dim(2), out.inputs.dim(3), out.inputs.dim(4)}, false);
-  } else {
-    out.inputs = b.inputs;
-  }
-  if (p && model_->task() == Task::kSegmentation) {  // voxel labels: this rank's block
-    const Tensor t5 = b.targets.reshape({b.targets.dim(0), 1, b.targets.dim(1), b.targets.dim(2), b.targets.dim(3)});
-    Tensor blk({t5.dim(0), 1, p->owned(0).size(), p->owned(1).size(), p->owned(2).size()});
-    copy_box(t5, {0, 0, p->owned(0).begin, p->owned(1).begin, p->owned(2).begin}, blk, {0, 0, 0, 0, 0},
-             {blk.dim(0), 1, blk.dim(2), blk.dim(3), blk.dim(4)}, false);
-    out.targets = blk.reshape({blk.dim(0), blk.dim(2), blk.dim(3), blk.dim(4)});
-    return out;
-  }
+Batch Trainer::select_held(Batch b) const {
   const auto held = model_->held_samples(b.targets.dim(0));
-  if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) {
-    out.targets = b.targets;
-    return out;
-  }
+  if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) return b;
   Shape ts = b.targets.shape();
   ts[0] = static_cast<int64_t>(held.size());
-  out.targets = Tensor(ts);
+  Tensor t(ts);
   const int64_t per = b.targets.numel() / std::max<int64_t>(1, b.targets.dim(0));
   for (size_t i = 0; i < held.size(); ++i)
-    std::memcpy(out.targets.data() + i * per, b.targets.data() + held[i] * per, per * sizeof(float));
+    std::memcpy(t.data() + i * per, b.targets.data() + held[i] * per, per * sizeof(float));
+  b.targets = t;
+  return b;
+}
+
+std::vector<std::vector<uint64_t>> Trainer::epoch_schedule(int epoch, int64_t from) const {
+  const auto order = epoch_order(train_->size(), config_.training.seed, epoch);
+  std::vector<std::vector<uint64_t>> out;
+  for (int64_t s = from; s < steps_per_epoch_; ++s)
+    out.push_back(shard_batch(order, s, config_.training.batch_size, replica_, replicas_));
   return out;
 }
 
@@ -181,7 +191,9 @@ EpochRecord Trainer::validate(int epoch) {
   for (int64_t start = replica_ * b; start < n; start += b * replicas_) {
     std::vector<uint64_t> idx;
     for (int64_t i = start; i < std::min(n, start + b); ++i) idx.push_back(static_cast<uint64_t>(i));
-    Batch batch = local_part(stack(*val_, idx));
+    std::vector<Sample> samples;
+    for (uint64_t i : idx) samples.push_back(box_ == VolumeBox{} ? val_->get(i) : val_->get_block(i, box_));
+    Batch batch = select_held(stack_samples(samples));
     Tensor out = model_->forward(batch.inputs, false);
     const double k = model_->loss_share(static_cast<int64_t>(idx.size())) * static_cast<double>(idx.size());
     if (out.dim(0) == 0) continue;
@@ -292,7 +304,6 @@ TrainSummary Trainer::run() {
   auto t_log = Clock::now();
   int64_t logged_samples = 0;
   StepRecord window;  // timings summed since the last progress line
-  std::vector<uint64_t> order;
   int order_epoch = -1;
   if (rank_ == 0)
     log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
@@ -303,7 +314,7 @@ TrainSummary Trainer::run() {
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
     if (epoch != order_epoch) {
-      order = epoch_order(train_->size(), tr.seed, epoch);
+      loader_->start(epoch_schedule(epoch, step_ % steps_per_epoch_));
       order_epoch = epoch;
     }
     if (switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
@@ -311,11 +322,8 @@ TrainSummary Trainer::run() {
     StepRecord rec;
     rec.step = step_;
     rec.epoch = epoch;
+    Batch batch = select_held(loader_->next(&rec.data_s));
     auto t0 = Clock::now();
-    Batch batch = local_part(stack(*train_, shard_batch(order, step_ % steps_per_epoch_, tr.batch_size, replica_, replicas_)));
-    rec.data_s = seconds_since(t0);
-
-    t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
     Tensor out = model_->forward(batch.inputs, true);
     LossResult loss = model_->loss(out, batch.targets);
@@ -370,6 +378,11 @@ TrainSummary Trainer::run() {
     if (epoch_end) {
       summary.last_epoch = validate(epoch + 1);
       if (on_epoch) on_epoch(summary.last_epoch);
+      if (rank_ == 0 && cache_) {
+        const auto c = cache_->counters();
+        log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (",
+                 c.bytes[2] / 1e6, " MB)", c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
+      }
       if (rank_ == 0) {
         const auto& e = summary.last_epoch;
         log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,

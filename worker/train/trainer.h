@@ -16,6 +16,7 @@
 #include <string>
 
 #include "worker/comm/topology.h"
+#include "worker/data/loader.h"
 #include "worker/train/job_config.h"
 
 namespace tessera {
@@ -66,15 +67,20 @@ class Trainer {
   void exchange_gradients(StepRecord& rec);
   EpochRecord validate(int epoch);
   double allreduce_mean(double value, double weight);
-  // This rank's part of a replica batch: its block of each input (spatial parallelism) and the
-  // targets of the samples whose outputs it produces.
-  Batch local_part(const Batch& replica_batch) const;
+  // Keeps the targets of the samples whose outputs this rank produces (spatial parallelism).
+  Batch select_held(Batch batch) const;
+  // The replica's batches of `epoch` from in-epoch step `from` on.
+  std::vector<std::vector<uint64_t>> epoch_schedule(int epoch, int64_t from) const;
 
   JobConfig config_;
   CommGroups* groups_;
   int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
   std::unique_ptr<Model> model_;
+  std::unique_ptr<FileSystem> posix_, remote_fs_;
+  std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<Dataset> train_, val_;
+  std::unique_ptr<PrefetchLoader> loader_;
+  VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
   std::unique_ptr<Buckets> buckets_;
