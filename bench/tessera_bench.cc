@@ -10,6 +10,10 @@
 //   tessera-bench spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B] [--iters I] [--json]
 //       one process per spatial rank, one thread each: per-rank peak activation memory, time per
 //       sample and halo bytes for each split of D, against the unsplit model in the same run.
+//   tessera-bench cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]
+//       trains CosmoFlow from generated HDF5 files with the remote tier throttled to R MB/s, then
+//       restarts the worker for one more epoch: per-epoch data-wait fraction, read throughput and
+//       hit ratio per cache tier.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -34,6 +38,8 @@
 #include "worker/nn/conv.h"
 #include "worker/nn/optim.h"
 #include "worker/spatial/layers.h"
+#include "worker/data/h5_dataset.h"
+#include "worker/train/trainer.h"
 
 #include <sys/resource.h>
 #include "worker/comm/exchange.h"
@@ -552,6 +558,95 @@ int cmd_spatial(Flags& f) {
   return 0;
 }
 
+// ---- cache ----
+
+int cmd_cache(Flags& f) {
+  const double mbps = f.num("remote-mbps", 50);
+  const int size = static_cast<int>(f.integer("size", 64, 8));
+  const int samples = static_cast<int>(f.integer("samples", 32, 1));
+  const int epochs = static_cast<int>(f.integer("epochs", 2, 1));
+  const int batch = static_cast<int>(f.integer("batch", 4, 1));
+  const int threads = static_cast<int>(f.integer("threads", 2, 1));
+  const bool json = f.has("json");
+  f.check_all_used();
+  if (!(mbps > 0)) throw ConfigError("--remote-mbps", "must be positive");
+  const std::string dir = testing::make_temp_dir("tessera-cache-bench");
+  set_log_level(LogLevel::kWarn);
+  generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
+  generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
+
+  JobConfig job;
+  job.model.input_size = size;
+  job.data.format = "hdf5";
+  job.data.path = dir + "/train";
+  job.data.validation_path = dir + "/val";
+  job.data.remote_mbps = mbps;
+  job.data.remote_latency_ms = 2;
+  job.data.cache.memory_bytes = int64_t{4} << 30;
+  job.data.cache.ssd_dir = dir + "/ssd";
+  job.training.batch_size = batch;
+  job.training.threads = threads;
+  job.training.log_every_seconds = 1e9;
+  job.training.optimizer.name = "adam";
+  job.training.schedule.base_lr = 1e-4;
+
+  nlohmann::json rows = nlohmann::json::array();
+  auto run = [&](int n_epochs, const std::string& label) {
+    job.training.epochs = n_epochs;
+    Trainer trainer(job, nullptr);
+    double wait = 0, total = 0;
+    int64_t steps = 0;
+    auto t0 = Clock::now();
+    TieredCache::Counters before{};
+    uint64_t remote_before = 0;
+    trainer.on_step = [&](const StepRecord& r) {
+      wait += r.data_s;
+      total += r.data_s + r.forward_s + r.backward_s + r.comm_s + r.update_s;
+      ++steps;
+    };
+    trainer.on_epoch = [&](const EpochRecord& e) {
+      const auto c = trainer.cache()->counters();
+      const double secs = ms_since(t0) / 1e3;
+      uint64_t served = 0, hits[3];
+      for (int t = 0; t < 3; ++t) {
+        hits[t] = c.hits[t] - before.hits[t];
+        served += hits[t];
+      }
+      const double bytes = static_cast<double>((c.bytes[0] + c.bytes[1] + c.bytes[2]) -
+                                               (before.bytes[0] + before.bytes[1] + before.bytes[2]));
+      nlohmann::json row = {{"run", label}, {"epoch", e.epoch}, {"steps", steps}, {"data_wait_fraction", wait / total},
+                            {"read_mb_per_s", bytes / 1e6 / secs},
+                            {"remote_mb", (trainer.remote_bytes_read() - remote_before) / 1e6},
+                            {"hit_ratio_memory", double(hits[0]) / served}, {"hit_ratio_ssd", double(hits[1]) / served},
+                            {"hit_ratio_remote", double(hits[2]) / served}, {"epoch_seconds", secs}};
+      rows.push_back(row);
+      if (!json)
+        std::printf("%-9s epoch %d: data wait %5.1f%% of step time, %7.1f MB/s of decoded blocks, %6.1f MB read remotely, hits: "
+                    "memory %.2f, SSD %.2f, remote %.2f\n",
+                    label.c_str(), e.epoch, 100 * wait / total, bytes / 1e6 / secs, row["remote_mb"].get<double>(),
+                    row["hit_ratio_memory"].get<double>(), row["hit_ratio_ssd"].get<double>(),
+                    row["hit_ratio_remote"].get<double>());
+      before = c;
+      remote_before = trainer.remote_bytes_read();
+      wait = total = 0;
+      steps = 0;
+      t0 = Clock::now();
+    };
+    trainer.run();
+  };
+  if (!json)
+    std::printf("CosmoFlow %d^3 from %d HDF5 samples, remote tier throttled to %.0f MB/s, batch %d, %d threads\n", size,
+                samples, mbps, batch, threads);
+  run(epochs, "first");
+  run(1, "restarted");  // a new worker process: empty memory, the SSD tier from before
+  std::filesystem::remove_all(dir);
+  if (json) {
+    nlohmann::json out = {{"bench", "cache"}, {"remote_mbps", mbps}, {"size", size}, {"samples", samples}, {"epochs", rows}};
+    std::printf("%s\n", out.dump().c_str());
+  }
+  return 0;
+}
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: tessera-bench <command> [flags]\n"
@@ -559,6 +654,7 @@ int usage(int code) {
                "  exchange --strategy %s --nodes M --local N --size D --density R [--iters I] [--json]\n"
                "  train    --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
                "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
+               "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
@@ -580,6 +676,7 @@ int main(int argc, char** argv) {
     if (cmd == "demo") return cmd_demo(f);
     if (cmd == "train") return cmd_train(f);
     if (cmd == "spatial") return cmd_spatial(f);
+    if (cmd == "cache") return cmd_cache(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   } catch (const ConfigError& e) {

@@ -95,6 +95,7 @@ Sample Hdf5Dataset::get_block(uint64_t index, const VolumeBox& box) const {
   auto fetch = [&]() {
     BlockRead r = read_sample_block(file, format_, box);
     remote_.charge_read(r.stored_bytes);
+    remote_bytes_ += r.stored_bytes;
     if (format_ == SampleFormat::kCosmo) log1p_inplace(r.input);  // the transform, off the training thread
     std::string out;
     put_tensor(out, r.input);

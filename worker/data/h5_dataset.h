@@ -6,6 +6,8 @@
 // errors naming the file. get()/get_block() are thread-safe.
 #pragma once
 
+#include <atomic>
+
 #include "worker/data/dataset.h"
 #include "worker/data/filesystem.h"
 #include "worker/data/tiered_cache.h"
@@ -23,6 +25,8 @@ class Hdf5Dataset : public Dataset {
   Shape target_shape() const override { return target_; }
   SampleFormat format() const { return format_; }
   const std::string& file(uint64_t index) const { return files_.at(index); }
+  // Bytes of file chunks read from the remote directory so far (cache misses only).
+  uint64_t remote_bytes_read() const { return remote_bytes_.load(); }
 
  private:
   std::string dir_;
@@ -31,6 +35,7 @@ class Hdf5Dataset : public Dataset {
   SampleFormat format_ = SampleFormat::kCosmo;
   std::vector<std::string> files_;
   Shape input_, target_;
+  mutable std::atomic<uint64_t> remote_bytes_{0};
 };
 
 // Writes `samples` generated samples of edge `size` (cosmo: cosmology fields, raw densities as int16

@@ -133,6 +133,13 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
 
 Trainer::~Trainer() = default;
 
+uint64_t Trainer::remote_bytes_read() const {
+  uint64_t n = 0;
+  for (const Dataset* d : {train_.get(), val_.get()})
+    if (auto* h = dynamic_cast<const Hdf5Dataset*>(d)) n += h->remote_bytes_read();
+  return n;
+}
+
 Batch Trainer::select_held(Batch b) const {
   const auto held = model_->held_samples(b.targets.dim(0));
   if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) return b;

@@ -59,6 +59,10 @@ class Trainer {
   std::function<void(const EpochRecord&)> on_epoch;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
   int64_t switch_step() const { return switch_step_; }
+  // The data cache of an hdf5 dataset (null for synthetic data): its counters feed the metrics.
+  const TieredCache* cache() const { return cache_.get(); }
+  // Bytes read from the remote dataset directory (file chunks, before decompression).
+  uint64_t remote_bytes_read() const;
 
  private:
   struct Buckets;
