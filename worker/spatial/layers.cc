@@ -11,6 +11,12 @@ std::array<Window, 3> conv_windows(const ConvOptions& o) {
   return w;
 }
 
+std::array<Window, 3> deconv_windows(const ConvOptions& o) {
+  std::array<Window, 3> w;
+  for (int d = 0; d < 3; ++d) w[d] = {o.kernel, o.stride, pad_before(o, d), pad_after(o, d), true};
+  return w;
+}
+
 std::array<Window, 3> pool_windows(const PoolOptions& o) {
   std::array<Window, 3> w;
   for (int d = 0; d < 3; ++d) w[d] = {o.kernel, o.stride, o.padding, o.padding, false};
@@ -28,129 +34,67 @@ void check_context(const SpatialContext& ctx, const std::string& name) {
 
 }  // namespace
 
-DistConv::DistConv(std::string name, ConvOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
+template <class Local, class Options>
+DistWindowLayer<Local, Options>::DistWindowLayer(std::string name, const char* kind, Options o, const SpatialContext& ctx,
+                                                 std::array<int64_t, 3> in_extent, const std::array<Window, 3>& window)
     : Layer(name),
+      kind_(kind),
       in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),
-      out_(output_partition(in_, conv_windows(o), "model.layers." + name)) {
-  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, "spatial parallelism needs 3D convolutions");
-  const auto windows = conv_windows(o);
-  check_halos(in_, out_, windows, "model.layers." + name);
-  halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, windows);
-  ConvOptions local = o;
-  local.pad_l.resize(3);
-  local.pad_r.resize(3);
+      out_(output_partition(in_, window, "model.layers." + name)) {
+  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, std::string(kind) + ": spatial parallelism needs 3D layers");
+  check_halos(in_, out_, window, "model.layers." + name);
+  halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, window);
+  o.pad_l.resize(3);
+  o.pad_r.resize(3);
   for (int d = 0; d < 3; ++d) {
-    local.pad_l[d] = halo_->need(d).pad_before;
-    local.pad_r[d] = halo_->need(d).pad_after;
+    o.pad_l[d] = halo_->need(d).pad_before;
+    o.pad_r[d] = halo_->need(d).pad_after;
+    if (o.pad_l[d] < 0 || o.pad_r[d] < 0)
+      throw ConfigError("model.layers." + name, std::string(kind) + ": this split cannot be computed block by block");
   }
-  local_ = std::make_unique<Conv>(name, local);  // same seed and shapes: the same weights as one rank
+  local_ = std::make_unique<Local>(name, o);  // same seed and shapes: the same weights as one rank
 }
 
-Shape DistConv::output_shape(const Shape& in) const {
+template <class Local, class Options>
+Shape DistWindowLayer<Local, Options>::extended(const Shape& block) const {
+  Shape ext = block;
+  for (int d = 0; d < 3; ++d) ext[2 + d] = halo_->need(d).input.size();
+  return ext;
+}
+
+template <class Local, class Options>
+Shape DistWindowLayer<Local, Options>::output_shape(const Shape& in) const {
   if (in.size() != 5 || in[2] != in_.owned(0).size() || in[3] != in_.owned(1).size() || in[4] != in_.owned(2).size())
-    shape_error(detail::concat("expects this rank's block ", shape_str(block_shape(in.size() ? in[0] : 0, 0, in_)),
-                               " (channels aside), got ", shape_str(in)));
-  return block_shape(in[0], local_->options().out_channels, out_);
+    shape_error(detail::concat("expects this rank's block (N, C, ", in_.owned(0).size(), ", ", in_.owned(1).size(), ", ",
+                               in_.owned(2).size(), "), got ", shape_str(in)));
+  return local_->output_shape(extended(in));
 }
 
-Tensor DistConv::forward(const Tensor& x, bool training) {
+template <class Local, class Options>
+Tensor DistWindowLayer<Local, Options>::forward(const Tensor& x, bool training) {
   output_shape(x.shape());
   return local_->forward(halo_->forward(x), training);
 }
 
-Tensor DistConv::backward(const Tensor& dy) {
+template <class Local, class Options>
+Tensor DistWindowLayer<Local, Options>::backward(const Tensor& dy) {
   local_->set_input_grad(input_grad());
   Tensor dx = local_->backward(dy);
   return input_grad() ? halo_->reverse(dx) : dx;
 }
 
-double DistConv::forward_flops(const Shape& in) const {
-  Shape ext = in;
-  for (int d = 0; d < 3; ++d) ext[2 + d] = halo_->need(d).input.size();
-  return local_->forward_flops(ext);
-}
+template class DistWindowLayer<Conv, ConvOptions>;
+template class DistWindowLayer<Deconv, ConvOptions>;
+template class DistWindowLayer<Pool, PoolOptions>;
 
-namespace {
-std::array<Window, 3> deconv_windows(const ConvOptions& o) {
-  std::array<Window, 3> w;
-  for (int d = 0; d < 3; ++d) w[d] = {o.kernel, o.stride, pad_before(o, d), pad_after(o, d), true};
-  return w;
-}
-}  // namespace
+DistConv::DistConv(std::string name, ConvOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
+    : DistWindowLayer(std::move(name), "dist_conv", o, ctx, in_extent, conv_windows(o)) {}
 
 DistDeconv::DistDeconv(std::string name, ConvOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
-    : Layer(name),
-      in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),
-      out_(output_partition(in_, deconv_windows(o), "model.layers." + name)) {
-  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, "spatial parallelism needs 3D deconvolutions");
-  const auto windows = deconv_windows(o);
-  check_halos(in_, out_, windows, "model.layers." + name);
-  halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, windows);
-  ConvOptions local = o;
-  local.pad_l.resize(3);
-  local.pad_r.resize(3);
-  for (int d = 0; d < 3; ++d) {
-    local.pad_l[d] = halo_->need(d).pad_before;
-    local.pad_r[d] = halo_->need(d).pad_after;
-    if (local.pad_l[d] < 0 || local.pad_r[d] < 0)
-      throw ConfigError("model.layers." + name, "this split cannot crop the transposed convolution's output");
-  }
-  local_ = std::make_unique<Deconv>(name, local);
-}
-
-Shape DistDeconv::output_shape(const Shape& in) const {
-  if (in.size() != 5 || in[2] != in_.owned(0).size() || in[3] != in_.owned(1).size() || in[4] != in_.owned(2).size())
-    shape_error("expects this rank's block, got " + shape_str(in));
-  return block_shape(in[0], local_->options().out_channels, out_);
-}
-
-Tensor DistDeconv::forward(const Tensor& x, bool training) {
-  output_shape(x.shape());
-  return local_->forward(halo_->forward(x), training);
-}
-
-Tensor DistDeconv::backward(const Tensor& dy) {
-  local_->set_input_grad(input_grad());
-  Tensor dx = local_->backward(dy);
-  return input_grad() ? halo_->reverse(dx) : dx;
-}
-
-double DistDeconv::forward_flops(const Shape& in) const {
-  Shape ext = in;
-  for (int d = 0; d < 3; ++d) ext[2 + d] = halo_->need(d).input.size();
-  return local_->forward_flops(ext);
-}
+    : DistWindowLayer(std::move(name), "dist_deconv", o, ctx, in_extent, deconv_windows(o)) {}
 
 DistPool::DistPool(std::string name, PoolOptions o, const SpatialContext& ctx, std::array<int64_t, 3> in_extent)
-    : Layer(name),
-      in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),
-      out_(output_partition(in_, pool_windows(o), "model.layers." + name)) {
-  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, "spatial parallelism needs 3D pooling");
-  const auto windows = pool_windows(o);
-  check_halos(in_, out_, windows, "model.layers." + name);
-  halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, windows);
-  PoolOptions local = o;
-  local.pad_l.resize(3);
-  local.pad_r.resize(3);
-  for (int d = 0; d < 3; ++d) {
-    local.pad_l[d] = halo_->need(d).pad_before;
-    local.pad_r[d] = halo_->need(d).pad_after;
-  }
-  local_ = std::make_unique<Pool>(name, local);
-}
-
-Shape DistPool::output_shape(const Shape& in) const {
-  if (in.size() != 5 || in[2] != in_.owned(0).size() || in[3] != in_.owned(1).size() || in[4] != in_.owned(2).size())
-    shape_error("expects this rank's block, got " + shape_str(in));
-  return block_shape(in[0], in[1], out_);
-}
-
-Tensor DistPool::forward(const Tensor& x, bool training) {
-  output_shape(x.shape());
-  return local_->forward(halo_->forward(x), training);
-}
-
-Tensor DistPool::backward(const Tensor& dy) { return halo_->reverse(local_->backward(dy)); }
+    : DistWindowLayer(std::move(name), "dist_pool", o, ctx, in_extent, pool_windows(o)) {}
 
 BatchNorm::StatsReducer spatial_batchnorm_reducer(Communicator& spatial) {
   return [&spatial](std::span<double> stats) { spatial.allreduce(stats); };

@@ -25,59 +25,47 @@ struct SpatialContext {
   SpatialGrid grid;
 };
 
-class DistConv : public Layer {
+// A window layer (convolution, transposed convolution, pooling) on blocks: exchange the input halo
+// the block's outputs depend on, run the single-rank layer on the extended block with padding only
+// at the volume's edges (for a transposed convolution the "padding" crops its output to the block),
+// and in backward return the halo gradients to their owners.
+template <class Local, class Options>
+class DistWindowLayer : public Layer {
  public:
-  // `in_extent`: the global (D, H, W) of the input. Options as for the single-rank layer.
-  DistConv(std::string name, ConvOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);
-  const char* kind() const override { return "dist_conv"; }
+  // `in_extent`: the global (D, H, W) of the input; `window`: the layer along each dimension.
+  DistWindowLayer(std::string name, const char* kind, Options options, const SpatialContext& ctx,
+                  std::array<int64_t, 3> in_extent, const std::array<Window, 3>& window);
+  const char* kind() const override { return kind_; }
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
   std::vector<Param*> params() override { return local_->params(); }
-  double forward_flops(const Shape& in) const override;
+  double forward_flops(const Shape& in) const override { return local_->forward_flops(extended(in)); }
   const Partition& out_partition() const { return out_; }
   uint64_t halo_bytes() const { return halo_->bytes_sent(); }
 
  private:
+  Shape extended(const Shape& block) const;  // the block's shape with its halos
+  const char* kind_;
   Partition in_, out_;
   std::unique_ptr<HaloExchange> halo_;
-  std::unique_ptr<Conv> local_;
+  std::unique_ptr<Local> local_;
 };
 
-// Transposed convolution (U-Net upsampling) on blocks: the local deconvolution crops its output to
-// this rank's block (its padding), after taking the input halo the cropped outputs depend on.
-class DistDeconv : public Layer {
+class DistConv : public DistWindowLayer<Conv, ConvOptions> {
+ public:
+  DistConv(std::string name, ConvOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);
+};
+
+// Transposed convolution (U-Net upsampling).
+class DistDeconv : public DistWindowLayer<Deconv, ConvOptions> {
  public:
   DistDeconv(std::string name, ConvOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);
-  const char* kind() const override { return "dist_deconv"; }
-  Shape output_shape(const Shape& in) const override;
-  Tensor forward(const Tensor& x, bool training) override;
-  Tensor backward(const Tensor& dy) override;
-  std::vector<Param*> params() override { return local_->params(); }
-  double forward_flops(const Shape& in) const override;
-  const Partition& out_partition() const { return out_; }
-  uint64_t halo_bytes() const { return halo_->bytes_sent(); }
-
- private:
-  Partition in_, out_;
-  std::unique_ptr<HaloExchange> halo_;
-  std::unique_ptr<Deconv> local_;
 };
 
-class DistPool : public Layer {
+class DistPool : public DistWindowLayer<Pool, PoolOptions> {
  public:
   DistPool(std::string name, PoolOptions options, const SpatialContext& ctx, std::array<int64_t, 3> in_extent);
-  const char* kind() const override { return "dist_pool"; }
-  Shape output_shape(const Shape& in) const override;
-  Tensor forward(const Tensor& x, bool training) override;
-  Tensor backward(const Tensor& dy) override;
-  const Partition& out_partition() const { return out_; }
-  uint64_t halo_bytes() const { return halo_->bytes_sent(); }
-
- private:
-  Partition in_, out_;
-  std::unique_ptr<HaloExchange> halo_;
-  std::unique_ptr<Pool> local_;
 };
 
 // Sums BatchNorm's partial statistics over the spatial group.
