@@ -86,7 +86,7 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
     put<uint32_t>(buf, static_cast<uint32_t>(name.size()));
     buf += name;
     put<uint64_t>(buf, v.size());
-    buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    if (!v.empty()) buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   }
   put<uint64_t>(buf, fnv1a(buf));
 
@@ -141,7 +141,7 @@ CheckpointData read_checkpoint(const std::string& file) {
     const uint64_t count = r.get<uint64_t>();
     std::string raw = r.bytes(count * sizeof(float));
     std::vector<float> v(count);
-    std::memcpy(v.data(), raw.data(), raw.size());
+    if (count) std::memcpy(v.data(), raw.data(), raw.size());
     d.arrays[name] = std::move(v);
   }
   return d;
