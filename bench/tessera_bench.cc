@@ -14,6 +14,8 @@
 //       trains CosmoFlow from generated HDF5 files with the remote tier throttled to R MB/s, then
 //       restarts the worker for one more epoch: per-epoch data-wait fraction, read throughput and
 //       hit ratio per cache tier.
+//   tessera-bench placement --workers W --nodes N [--gpus-per-node G] [--json]
+//       gang placement and ring plan of W one-GPU workers on N nodes in 4 zones x 4 racks.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -38,6 +40,7 @@
 #include "worker/nn/conv.h"
 #include "worker/nn/optim.h"
 #include "worker/spatial/layers.h"
+#include "controller/placement/ring_planner.h"
 #include "worker/data/h5_dataset.h"
 #include "worker/train/trainer.h"
 
@@ -647,6 +650,54 @@ int cmd_cache(Flags& f) {
   return 0;
 }
 
+// ---- placement ----
+
+int cmd_placement(Flags& f) {
+  const int workers = static_cast<int>(f.integer("workers", 1024, 1));
+  const int n_nodes = static_cast<int>(f.integer("nodes", 128, 1));
+  const int gpus = static_cast<int>(f.integer("gpus-per-node", 8, 1));
+  const int repeat = static_cast<int>(f.integer("repeat", 20, 1));
+  const bool json = f.has("json");
+  f.check_all_used();
+  using namespace placement;
+  std::vector<NodeInfo> nodes(n_nodes);
+  std::mt19937 rng(3);
+  for (int i = 0; i < n_nodes; ++i) {
+    NodeInfo& n = nodes[i];
+    n.name = detail::concat("gpu-", i);
+    n.labels = {{"topology.kubernetes.io/zone", detail::concat("zone-", i % 4)},
+                {"example.com/rack", detail::concat("rack-", (i / 4) % 4)},
+                {"kubernetes.io/hostname", n.name}};
+    n.allocatable = {gpus, 96, int64_t{768} << 30};
+    if (i % 7 == 3) n.taints = {{"dedicated", "inference", "NoSchedule"}};  // excluded nodes
+  }
+  GangRequest req;
+  req.replicas = workers;
+  req.per_pod = {1, 4, int64_t{32} << 30};
+  req.topology_keys = {"topology.kubernetes.io/zone", "example.com/rack", "kubernetes.io/hostname"};
+  req.tolerations = {{"dedicated", "Equal", "inference", "NoSchedule"}};
+  GangPlacer placer;
+  std::vector<double> ms;
+  PlacementResult r;
+  size_t ranks = 0;
+  for (int i = 0; i < repeat; ++i) {
+    auto t0 = Clock::now();
+    r = placer.place(req, nodes);
+    if (r.placed) ranks = plan_ring(r.nodes, 1, nodes, req.topology_keys).size();
+    ms.push_back(ms_since(t0));
+  }
+  const double m = median(ms);
+  if (json) {
+    std::printf("{\"bench\":\"placement\",\"workers\":%d,\"nodes\":%d,\"gpus_per_node\":%d,\"placed\":%s,"
+                "\"ranks\":%zu,\"ms\":%.3f}\n",
+                workers, n_nodes, gpus, r.placed ? "true" : "false", ranks, m);
+  } else {
+    std::printf("placing %d one-GPU workers on %d nodes of %d GPUs: %s, %.3f ms (median of %d) including the ring plan\n",
+                workers, n_nodes, gpus, r.placed ? "placed" : r.reason.c_str(), m, repeat);
+  }
+  return r.placed ? 0 : 1;
+}
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: tessera-bench <command> [flags]\n"
@@ -655,6 +706,7 @@ int usage(int code) {
                "  train    --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
                "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
                "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
+               "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
@@ -677,6 +729,7 @@ int main(int argc, char** argv) {
     if (cmd == "train") return cmd_train(f);
     if (cmd == "spatial") return cmd_spatial(f);
     if (cmd == "cache") return cmd_cache(f);
+    if (cmd == "placement") return cmd_placement(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   } catch (const ConfigError& e) {
