@@ -7,6 +7,7 @@ packages=(
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
   libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
 )
 

@@ -1,12 +1,15 @@
 // tessera-worker: one rank of a training job.
 //
 //   tessera-worker --config job.yaml [--rank R --world-size N --node NAME --local-rank L]
-//                  [--rendezvous DIR] [--metrics FILE] [--threads T]
+//                  [--rendezvous DIR | --rendezvous grpc://HOST:PORT --replica P --slot S]
+//                  [--metrics FILE] [--threads T]
 //
-// Rank, world size, node and local rank come from the flags or from TESSERA_RANK,
-// TESSERA_WORLD_SIZE, TESSERA_NODE, TESSERA_LOCAL_RANK; the rendezvous directory (a file store
-// shared by all ranks) from --rendezvous or TESSERA_RENDEZVOUS. With a world of one no rendezvous
-// is needed. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
+// With a rendezvous directory (a file store shared by all ranks), rank, world size, node and local
+// rank come from the flags or from TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_NODE,
+// TESSERA_LOCAL_RANK. With the controller's rendezvous service (grpc://), the worker registers as
+// process --slot of pod --replica (TESSERA_REPLICA, TESSERA_SLOT) of job TESSERA_JOB with token
+// TESSERA_TOKEN and gets its rank, node and local rank from the job's ring plan. The rendezvous
+// also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
 // configuration, 1 any other failure.
 #include <omp.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/comm/grpc_store.h"
 #include "worker/core/error.h"
 #include "worker/core/log.h"
 #include "worker/train/trainer.h"
@@ -28,6 +32,8 @@ namespace {
 struct Options {
   std::string config, rendezvous, metrics, node;
   int rank = 0, world = 1, local_rank = -1, threads = 0;
+  int replica = 0, slot = 0;  // with the rendezvous service
+  bool service() const { return rendezvous.rfind("grpc://", 0) == 0; }
 };
 
 int env_int(const char* name, int def) {
@@ -51,6 +57,8 @@ Options parse(int argc, char** argv) {
   o.local_rank = env_int("TESSERA_LOCAL_RANK", -1);
   o.node = env_str("TESSERA_NODE", "");
   o.rendezvous = env_str("TESSERA_RENDEZVOUS", "");
+  o.replica = env_int("TESSERA_REPLICA", 0);
+  o.slot = env_int("TESSERA_SLOT", 0);
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -72,12 +80,15 @@ Options parse(int argc, char** argv) {
     else if (a == "--rendezvous") o.rendezvous = value();
     else if (a == "--metrics") o.metrics = value();
     else if (a == "--threads") o.threads = number();
+    else if (a == "--replica") o.replica = number();
+    else if (a == "--slot") o.slot = number();
     else throw ConfigError(a, "unknown flag (see the header of tessera_worker.cc or the README)");
   }
   if (o.config.empty()) throw ConfigError("--config", "a job configuration file is required");
   if (o.world < 1) throw ConfigError("--world-size", "must be at least 1");
   if (o.rank < 0 || o.rank >= o.world) throw ConfigError("--rank", detail::concat(o.rank, " is outside [0, ", o.world, ")"));
-  if (o.world > 1 && o.rendezvous.empty()) throw ConfigError("--rendezvous", "needed when the world has more than one rank");
+  if (o.world > 1 && o.rendezvous.empty() && !o.service())
+    throw ConfigError("--rendezvous", "needed when the world has more than one rank");
   if (o.node.empty()) {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -93,11 +104,24 @@ int run(int argc, char** argv) {
   JobConfig job = load_job_config(o.config);
   if (o.threads > 0) job.training.threads = o.threads;
 
-  std::unique_ptr<FileStore> store;
+  std::unique_ptr<Store> store;
   std::unique_ptr<CommGroups> groups;
+  const Millis timeout(job.communication.timeout_ms);
+  if (o.service()) {
+    auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), env_str("TESSERA_JOB", job.name),
+                                            env_str("TESSERA_TOKEN", ""));
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    const auto a = grpc->register_worker(o.replica, o.slot, host, timeout);
+    o.rank = a.rank;
+    o.world = a.world_size;
+    o.node = a.node;
+    o.local_rank = a.local_rank;
+    set_log_tag("rank " + std::to_string(o.rank));
+    store = std::move(grpc);
+  }
   if (o.world > 1) {
-    store = std::make_unique<FileStore>(o.rendezvous);
-    const Millis timeout(job.communication.timeout_ms);
+    if (!store) store = std::make_unique<FileStore>(o.rendezvous);
     Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
     groups = std::make_unique<CommGroups>(
         connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout), job.model.spatial.size()));

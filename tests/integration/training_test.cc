@@ -11,6 +11,7 @@
 
 #include "tests/support/fork_ranks.h"
 #include "tests/support/process.h"
+#include "controller/rendezvous/rendezvous_service.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -164,6 +165,37 @@ TEST(TrainingTest, SpatialParallelismFollowsTheSingleRankTrajectory) {
       }
     }
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Workers that get their ranks from the controller's rendezvous service (as pods do).
+TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
+  const std::string dir = make_temp_dir("tessera-grpc");
+  RendezvousService service;
+  std::vector<placement::NodeInfo> nodes(2);
+  nodes[0].name = "node-a";
+  nodes[1].name = "node-b";
+  service.add_job("grpc-job", "s3cret", placement::plan_ring({"node-b", "node-a"}, 1, nodes, {"kubernetes.io/hostname"}));
+  auto cfg = write_config(dir, small_job("{strategy: topk, density: 0.2}", ""));
+  std::vector<pid_t> pids;
+  for (int replica = 0; replica < 2; ++replica)
+    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
+                          std::to_string(replica), "--slot", "0", "--threads", "1", "--metrics",
+                          dir + "/metrics-" + std::to_string(replica) + ".jsonl"},
+                         dir + "/log-" + std::to_string(replica) + ".txt", {"TESSERA_JOB=grpc-job", "TESSERA_TOKEN=s3cret"}));
+  for (int replica = 0; replica < 2; ++replica)
+    EXPECT_EQ(wait_exit(pids[replica], std::chrono::seconds(120)), 0) << read_file(dir + "/log-" + std::to_string(replica) + ".txt");
+  // Pod 1 runs on node-a, first in the ring: rank 0.
+  auto m1 = records(dir + "/metrics-1.jsonl", "step");
+  ASSERT_EQ(m1.size(), 10u);
+  EXPECT_EQ(m1[0]["rank"], 0);
+  EXPECT_EQ(records(dir + "/metrics-0.jsonl", "step")[0]["rank"], 1);
+  // A worker with the wrong token is refused, and says why.
+  pid_t bad = spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica", "0"},
+                    dir + "/log-bad.txt", {"TESSERA_JOB=grpc-job", "TESSERA_TOKEN=guess"});
+  EXPECT_EQ(wait_exit(bad, std::chrono::seconds(60)), 1);
+  EXPECT_NE(read_file(dir + "/log-bad.txt").find("wrong token for job 'grpc-job'"), std::string::npos)
+      << read_file(dir + "/log-bad.txt");
   std::filesystem::remove_all(dir);
 }
 

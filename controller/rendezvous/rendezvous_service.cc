@@ -1,0 +1,162 @@
+#include "controller/rendezvous/rendezvous_service.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "tessera.grpc.pb.h"
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+using grpc::ServerContext;
+using grpc::Status;
+using grpc::StatusCode;
+
+struct JobState {
+  std::string token;
+  std::vector<placement::RankAssignment> plan;
+  std::map<std::string, std::string> kv;
+  std::map<int, int64_t> registrations;                // rank -> times registered
+  std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
+  std::map<std::string, int64_t> barrier_generation;   // completed rounds per name
+};
+
+}  // namespace
+
+struct RendezvousService::Impl final : public v1::Rendezvous::Service {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, JobState> jobs;  // GUARDED_BY(mu)
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+
+  // The job named in auth, checking the token; REQUIRES: mu held.
+  Status find(const v1::JobAuth& auth, JobState** out) {
+    auto it = jobs.find(auth.job());
+    if (it == jobs.end()) return Status(StatusCode::NOT_FOUND, "rendezvous: no job '" + auth.job() + "'");
+    if (it->second.token != auth.token())
+      return Status(StatusCode::PERMISSION_DENIED, "rendezvous: wrong token for job '" + auth.job() + "'");
+    *out = &it->second;
+    return Status::OK;
+  }
+
+  Status Register(ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu);
+    JobState* job = nullptr;
+    if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    for (const auto& a : job->plan) {
+      if (a.replica == req->replica() && a.slot == req->slot()) {
+        resp->set_rank(a.rank);
+        resp->set_world_size(static_cast<int>(job->plan.size()));
+        resp->set_node(a.node);
+        resp->set_local_rank(a.local_rank);
+        resp->set_generation(++job->registrations[a.rank]);
+        return Status::OK;
+      }
+    }
+    return Status(StatusCode::INVALID_ARGUMENT,
+                  detail::concat("rendezvous: job '", req->auth().job(), "' has no worker (replica ", req->replica(),
+                                 ", slot ", req->slot(), ")"));
+  }
+
+  Status Set(ServerContext*, const v1::SetRequest* req, v1::SetResponse*) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      JobState* job = nullptr;
+      if (Status s = find(req->auth(), &job); !s.ok()) return s;
+      job->kv[req->key()] = req->value();
+    }
+    cv.notify_all();
+    return Status::OK;
+  }
+
+  Status Get(ServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      JobState* job = nullptr;
+      if (Status s = find(req->auth(), &job); !s.ok()) return s;
+      auto it = job->kv.find(req->key());
+      if (it != job->kv.end()) {
+        resp->set_found(true);
+        resp->set_value(it->second);
+        return Status::OK;
+      }
+      if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled())
+        return Status(StatusCode::DEADLINE_EXCEEDED, "rendezvous: key '" + req->key() + "' not written within " +
+                                                         std::to_string(req->timeout_ms()) + " ms");
+      cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    }
+  }
+
+  Status Barrier(ServerContext* ctx, const v1::BarrierRequest* req, v1::BarrierResponse*) override {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
+    std::unique_lock<std::mutex> lock(mu);
+    JobState* job = nullptr;
+    if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    const int64_t round = job->barrier_generation[req->name()];
+    auto& arrived = job->barriers[req->name()];
+    arrived.insert(req->rank());
+    if (static_cast<int>(arrived.size()) >= req->count()) {
+      arrived.clear();
+      ++job->barrier_generation[req->name()];
+      cv.notify_all();
+      return Status::OK;
+    }
+    for (;;) {
+      if (Status s = find(req->auth(), &job); !s.ok()) return s;
+      if (job->barrier_generation[req->name()] > round) return Status::OK;
+      if (std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) {
+        const int have = static_cast<int>(job->barriers[req->name()].size());
+        return Status(StatusCode::DEADLINE_EXCEEDED,
+                      detail::concat("rendezvous: barrier '", req->name(), "' has ", have, " of ", req->count(),
+                                     " ranks after ", req->timeout_ms(), " ms"));
+      }
+      cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    }
+  }
+};
+
+RendezvousService::RendezvousService(const std::string& address) : impl_(std::make_unique<Impl>()) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.RegisterService(impl_.get());
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || impl_->port == 0) throw Error("rendezvous: cannot listen on '" + address + "'");
+}
+
+RendezvousService::~RendezvousService() {
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+}
+
+int RendezvousService::port() const { return impl_->port; }
+std::string RendezvousService::target() const { return "127.0.0.1:" + std::to_string(impl_->port); }
+
+void RendezvousService::add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    JobState state;
+    state.token = token;
+    state.plan = std::move(plan);
+    auto it = impl_->jobs.find(job);
+    if (it != impl_->jobs.end()) state.registrations = it->second.registrations;  // keep restart counts
+    impl_->jobs[job] = std::move(state);
+  }
+  impl_->cv.notify_all();
+}
+
+void RendezvousService::remove_job(const std::string& job) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->jobs.erase(job);
+  }
+  impl_->cv.notify_all();
+}
+
+}  // namespace tessera

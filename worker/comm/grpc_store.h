@@ -1,0 +1,39 @@
+// GrpcStore: the Store of a job on the controller's rendezvous service (proto/tessera.proto), used
+// by workers to register for their rank and to bootstrap Gloo / NCCL. Calls wait for the service to
+// come up (wait-for-ready, reconnect backoff ~50 ms) until their deadline. Errors: a refused token
+// or unknown job is CommError with the service's message; a key not written in time is StoreTimeout.
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "worker/comm/store.h"
+
+namespace tessera {
+
+class GrpcStore : public Store {
+ public:
+  // target: "host:port" of the rendezvous service.
+  GrpcStore(const std::string& target, std::string job, std::string token);
+  ~GrpcStore() override;
+
+  struct Assignment {
+    int rank = 0, world_size = 0, local_rank = 0;
+    std::string node;
+    int64_t generation = 0;
+  };
+  // Registers process `slot` of pod `replica`; returns its place in the job.
+  Assignment register_worker(int replica, int slot, const std::string& host, Millis timeout);
+
+  void set(const std::string& key, const std::string& value) override;
+  std::optional<std::string> try_get(const std::string& key) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  void barrier(const std::string& name, int rank, int count, Millis timeout);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera
