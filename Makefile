@@ -40,6 +40,7 @@ bench: build deps-bench
 	$(BUILD_DIR)/bin/tessera-bench train --model cosmoflow --size 64 --threads 2 --json
 	$(BUILD_DIR)/bin/tessera-bench spatial --model cosmoflow --size 128 --splits 1,2,4 --json
 	$(BUILD_DIR)/bin/tessera-bench cache --remote-mbps 50 --json
+	$(BUILD_DIR)/bin/tessera-bench placement --workers 1024 --nodes 128 --json
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done
