@@ -127,6 +127,12 @@ int run(int argc, char** argv) {
         connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout), job.model.spatial.size()));
   }
   Trainer trainer(job, groups.get());
+  std::unique_ptr<ControlAgent> control;
+  if (o.service()) {
+    control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), env_str("TESSERA_JOB", job.name),
+                                             env_str("TESSERA_TOKEN", ""), o.rank, timeout);
+    trainer.set_control(control.get());
+  }
   std::ofstream metrics;
   if (!o.metrics.empty()) {
     metrics.open(o.metrics, std::ios::app);

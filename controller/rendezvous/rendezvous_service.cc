@@ -25,6 +25,9 @@ struct JobState {
   std::map<int, int64_t> registrations;                // rank -> times registered
   std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
   std::map<std::string, int64_t> barrier_generation;   // completed rounds per name
+  RendezvousService::JobPolicy policy;
+  RendezvousService::Progress progress;                // of rank 0
+  int64_t furthest_step = -1;
 };
 
 }  // namespace
@@ -95,6 +98,26 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     }
   }
 
+  Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu);
+    JobState* job = nullptr;
+    if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    job->furthest_step = std::max(job->furthest_step, req->step());
+    if (req->rank() == 0) {
+      job->progress.step = req->step();
+      job->progress.epoch = req->epoch();
+      job->progress.loss = req->loss();
+      job->progress.samples_per_second = req->samples_per_second();
+    }
+    const int e = job->policy.switch_at_epoch;
+    if (e >= 0 && job->progress.switch_step < 0 && req->steps_per_epoch() > 0) {
+      const int64_t planned = static_cast<int64_t>(e) * req->steps_per_epoch();
+      if (job->furthest_step + 2 >= planned) job->progress.switch_step = std::max(planned, job->furthest_step + 2);
+    }
+    resp->set_switch_step(job->progress.switch_step);
+    return Status::OK;
+  }
+
   Status Barrier(ServerContext* ctx, const v1::BarrierRequest* req, v1::BarrierResponse*) override {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
     std::unique_lock<std::mutex> lock(mu);
@@ -138,17 +161,28 @@ RendezvousService::~RendezvousService() {
 int RendezvousService::port() const { return impl_->port; }
 std::string RendezvousService::target() const { return "127.0.0.1:" + std::to_string(impl_->port); }
 
-void RendezvousService::add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan) {
+void RendezvousService::add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan,
+                                JobPolicy policy) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     JobState state;
     state.token = token;
     state.plan = std::move(plan);
+    state.policy = policy;
     auto it = impl_->jobs.find(job);
-    if (it != impl_->jobs.end()) state.registrations = it->second.registrations;  // keep restart counts
+    if (it != impl_->jobs.end()) {  // a restarted gang: keep restart counts and a switch already decided
+      state.registrations = it->second.registrations;
+      state.progress.switch_step = it->second.progress.switch_step;
+    }
     impl_->jobs[job] = std::move(state);
   }
   impl_->cv.notify_all();
+}
+
+RendezvousService::Progress RendezvousService::progress(const std::string& job) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->jobs.find(job);
+  return it == impl_->jobs.end() ? Progress{} : it->second.progress;
 }
 
 void RendezvousService::remove_job(const std::string& job) {

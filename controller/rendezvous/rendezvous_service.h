@@ -5,6 +5,7 @@
 // (PERMISSION_DENIED); unknown jobs are NOT_FOUND. Thread-safe; serves on its own threads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,21 @@
 #include "controller/placement/ring_planner.h"
 
 namespace tessera {
+
+// The controller's decisions for a job. switch_at_epoch >= 0: a hybrid job switches to its dense
+// strategy at a step S chosen when the first rank comes within two steps of that epoch:
+// S = max(switch_at_epoch * steps_per_epoch, furthest reported step + 2), so every rank, all
+// within one step of each other, hears of S before reaching it.
+struct RendezvousJobPolicy {
+  int switch_at_epoch = -1;
+};
+// What the workers last reported.
+struct RendezvousProgress {
+  int64_t step = -1;
+  int epoch = 0;
+  double loss = 0, samples_per_second = 0;
+  int64_t switch_step = -1;
+};
 
 class RendezvousService {
  public:
@@ -21,8 +37,14 @@ class RendezvousService {
   int port() const;
   std::string target() const;  // "127.0.0.1:<port>"
 
+  using JobPolicy = RendezvousJobPolicy;
+  using Progress = RendezvousProgress;
+
   // Adds (or replaces, for a restarted gang: store and barriers start empty) a job.
-  void add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan);
+  void add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan,
+               JobPolicy policy = {});
+  // Rank 0's last report, and the chosen switch step.
+  Progress progress(const std::string& job) const;
   void remove_job(const std::string& job);
 
  private:

@@ -199,6 +199,35 @@ TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
   std::filesystem::remove_all(dir);
 }
 
+// The controller chooses the hybrid switch step from the workers' heartbeats; every rank switches there.
+TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
+  const std::string dir = make_temp_dir("tessera-switch");
+  RendezvousService service;
+  std::vector<placement::NodeInfo> nodes(2);
+  nodes[0].name = "node-a";
+  nodes[1].name = "node-b";
+  service.add_job("hy", "t", placement::plan_ring({"node-a", "node-b"}, 2, nodes, {"kubernetes.io/hostname"}),
+                  RendezvousService::JobPolicy{1});
+  // The worker's own switchAtEpoch (2) is not what decides: the controller's policy (1) is.
+  auto cfg = write_config(dir, small_job("{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 4; ++i)
+    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
+                          std::to_string(i / 2), "--slot", std::to_string(i % 2), "--threads", "1", "--metrics",
+                          dir + "/metrics-" + std::to_string(i) + ".jsonl"},
+                         dir + "/log-" + std::to_string(i) + ".txt", {"TESSERA_JOB=hy", "TESSERA_TOKEN=t"}));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+  EXPECT_EQ(service.progress("hy").switch_step, 10);
+  EXPECT_EQ(service.progress("hy").step, 29);
+  for (int i = 0; i < 4; ++i) {
+    auto steps = records(dir + "/metrics-" + std::to_string(i) + ".jsonl", "step");
+    ASSERT_EQ(steps.size(), 30u);
+    for (const auto& s : steps) EXPECT_EQ(s["strategy"], s["step"].get<int64_t>() < 10 ? "hitopk" : "torus");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainingTest, HybridSwitchesEveryRankAtTheSameStep) {
   const std::string dir = make_temp_dir("tessera-hybrid");
   auto cfg = write_config(dir, small_job("{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));

@@ -161,6 +161,11 @@ std::vector<std::vector<uint64_t>> Trainer::epoch_schedule(int epoch, int64_t fr
   return out;
 }
 
+void Trainer::set_control(ControlAgent* agent) {
+  control_ = agent;
+  if (control_ && dense_) switch_step_ = -1;  // the controller chooses the switch step
+}
+
 double Trainer::allreduce_mean(double value, double weight) {
   double v[2] = {value * weight, weight};
   if (groups_) groups_->world->allreduce(std::span<double>(v, 2));
@@ -172,7 +177,7 @@ void Trainer::exchange_gradients(StepRecord& rec) {
     rec.strategy = "local";
     return;
   }
-  const bool dense_phase = dense_ && step_ >= switch_step_;
+  const bool dense_phase = dense_ && switch_step_ >= 0 && step_ >= switch_step_;
   GradientExchange& ex = dense_phase ? *dense_ : *sparse_;
   rec.strategy = ex.name();
   for (size_t b = 0; b < buckets_->data.size(); ++b) {
@@ -312,6 +317,7 @@ TrainSummary Trainer::run() {
   int64_t logged_samples = 0;
   StepRecord window;  // timings summed since the last progress line
   int order_epoch = -1;
+  double last_loss = 0, last_sps = 0;  // reported to the controller
   if (rank_ == 0)
     log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
              " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
@@ -323,6 +329,14 @@ TrainSummary Trainer::run() {
     if (epoch != order_epoch) {
       loader_->start(epoch_schedule(epoch, step_ % steps_per_epoch_));
       order_epoch = epoch;
+    }
+    if (control_) {
+      const int64_t s = control_->heartbeat(step_, epoch, steps_per_epoch_, last_loss, last_sps);
+      if (dense_ && switch_step_ < 0 && s >= 0) {
+        switch_step_ = s;
+        summary.switch_step = s;
+        if (rank_ == 0) log_info("the controller chose step ", s, " to switch to ", dense_->name());
+      }
     }
     if (switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
       log_info("switching gradient exchange ", sparse_->name(), " -> ", dense_->name(), " at step ", step_, " (epoch ", epoch, ")");
@@ -358,6 +372,8 @@ TrainSummary Trainer::run() {
       throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
                                         " (lower spec.training.optimizer.learningRate or set gradClip)"));
     if (on_step) on_step(rec);
+    last_loss = rec.loss;
+    last_sps = tr.batch_size / std::max(1e-9, rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s);
     ++step_;
 
     window.data_s += rec.data_s;

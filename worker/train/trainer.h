@@ -17,6 +17,7 @@
 
 #include "worker/comm/topology.h"
 #include "worker/data/loader.h"
+#include "worker/train/control_agent.h"
 #include "worker/train/job_config.h"
 
 namespace tessera {
@@ -55,6 +56,9 @@ class Trainer {
 
   TrainSummary run();
 
+  // Lets the controller decide (the hybrid switch step) and see progress; not owned.
+  void set_control(ControlAgent* agent);
+
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const EpochRecord&)> on_epoch;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
@@ -90,6 +94,7 @@ class Trainer {
   std::unique_ptr<Buckets> buckets_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
   bool flushed_residuals_ = false;
+  ControlAgent* control_ = nullptr;
 };
 
 }  // namespace tessera

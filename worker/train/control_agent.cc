@@ -1,0 +1,51 @@
+#include "worker/train/control_agent.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "tessera.grpc.pb.h"
+#include "worker/core/error.h"
+
+namespace tessera {
+
+struct ControlAgent::Impl {
+  std::unique_ptr<v1::Rendezvous::Stub> stub;
+  v1::JobAuth auth;
+  int rank;
+  Millis timeout;
+};
+
+ControlAgent::ControlAgent(const std::string& target, std::string job, std::string token, int rank, Millis timeout)
+    : impl_(std::make_unique<Impl>()) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  impl_->stub = v1::Rendezvous::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  impl_->auth.set_job(std::move(job));
+  impl_->auth.set_token(std::move(token));
+  impl_->rank = rank;
+  impl_->timeout = timeout;
+}
+
+ControlAgent::~ControlAgent() = default;
+
+int64_t ControlAgent::heartbeat(int64_t step, int epoch, int64_t steps_per_epoch, double loss, double samples_per_second) {
+  v1::HeartbeatRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_rank(impl_->rank);
+  req.set_step(step);
+  req.set_epoch(epoch);
+  req.set_steps_per_epoch(steps_per_epoch);
+  req.set_loss(loss);
+  req.set_samples_per_second(samples_per_second);
+  v1::HeartbeatResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_wait_for_ready(true);
+  ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
+  grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &resp);
+  if (!s.ok())
+    throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", step, ": ", s.error_message()));
+  return resp.switch_step();
+}
+
+}  // namespace tessera
