@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "tessera.grpc.pb.h"
+#include "worker/comm/grpc_channel.h"
 #include "worker/core/error.h"
 
 namespace tessera {
@@ -31,11 +32,7 @@ namespace {
 }  // namespace
 
 GrpcStore::GrpcStore(const std::string& target, std::string job, std::string token) : impl_(std::make_unique<Impl>()) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  impl_->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  impl_->channel = controller_channel(target);
   impl_->stub = v1::Rendezvous::NewStub(impl_->channel);
   impl_->auth.set_job(std::move(job));
   impl_->auth.set_token(std::move(token));

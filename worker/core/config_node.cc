@@ -4,6 +4,20 @@
 #include <set>
 
 namespace tessera {
+namespace {
+
+// The number at the start of s (std::stod), and how many characters it took (0: none).
+double leading_number(const std::string& s, size_t* used) {
+  *used = 0;
+  try {
+    return std::stod(s, used);
+  } catch (const std::exception&) {
+    *used = 0;
+    return 0;
+  }
+}
+
+}  // namespace
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
   try {
@@ -60,12 +74,7 @@ double ConfigNode::number(const std::string& key, double def) const {
   if (!has(key)) return def;
   const std::string s = scalar(key, "a number").Scalar();
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const double v = leading_number(s, &used);
   if (used != s.size() || s.empty() || !std::isfinite(v)) throw ConfigError(field(key), "expected a number, got '" + s + "'");
   return v;
 }
@@ -95,12 +104,7 @@ int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
   if (!has(key)) return def;
   const std::string s = scalar(key, "a size").Scalar();
   size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
+  const double v = leading_number(s, &used);
   const std::string unit = s.substr(used);
   static const std::pair<const char*, double> units[] = {
       {"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},

@@ -127,18 +127,10 @@ Batch stack_samples(const std::vector<Sample>& samples) {
 }
 
 Batch stack(const Dataset& data, const std::vector<uint64_t>& indices) {
-  const int64_t b = static_cast<int64_t>(indices.size());
-  Shape is = {b}, ts = {b};
-  for (int64_t d : data.input_shape()) is.push_back(d);
-  for (int64_t d : data.target_shape()) ts.push_back(d);
-  Batch out{Tensor(is), Tensor(ts)};
-  const int64_t in_n = shape_numel(data.input_shape()), t_n = shape_numel(data.target_shape());
-  for (int64_t i = 0; i < b; ++i) {
-    Sample s = data.get(indices[i]);
-    std::memcpy(out.inputs.data() + i * in_n, s.input.data(), in_n * sizeof(float));
-    std::memcpy(out.targets.data() + i * t_n, s.target.data(), t_n * sizeof(float));
-  }
-  return out;
+  std::vector<Sample> samples;
+  samples.reserve(indices.size());
+  for (uint64_t i : indices) samples.push_back(data.get(i));
+  return stack_samples(samples);
 }
 
 }  // namespace tessera

@@ -6,19 +6,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "worker/core/checksum.h"
 #include "worker/core/log.h"
 
 namespace tessera {
 namespace {
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 void put_tensor(std::string& out, const Tensor& t) {
   const uint32_t rank = static_cast<uint32_t>(t.rank());
@@ -146,7 +138,7 @@ void generate_dataset(const std::string& kind, uint64_t samples, int size, const
     std::rename(tmp.c_str(), path.c_str());
     total += bytes.size();
     char sum[32];
-    std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a(bytes)));
+    std::snprintf(sum, sizeof(sum), "%016llx", static_cast<unsigned long long>(fnv1a64(bytes)));
     manifest += detail::concat(name, "\t", bytes.size(), "\t", sum, "\n");
     auto now = std::chrono::steady_clock::now();
     if (now - last > std::chrono::seconds(5) || i + 1 == samples) {
@@ -168,7 +160,7 @@ void verify_dataset(const std::string& dir) {
     } catch (const IoError& e) {
       throw Error("dataset '" + dir + "': sample file missing or unreadable: " + e.what());
     }
-    if (bytes.size() != m.bytes[i] || fnv1a(bytes) != m.sums[i])
+    if (bytes.size() != m.bytes[i] || fnv1a64(bytes) != m.sums[i])
       throw Error("dataset '" + dir + "': sample file '" + m.files[i] + "' does not match the manifest (corrupt)");
   }
 }

@@ -5,21 +5,13 @@
 #include <filesystem>
 #include <vector>
 
+#include "worker/core/checksum.h"
 #include "worker/core/log.h"
 
 namespace tessera {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'S', 'R', 'B', 'L', 'K', '1', '\0'};
-
-uint64_t fnv1a(const char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(p[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // entry file: magic, u64 checksum of the rest, u32 key length, key, payload
 std::string encode(const std::string& key, const std::string& data) {
@@ -28,7 +20,7 @@ std::string encode(const std::string& key, const std::string& data) {
   body.append(reinterpret_cast<const char*>(&klen), 4);
   body += key;
   body += data;
-  const uint64_t sum = fnv1a(body.data(), body.size());
+  const uint64_t sum = fnv1a64(body.data(), body.size());
   std::string out(kMagic, 8);
   out.append(reinterpret_cast<const char*>(&sum), 8);
   return out + body;
@@ -39,7 +31,7 @@ std::optional<std::string> decode(const std::string& key, const std::string& fil
   if (file.size() < 20 || std::memcmp(file.data(), kMagic, 8) != 0) return std::nullopt;
   uint64_t sum;
   std::memcpy(&sum, file.data() + 8, 8);
-  if (fnv1a(file.data() + 16, file.size() - 16) != sum) return std::nullopt;
+  if (fnv1a64(file.data() + 16, file.size() - 16) != sum) return std::nullopt;
   uint32_t klen;
   std::memcpy(&klen, file.data() + 16, 4);
   if (20 + klen > file.size() || file.compare(20, klen, key) != 0) return std::nullopt;
@@ -57,7 +49,7 @@ TieredCache::TieredCache(CacheOptions options, FileSystem& ssd) : options_(std::
 
 std::string TieredCache::ssd_path(const std::string& key) const {
   char name[32];
-  std::snprintf(name, sizeof(name), "%016llx.blk", static_cast<unsigned long long>(fnv1a(key.data(), key.size())));
+  std::snprintf(name, sizeof(name), "%016llx.blk", static_cast<unsigned long long>(fnv1a64(key.data(), key.size())));
   return options_.ssd_dir + "/" + name;
 }
 

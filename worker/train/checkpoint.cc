@@ -10,21 +10,13 @@
 #include <fstream>
 #include <regex>
 
+#include "worker/core/checksum.h"
 #include "worker/core/error.h"
 
 namespace tessera {
 namespace {
 
 constexpr char kMagic[8] = {'T', 'S', 'R', 'C', 'K', 'P', 'T', '1'};
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -88,7 +80,7 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
     put<uint64_t>(buf, v.size());
     if (!v.empty()) buf.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   }
-  put<uint64_t>(buf, fnv1a(buf));
+  put<uint64_t>(buf, fnv1a64(buf));
 
   const std::string path = checkpoint_file(dir, step, rank);
   const std::string tmp = path + ".tmp";
@@ -128,7 +120,7 @@ CheckpointData read_checkpoint(const std::string& file) {
     throw Error("checkpoint '" + file + "': not a Tessera checkpoint");
   uint64_t stored;
   std::memcpy(&stored, s.data() + s.size() - 8, 8);
-  if (fnv1a(s.substr(0, s.size() - 8)) != stored) throw Error("checkpoint '" + file + "': checksum mismatch (corrupt)");
+  if (fnv1a64(s.substr(0, s.size() - 8)) != stored) throw Error("checkpoint '" + file + "': checksum mismatch (corrupt)");
   Reader r(s, file);
   r.bytes(sizeof(kMagic));
   CheckpointData d;

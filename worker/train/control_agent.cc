@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "tessera.grpc.pb.h"
+#include "worker/comm/grpc_channel.h"
 #include "worker/core/error.h"
 
 namespace tessera {
@@ -16,11 +17,7 @@ struct ControlAgent::Impl {
 
 ControlAgent::ControlAgent(const std::string& target, std::string job, std::string token, int rank, Millis timeout)
     : impl_(std::make_unique<Impl>()) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  impl_->stub = v1::Rendezvous::NewStub(grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+  impl_->stub = v1::Rendezvous::NewStub(controller_channel(target));
   impl_->auth.set_job(std::move(job));
   impl_->auth.set_token(std::move(token));
   impl_->rank = rank;

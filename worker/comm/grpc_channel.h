@@ -1,0 +1,21 @@
+// The channel workers use to reach the controller: reconnect backoff kept short (about 50 ms) so a
+// worker that starts before the controller waits only as long as it must. Internal to the worker's
+// gRPC clients (GrpcStore, ControlAgent).
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+namespace tessera {
+
+inline std::shared_ptr<grpc::Channel> controller_channel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace tessera

@@ -1,0 +1,23 @@
+// FNV-1a, 64-bit: the checksum of checkpoints, cache entries and dataset manifests. Not
+// cryptographic; it detects torn and corrupted files. Pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+inline uint64_t fnv1a64(const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+inline uint64_t fnv1a64(const std::string& s) { return fnv1a64(s.data(), s.size()); }
+
+}  // namespace tessera
