@@ -27,9 +27,14 @@ test-asan: deps
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 1200
 
+# CosmoFlow on 4 local workers (examples/cosmoflow-local.yaml) on a generated dataset; each run
+# trains from scratch (its checkpoints are cleared) and reuses the SSD cache of the last one.
+DATA_DIR ?= data/cosmoflow-32
 run: build
-	$(BUILD_DIR)/bin/tessera-bench demo
-	$(BUILD_DIR)/bin/tessera-worker --config examples/cosmoflow-small.yaml
+	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
+	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
+	rm -rf .tessera/cosmoflow-local/checkpoints
+	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml
 
 # The PyTorch baseline of `tessera-bench train` needs python3-torch (not needed by the tests).
 deps-bench: deps

@@ -12,15 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "api/training_job.h"
+
 namespace tessera::placement {
 
 struct Taint {
   std::string key, value, effect;  // effect: NoSchedule | PreferNoSchedule | NoExecute
 };
 
-struct Toleration {
-  std::string key, op = "Equal", value, effect;  // op: Equal | Exists; empty key with Exists: all
-};
+using Toleration = api::Toleration;
 
 struct Resources {
   int gpu = 0;

@@ -69,9 +69,11 @@ std::vector<json> records(const std::string& file, const std::string& type) {
   return out;
 }
 
-// A small CosmoFlow (16^3 fields, two conv blocks) for the multi-process tests.
-std::string small_job(const std::string& communication, const std::string& extra, int epochs = 1) {
+// A small CosmoFlow (16^3 fields, two conv blocks) for the multi-process tests: `replicas` pods of
+// `ranks` processes.
+std::string small_job(int replicas, int ranks, const std::string& communication, const std::string& extra, int epochs = 1) {
   return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n"
+         "  replicas: " + std::to_string(replicas) + "\n  ranksPerReplica: " + std::to_string(ranks) + "\n"
          "  model: {name: cosmoflow, inputSize: 16, baseChannels: 8, hidden: [32]}\n"
          "  dataset: {synthetic: cosmo, samples: 80, validationSamples: 16, seed: 3}\n"
          "  training:\n    epochs: " + std::to_string(epochs) + "\n    batchSize: 8\n"
@@ -100,8 +102,8 @@ TEST(TrainingTest, FourReplicasEqualOneProcessWithTheGlobalBatch) {
   const std::string one = dir + "/one", four = dir + "/four";
   std::filesystem::create_directories(one);
   std::filesystem::create_directories(four);
-  auto c1 = write_config(one, small_job("{strategy: dense}", "  checkpoint: {path: " + one + "/ckpt}\n"));
-  auto c4 = write_config(four, small_job("{strategy: dense}", "  checkpoint: {path: " + four + "/ckpt}\n"));
+  auto c1 = write_config(one, small_job(1, 1, "{strategy: dense}", "  checkpoint: {path: " + one + "/ckpt}\n"));
+  auto c4 = write_config(four, small_job(2, 2, "{strategy: dense}", "  checkpoint: {path: " + four + "/ckpt}\n"));
   Gang a = start(one, c1, 1, 1, "dp");
   expect_success(a, "dp", std::chrono::seconds(120));
   Gang b = start(four, c4, 4, 2, "dp");
@@ -139,8 +141,9 @@ TEST(TrainingTest, FourReplicasEqualOneProcessWithTheGlobalBatch) {
 // the split changes only the order of floating-point sums).
 TEST(TrainingTest, SpatialParallelismFollowsTheSingleRankTrajectory) {
   const std::string dir = make_temp_dir("tessera-spatial");
-  auto job = [](const std::string& parallelism) {
-    return "spec:\n  model: {name: cosmoflow, inputSize: 64, baseChannels: 4, hidden: [32]}\n"
+  auto job = [](const std::string& parallelism, int workers) {
+    return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: spatial}\nspec:\n"
+           "  replicas: " + std::to_string(workers) + "\n  model: {name: cosmoflow, inputSize: 64, baseChannels: 4, hidden: [32]}\n"
            "  dataset: {synthetic: cosmo, samples: 16, validationSamples: 4, seed: 5}\n"
            "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.0005}, logEverySeconds: 100}\n"
            "  parallelism: " + parallelism + "\n";
@@ -150,7 +153,7 @@ TEST(TrainingTest, SpatialParallelismFollowsTheSingleRankTrajectory) {
   for (const auto& [tag, spec] : runs) {
     const std::string sub = dir + "/" + tag;
     std::filesystem::create_directories(sub);
-    Gang g = start(sub, write_config(sub, job(spec.first)), spec.second, spec.second, tag);
+    Gang g = start(sub, write_config(sub, job(spec.first, spec.second)), spec.second, spec.second, tag);
     expect_success(g, tag, std::chrono::seconds(240));
   }
   auto ref = records(dir + "/single/metrics-single-0.jsonl", "step");
@@ -176,7 +179,7 @@ TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
   nodes[0].name = "node-a";
   nodes[1].name = "node-b";
   service.add_job("grpc-job", "s3cret", placement::plan_ring({"node-b", "node-a"}, 1, nodes, {"kubernetes.io/hostname"}));
-  auto cfg = write_config(dir, small_job("{strategy: topk, density: 0.2}", ""));
+  auto cfg = write_config(dir, small_job(2, 1, "{strategy: topk, density: 0.2}", ""));
   std::vector<pid_t> pids;
   for (int replica = 0; replica < 2; ++replica)
     pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
@@ -209,7 +212,7 @@ TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
   service.add_job("hy", "t", placement::plan_ring({"node-a", "node-b"}, 2, nodes, {"kubernetes.io/hostname"}),
                   RendezvousService::JobPolicy{1});
   // The worker's own switchAtEpoch (2) is not what decides: the controller's policy (1) is.
-  auto cfg = write_config(dir, small_job("{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
+  auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
   std::vector<pid_t> pids;
   for (int i = 0; i < 4; ++i)
     pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
@@ -230,7 +233,7 @@ TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
 
 TEST(TrainingTest, HybridSwitchesEveryRankAtTheSameStep) {
   const std::string dir = make_temp_dir("tessera-hybrid");
-  auto cfg = write_config(dir, small_job("{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));
+  auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));
   Gang run = start(dir, cfg, 4, 2, "hy");
   expect_success(run, "hy", std::chrono::seconds(240));
   for (int r = 0; r < 4; ++r) {
@@ -254,8 +257,8 @@ TEST(TrainingTest, KilledGangResumesOnTheUninterruptedTrajectory) {
   std::filesystem::create_directories(straight);
   std::filesystem::create_directories(killed);
   const std::string comm = "{strategy: topk, density: 0.1, timeoutSeconds: 10}";
-  auto cs = write_config(straight, small_job(comm, "  checkpoint: {path: " + straight + "/ckpt, everySteps: 4}\n", 4));
-  auto ck = write_config(killed, small_job(comm, "  checkpoint: {path: " + killed + "/ckpt, everySteps: 4}\n", 4));
+  auto cs = write_config(straight, small_job(2, 1, comm, "  checkpoint: {path: " + straight + "/ckpt, everySteps: 4}\n", 4));
+  auto ck = write_config(killed, small_job(2, 1, comm, "  checkpoint: {path: " + killed + "/ckpt, everySteps: 4}\n", 4));
   Gang a = start(straight, cs, 2, 1, "s");
   expect_success(a, "s", std::chrono::seconds(180));
 

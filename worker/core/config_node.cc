@@ -1,27 +1,51 @@
 #include "worker/core/config_node.h"
 
-#include <cmath>
+#include <regex>
 #include <set>
+#include <sstream>
 
 namespace tessera {
 namespace {
 
-// The number at the start of s (std::stod), and how many characters it took (0: none).
-double leading_number(const std::string& s, size_t* used) {
-  *used = 0;
-  try {
-    return std::stod(s, used);
-  } catch (const std::exception&) {
-    *used = 0;
-    return 0;
-  }
+// YAML 1.2 core schema: how a plain (unquoted) scalar resolves.
+const std::regex kInt("[-+]?[0-9]+");
+const std::regex kFloat("[-+]?(\\.[0-9]+|[0-9]+(\\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
+const std::regex kBool("true|True|TRUE|false|False|FALSE");
+// Kubernetes quantities without a sign, and CPU (cores or millicores).
+const std::regex kBytes("([0-9]+(\\.[0-9]+)?)([KMGTPE]i?)?");
+const std::regex kCpu("([0-9]+(\\.[0-9]+)?)(m?)");
+
+bool quoted(const YAML::Node& n) { return n.Tag() == "!"; }
+
+std::string describe(const YAML::Node& n) {
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  const std::string& s = n.Scalar();
+  if (quoted(n)) return "the string '" + s + "'";
+  if (std::regex_match(s, kInt) || std::regex_match(s, kFloat)) return "the number " + s;
+  if (std::regex_match(s, kBool)) return "the boolean " + s;
+  return "'" + s + "'";
+}
+
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
 }
 
 }  // namespace
 
+std::string Interval::str() const {
+  return (lo_open || std::isinf(lo) ? "(" : "[") + (std::isinf(lo) ? std::string("-inf") : fmt(lo)) + ", " +
+         (std::isinf(hi) ? std::string("inf") : fmt(hi)) + (hi_open || std::isinf(hi) ? ")" : "]");
+}
+
+ConfigNode::ConfigNode(YAML::Node node)
+    : node_(std::move(node)), problems_(std::make_shared<std::vector<FieldProblem>>()) {}
+
 ConfigNode ConfigNode::load_file(const std::string& file) {
   try {
-    return ConfigNode(YAML::LoadFile(file), "");
+    return ConfigNode(YAML::LoadFile(file));
   } catch (const YAML::BadFile&) {
     throw ConfigError(file, "cannot read the file");
   } catch (const YAML::Exception& e) {
@@ -31,87 +55,224 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
 
 ConfigNode ConfigNode::load_string(const std::string& text, const std::string& name) {
   try {
-    return ConfigNode(YAML::Load(text), "");
+    return ConfigNode(YAML::Load(text));
   } catch (const YAML::Exception& e) {
     throw ConfigError(name, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   }
 }
 
-ConfigNode ConfigNode::child(const std::string& key) const {
-  if (!has(key)) return ConfigNode(YAML::Node(YAML::NodeType::Map), field(key));
-  YAML::Node n = node_[key];
-  if (!n.IsMap()) throw ConfigError(field(key), "expected a mapping");
-  return ConfigNode(n, field(key));
+void ConfigNode::problem(const std::string& key, const std::string& reason) const {
+  problems_->push_back({key.empty() ? path_ : field(key), reason});
 }
 
-YAML::Node ConfigNode::scalar(const std::string& key, const char* what) const {
+void ConfigNode::raise_problems() const {
+  if (!problems_->empty()) throw ConfigError(*problems_);
+}
+
+ConfigNode ConfigNode::child(const std::string& key) const {
+  if (has(key)) {
+    YAML::Node n = node_[key];
+    if (n.IsMap()) return ConfigNode(n, field(key), problems_);
+    problem(key, "expected a mapping, got " + describe(n));
+  }
+  return ConfigNode(YAML::Node(YAML::NodeType::Map), field(key), problems_);
+}
+
+std::vector<ConfigNode> ConfigNode::list(const std::string& key) const {
+  std::vector<ConfigNode> out;
+  if (!has(key)) return out;
   YAML::Node n = node_[key];
-  if (!n.IsScalar()) throw ConfigError(field(key), std::string("expected ") + what);
-  return n;
+  if (!n.IsSequence()) {
+    problem(key, "expected a list, got " + describe(n));
+    return out;
+  }
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string path = detail::concat(field(key), "[", i, "]");
+    if (n[i].IsMap()) out.push_back(ConfigNode(n[i], path, problems_));
+    else problems_->push_back({path, "expected a mapping, got " + describe(n[i])});
+  }
+  return out;
+}
+
+const YAML::Node* ConfigNode::scalar(const std::string& key, const char* what, YAML::Node* out) const {
+  *out = node_[key];
+  if (out->IsScalar()) return out;
+  problem(key, std::string("expected ") + what + ", got " + describe(*out));
+  return nullptr;
 }
 
 std::string ConfigNode::str(const std::string& key, const std::string& def) const {
   if (!has(key)) return def;
-  return scalar(key, "a string").Scalar();
+  YAML::Node n;
+  if (!scalar(key, "a string", &n)) return def;
+  const std::string& s = n.Scalar();
+  if (!quoted(n) && (std::regex_match(s, kInt) || std::regex_match(s, kFloat) || std::regex_match(s, kBool))) {
+    problem(key, "expected a string, got " + describe(n) + " (quote it)");
+    return def;
+  }
+  return s;
+}
+
+std::string ConfigNode::choice(const std::string& key, const std::string& def,
+                               std::initializer_list<const char*> allowed) const {
+  if (!has(key)) return def;
+  const size_t before = problems_->size();
+  std::string v = str(key, def);
+  if (problems_->size() != before) return def;
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return v;
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  }
+  problem(key, "'" + v + "' is not one of: " + list);
+  return def;
 }
 
 int64_t ConfigNode::integer(const std::string& key, int64_t def, int64_t min, int64_t max) const {
   if (!has(key)) return def;
-  const std::string s = scalar(key, "an integer").Scalar();
-  size_t used = 0;
+  YAML::Node n;
+  if (!scalar(key, "an integer", &n)) return def;
+  const std::string& s = n.Scalar();
+  if (quoted(n) || !std::regex_match(s, kInt)) {
+    problem(key, "expected an integer, got " + describe(n));
+    return def;
+  }
   long long v = 0;
   try {
-    v = std::stoll(s, &used);
+    v = std::stoll(s);
   } catch (const std::exception&) {
-    used = 0;
+    problem(key, s + " is out of range");
+    return def;
   }
-  if (used != s.size() || s.empty()) throw ConfigError(field(key), "expected an integer, got '" + s + "'");
-  if (v < min || v > max) throw ConfigError(field(key), detail::concat(v, " is outside [", min, ", ", max, "]"));
+  if (v < min || v > max) {
+    problem(key, detail::concat(v, " is outside [", min, ", ", max, "]"));
+    return def;
+  }
   return v;
 }
 
-double ConfigNode::number(const std::string& key, double def) const {
+double ConfigNode::number(const std::string& key, double def, Interval range) const {
   if (!has(key)) return def;
-  const std::string s = scalar(key, "a number").Scalar();
-  size_t used = 0;
-  const double v = leading_number(s, &used);
-  if (used != s.size() || s.empty() || !std::isfinite(v)) throw ConfigError(field(key), "expected a number, got '" + s + "'");
+  YAML::Node n;
+  if (!scalar(key, "a number", &n)) return def;
+  const std::string& s = n.Scalar();
+  if (quoted(n) || !(std::regex_match(s, kInt) || std::regex_match(s, kFloat))) {
+    problem(key, "expected a number, got " + describe(n));
+    return def;
+  }
+  const double v = n.as<double>();
+  if (!std::isfinite(v)) {
+    problem(key, "expected a finite number, got " + s);
+    return def;
+  }
+  if (!range.contains(v)) {
+    problem(key, s + " is outside " + range.str());
+    return def;
+  }
   return v;
 }
 
 bool ConfigNode::boolean(const std::string& key, bool def) const {
   if (!has(key)) return def;
-  const std::string s = scalar(key, "true or false").Scalar();
-  if (s == "true" || s == "True") return true;
-  if (s == "false" || s == "False") return false;
-  throw ConfigError(field(key), "expected true or false, got '" + s + "'");
+  YAML::Node n;
+  if (!scalar(key, "true or false", &n)) return def;
+  const std::string& s = n.Scalar();
+  if (quoted(n) || !std::regex_match(s, kBool)) {
+    problem(key, "expected true or false, got " + describe(n));
+    return def;
+  }
+  return s[0] == 't' || s[0] == 'T';
 }
 
-std::vector<int64_t> ConfigNode::integers(const std::string& key, const std::vector<int64_t>& def) const {
+std::vector<int64_t> ConfigNode::integers(const std::string& key, const std::vector<int64_t>& def, int64_t min,
+                                          int64_t max) const {
   if (!has(key)) return def;
   YAML::Node n = node_[key];
-  if (!n.IsSequence()) throw ConfigError(field(key), "expected a list of integers");
+  if (!n.IsSequence()) {
+    problem(key, "expected a list of integers, got " + describe(n));
+    return def;
+  }
   std::vector<int64_t> out;
   for (size_t i = 0; i < n.size(); ++i) {
     YAML::Node wrap(YAML::NodeType::Map);
     wrap["v"] = n[i];
-    out.push_back(ConfigNode(wrap, detail::concat(field(key), "[", i, "]")).integer("v", 0, INT64_MIN, INT64_MAX));
+    ConfigNode item(wrap, "", problems_);
+    item.path_ = detail::concat(field(key), "[", i, "]");
+    // Reads under the name "v" report the list element's own path.
+    const size_t before = problems_->size();
+    const int64_t v = item.integer("v", 0, min, max);
+    for (size_t p = before; p < problems_->size(); ++p) (*problems_)[p].field = item.path_;
+    out.push_back(v);
   }
   return out;
 }
 
-int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
+std::vector<std::string> ConfigNode::strings(const std::string& key, const std::vector<std::string>& def) const {
   if (!has(key)) return def;
-  const std::string s = scalar(key, "a size").Scalar();
-  size_t used = 0;
-  const double v = leading_number(s, &used);
-  const std::string unit = s.substr(used);
-  static const std::pair<const char*, double> units[] = {
-      {"", 1}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-      {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0}};
-  for (const auto& [name, mult] : units)
-    if (used > 0 && unit == name && v >= 0) return static_cast<int64_t>(v * mult);
-  throw ConfigError(field(key), "expected a size such as 512Mi or 10G, got '" + s + "'");
+  YAML::Node n = node_[key];
+  if (!n.IsSequence()) {
+    problem(key, "expected a list of strings, got " + describe(n));
+    return def;
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < n.size(); ++i) {
+    const std::string path = detail::concat(field(key), "[", i, "]");
+    if (!n[i].IsScalar()) problems_->push_back({path, "expected a string, got " + describe(n[i])});
+    else out.push_back(n[i].Scalar());
+  }
+  return out;
+}
+
+std::map<std::string, std::string> ConfigNode::string_map(const std::string& key) const {
+  std::map<std::string, std::string> out;
+  if (!has(key)) return out;
+  ConfigNode m = child(key);
+  if (!m.node_.IsMap()) return out;
+  for (auto it = m.node_.begin(); it != m.node_.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    const size_t before = problems_->size();
+    std::string v = m.str(k, "");
+    if (problems_->size() == before) out[k] = v;
+  }
+  return out;
+}
+
+bool ConfigNode::quantity(const std::string& key, const std::regex& form, const char* example, std::string* number,
+                          std::string* unit) const {
+  YAML::Node n;
+  if (!scalar(key, "a quantity", &n)) return false;
+  const std::string& s = n.Scalar();
+  std::smatch m;
+  // As a Kubernetes int-or-string: an unquoted number must be an integer.
+  if ((!quoted(n) && std::regex_match(s, kFloat) && !std::regex_match(s, kInt)) || !std::regex_match(s, m, form)) {
+    problem(key, std::string("expected an integer or a string such as ") + example + ", got " + describe(n) +
+                     (quoted(n) ? "" : " (quote it)"));
+    return false;
+  }
+  *number = m[1].str();
+  *unit = m[3].str();
+  return true;
+}
+
+int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
+  std::string number, unit;
+  if (!has(key) || !quantity(key, kBytes, "512Mi or 10G", &number, &unit)) return def;
+  static const std::map<std::string, double> units = {
+      {"", 1},          {"K", 1e3},         {"M", 1e6},         {"G", 1e9},         {"T", 1e12},        {"P", 1e15},
+      {"E", 1e18},      {"Ki", 1024.0},     {"Mi", 1048576.0},  {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+      {"Pi", 1125899906842624.0}, {"Ei", 1152921504606846976.0}};
+  const double v = std::stod(number) * units.at(unit);
+  if (v >= 9.2e18) {
+    problem(key, number + unit + " is too large");
+    return def;
+  }
+  return static_cast<int64_t>(v);
+}
+
+double ConfigNode::cpu(const std::string& key, double def) const {
+  std::string number, unit;
+  if (!has(key) || !quantity(key, kCpu, "\"1.5\" or 500m", &number, &unit)) return def;
+  return std::stod(number) / (unit.empty() ? 1.0 : 1000.0);
 }
 
 void ConfigNode::allow_only(std::initializer_list<const char*> known) const {
@@ -119,11 +280,10 @@ void ConfigNode::allow_only(std::initializer_list<const char*> known) const {
   std::set<std::string> ok(known.begin(), known.end());
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     const std::string k = it->first.as<std::string>();
-    if (!ok.count(k)) {
-      std::string list;
-      for (const char* s : known) list += (list.empty() ? "" : ", ") + std::string(s);
-      throw ConfigError(field(k), "unknown field (known: " + list + ")");
-    }
+    if (ok.count(k)) continue;
+    std::string list;
+    for (const char* s : known) list += (list.empty() ? "" : ", ") + std::string(s);
+    problem(k, "unknown field (known: " + list + ")");
   }
 }
 

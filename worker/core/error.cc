@@ -1,5 +1,26 @@
 #include "worker/core/error.h"
 
+namespace tessera {
+namespace {
+
+// One problem: "field: reason"; several: "3 problems:" and one indented line each.
+std::string list_problems(const std::vector<FieldProblem>& problems) {
+  std::string out;
+  if (problems.size() == 1) return out.append(problems[0].field).append(": ").append(problems[0].reason);
+  out.append(std::to_string(problems.size())).append(" problems:");
+  for (const auto& p : problems) out.append("\n  ").append(p.field).append(": ").append(p.reason);
+  return out;
+}
+
+}  // namespace
+
+ConfigError::ConfigError(std::vector<FieldProblem> problems)
+    : Error(list_problems(problems)), problems_(std::move(problems)) {
+  if (problems_.empty()) problems_.push_back({"", "invalid configuration"});
+}
+
+}  // namespace tessera
+
 namespace tessera::detail {
 
 void check_failed(const char* file, int line, const char* expr, const std::string& msg) {

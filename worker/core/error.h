@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
@@ -17,17 +18,25 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// One thing wrong with a value given by the user: the field path and the reason.
+struct FieldProblem {
+  std::string field, reason;
+};
+
 // A value given by the user (job config, flags, topology) cannot be used. The message starts with
 // the field path, then the reason: "communication.strategy: 'hitopk' needs the same number of ranks
-// on every node (node 'b' has 1, node 'a' has 2)".
+// on every node (node 'b' has 1, node 'a' has 2)". A manifest with several mistakes raises one
+// ConfigError that lists them all ("3 problems:" and one indented line each).
 class ConfigError : public Error {
  public:
   ConfigError(const std::string& field, const std::string& reason)
-      : Error(field + ": " + reason), field_(field) {}
-  const std::string& field() const { return field_; }
+      : Error(field + ": " + reason), problems_{{field, reason}} {}
+  explicit ConfigError(std::vector<FieldProblem> problems);  // at least one
+  const std::string& field() const { return problems_.front().field; }
+  const std::vector<FieldProblem>& problems() const { return problems_; }
 
  private:
-  std::string field_;
+  std::vector<FieldProblem> problems_;
 };
 
 // A collective or point-to-point operation failed or did not complete before its deadline.

@@ -1,11 +1,12 @@
-// The worker's view of a training job: the `spec` of a TrainingJob manifest (or the spec alone),
-// parsed and validated. Every problem is a ConfigError naming the field path.
+// The worker's view of a training job: a TrainingJob manifest, read by the API's parser
+// (api/training_job.h: every field, its default and its validation) and turned into the runtime's
+// configuration types. Problems are ConfigErrors naming the field path.
 #pragma once
 
 #include <string>
 
+#include "api/training_job.h"
 #include "worker/comm/exchange.h"
-#include "worker/core/config_node.h"
 #include "worker/data/dataset.h"
 #include "worker/data/tiered_cache.h"
 #include "worker/models/model.h"
@@ -13,22 +14,9 @@
 
 namespace tessera {
 
-struct CommunicationConfig {
-  std::string strategy = "dense";  // dense | torus | topk | hitopk | hybrid
-  std::string sparse = "hitopk";   // hybrid: the strategy of the first epochs (topk | hitopk)
-  std::string dense = "torus";     // hybrid: the strategy after the switch (dense | torus)
-  double density = 0.01;
-  int switch_at_epoch = 1;         // hybrid: first dense epoch
-  std::string selector = "mstopk";
-  int64_t bucket_bytes = 25 << 20; // gradients are fused into buckets of at most this size
-  int64_t timeout_ms = 120000;     // deadline of every collective
-};
-
-struct CheckpointConfig {
-  std::string path;          // empty: no checkpoints
-  int64_t every_steps = 0;   // 0: only at the end
-  int keep = 2;              // newest checkpoints kept per rank
-};
+// The manifest's sections the trainer uses as they are.
+using CommunicationConfig = api::CommunicationSpec;
+using CheckpointConfig = api::CheckpointSpec;
 
 struct TrainingConfig {
   int epochs = 1;
@@ -55,8 +43,8 @@ struct DataConfig {
 
 struct JobConfig {
   std::string name = "job";
+  int workers = 1;                 // spec.replicas x spec.ranksPerReplica
   ModelConfig model;               // model.spatial: parallelism.spatial
-  int data_replicas = 0;           // parallelism.data; 0: world size / spatial group size
   SyntheticConfig dataset;         // synthetic data (data.format == synthetic)
   DataConfig data;
   uint64_t validation_samples = 64;
@@ -65,8 +53,10 @@ struct JobConfig {
   CheckpointConfig checkpoint;
 };
 
-// Reads a manifest (kind TrainingJob: uses metadata.name and spec) or a bare spec.
-JobConfig parse_job_config(const ConfigNode& root);
+// The runtime configuration of a valid job; checks what only the model knows (ConfigError on
+// spec.model.*, e.g. an input size the architecture cannot take).
+JobConfig make_job_config(const api::TrainingJob& job);
+// Reads and validates a manifest file (one ConfigError listing every problem), then make_job_config.
 JobConfig load_job_config(const std::string& file);
 
 }  // namespace tessera

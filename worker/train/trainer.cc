@@ -61,19 +61,15 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   const int world = groups_ ? groups_->topology.world_size() : 1;
   const int spatial = config_.model.spatial.size();
   if (groups_) rank_ = groups_->rank;
-  if (world % spatial != 0)
-    throw ConfigError("spec.parallelism.spatial", detail::concat("d x h x w = ", spatial, " does not divide the world of ",
-                                                                 world, " ranks"));
+  // The manifest's rules (the split divides the workers, the batch divides over the replicas) were
+  // checked when it was read; what is left is that the ranks that met are the job's workers.
+  if (world != config_.workers)
+    throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers,
+                                                      " workers (replicas x ranksPerReplica) but ", world, " ranks met"));
   replicas_ = world / spatial;
   replica_ = rank_ / spatial;
-  if (config_.data_replicas && config_.data_replicas != replicas_)
-    throw ConfigError("spec.parallelism.data", detail::concat(config_.data_replicas, " replicas x ", spatial,
-                                                              " spatial ranks is not the world of ", world));
   const auto& tr = config_.training;
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
-  if (tr.batch_size % replicas_ != 0)
-    throw ConfigError("spec.training.batchSize", detail::concat(tr.batch_size, " does not divide over ", replicas_,
-                                                                " data-parallel replicas"));
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
   model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);

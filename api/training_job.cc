@@ -1,0 +1,295 @@
+#include "api/training_job.h"
+
+#include <regex>
+
+namespace tessera::api {
+namespace {
+
+constexpr int64_t kMaxInt = 1 << 30;
+
+ModelSpec parse_model(const ConfigNode& m) {
+  m.allow_only({"name", "inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "dropout",
+                "leakySlope", "batchNorm", "seed"});
+  ModelSpec s;
+  s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d"});
+  s.input_size = static_cast<int>(m.integer("inputSize", s.input_size, 4, 4096));
+  s.in_channels = static_cast<int>(m.integer("inChannels", s.in_channels, 1, 4096));
+  s.base_channels = static_cast<int>(m.integer("baseChannels", s.base_channels, 1, 4096));
+  s.max_channels = static_cast<int>(m.integer("maxChannels", s.max_channels, 1, 65536));
+  s.hidden = m.integers("hidden", s.hidden, 1, 1 << 20);
+  s.outputs = static_cast<int>(m.integer("outputs", s.outputs, 1, 1 << 20));
+  s.dropout = m.number("dropout", s.dropout, {0, 1, false, true});
+  s.leaky_slope = m.number("leakySlope", s.leaky_slope, Interval::closed(0, 1));
+  s.batch_norm = m.boolean("batchNorm", s.batch_norm);
+  s.seed = static_cast<uint64_t>(m.integer("seed", 1, 0, INT64_MAX));
+  return s;
+}
+
+DatasetSpec parse_dataset(const ConfigNode& d) {
+  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath", "remoteThrottle"});
+  DatasetSpec s;
+  s.format = d.choice("format", s.format, {"synthetic", "hdf5"});
+  s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
+  s.samples = static_cast<uint64_t>(d.integer("samples", 256, 1, INT64_MAX));
+  s.validation_samples = static_cast<uint64_t>(d.integer("validationSamples", 64, 1, INT64_MAX));
+  s.seed = static_cast<uint64_t>(d.integer("seed", 1, 0, INT64_MAX));
+  s.path = d.str("path", "");
+  s.validation_path = d.str("validationPath", "");
+  ConfigNode rt = d.child("remoteThrottle");
+  rt.allow_only({"mbps", "latencyMs"});
+  s.remote_mbps = rt.number("mbps", 0, Interval::at_least(0));
+  s.remote_latency_ms = rt.number("latencyMs", 0, Interval::at_least(0));
+  return s;
+}
+
+TrainingSpec parse_training(const ConfigNode& t) {
+  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "threads", "logEverySeconds", "seed",
+                "loaderThreads", "prefetchBatches"});
+  TrainingSpec s;
+  s.epochs = static_cast<int>(t.integer("epochs", s.epochs, 1, 1000000));
+  s.batch_size = static_cast<int>(t.integer("batchSize", s.batch_size, 1, 1 << 24));
+  s.grad_clip = t.number("gradClip", 0, Interval::at_least(0));
+  s.threads = static_cast<int>(t.integer("threads", 0, 0, 4096));
+  s.log_every_seconds = t.number("logEverySeconds", s.log_every_seconds, Interval::above(0));
+  s.seed = static_cast<uint64_t>(t.integer("seed", 1, 0, INT64_MAX));
+  s.loader_threads = static_cast<int>(t.integer("loaderThreads", s.loader_threads, 1, 256));
+  s.prefetch_batches = static_cast<int>(t.integer("prefetchBatches", s.prefetch_batches, 1, 4096));
+
+  ConfigNode o = t.child("optimizer");
+  o.allow_only({"name", "learningRate", "momentum", "nesterov", "weightDecay", "beta1", "beta2", "eps", "trust"});
+  auto& op = s.optimizer;
+  op.name = o.choice("name", op.name, {"sgd", "adam", "lars"});
+  op.learning_rate = o.number("learningRate", op.learning_rate, Interval::above(0));
+  op.momentum = o.number("momentum", op.momentum, {0, 1, false, true});
+  op.nesterov = o.boolean("nesterov", false);
+  op.weight_decay = o.number("weightDecay", 0, Interval::at_least(0));
+  op.beta1 = o.number("beta1", op.beta1, {0, 1, false, true});
+  op.beta2 = o.number("beta2", op.beta2, {0, 1, false, true});
+  op.eps = o.number("eps", op.eps, Interval::above(0));
+  op.trust = o.number("trust", op.trust, Interval::above(0));
+
+  ConfigNode sc = t.child("schedule");
+  sc.allow_only({"warmupEpochs", "decay", "milestones", "gamma", "power", "minLearningRate"});
+  auto& sch = s.schedule;
+  sch.warmup_epochs = sc.number("warmupEpochs", 0, Interval::at_least(0));
+  sch.decay = sc.choice("decay", sch.decay, {"none", "step", "cosine", "poly"});
+  sch.milestones = sc.integers("milestones", {}, 1, 1000000);
+  sch.gamma = sc.number("gamma", sch.gamma, {0, 1, true, false});
+  sch.power = sc.number("power", sch.power, Interval::above(0));
+  sch.min_learning_rate = sc.number("minLearningRate", 0, Interval::at_least(0));
+  if (sch.min_learning_rate > op.learning_rate)
+    sc.problem("minLearningRate", detail::concat(sch.min_learning_rate, " is above the learning rate (", op.learning_rate, ")"));
+  if (sch.warmup_epochs > s.epochs)
+    sc.problem("warmupEpochs", detail::concat(sch.warmup_epochs, " is longer than the job's ", s.epochs, " epochs"));
+  for (size_t i = 0; i < sch.milestones.size(); ++i) {
+    if (i > 0 && sch.milestones[i] <= sch.milestones[i - 1])
+      sc.problem(detail::concat("milestones[", i, "]"), "milestones must increase");
+    if (sch.milestones[i] >= s.epochs)
+      sc.problem(detail::concat("milestones[", i, "]"),
+                 detail::concat(sch.milestones[i], " is not before the end of the job's ", s.epochs, " epochs"));
+  }
+  return s;
+}
+
+CommunicationSpec parse_communication(const ConfigNode& c) {
+  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "timeoutSeconds"});
+  CommunicationSpec s;
+  s.strategy = c.choice("strategy", s.strategy, {"dense", "torus", "topk", "hitopk", "hybrid"});
+  s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
+  s.dense = c.choice("dense", s.dense, {"dense", "torus"});
+  s.density = c.number("density", s.density, {0, 1, true, false});
+  s.switch_at_epoch = static_cast<int>(c.integer("switchAtEpoch", s.switch_at_epoch, 1, 1000000));
+  s.selector = c.choice("selector", s.selector, {"mstopk", "exact"});
+  s.bucket_bytes = c.bytes("bucketSize", s.bucket_bytes);
+  if (s.bucket_bytes < 4) c.problem("bucketSize", "must hold at least one gradient (4 bytes)");
+  s.timeout_ms = static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
+  return s;
+}
+
+PlacementSpec parse_placement(const ConfigNode& p) {
+  p.allow_only({"nodeSelector", "tolerations", "topologyKeys"});
+  PlacementSpec s;
+  s.node_selector = p.string_map("nodeSelector");
+  for (const ConfigNode& t : p.list("tolerations")) {
+    t.allow_only({"key", "operator", "value", "effect"});
+    Toleration tol;
+    tol.key = t.str("key", "");
+    const size_t before = t.problems().size();
+    tol.op = t.choice("operator", "Equal", {"Equal", "Exists"});
+    const bool op_ok = t.problems().size() == before;
+    tol.value = t.str("value", "");
+    tol.effect = t.choice("effect", "", {"NoSchedule", "PreferNoSchedule", "NoExecute"});
+    if (tol.op == "Exists" && !tol.value.empty()) t.problem("value", "must be empty when the operator is Exists");
+    if (op_ok && tol.op == "Equal" && tol.key.empty()) t.problem("key", "required when the operator is Equal");
+    s.tolerations.push_back(tol);
+  }
+  s.topology_keys = p.strings("topologyKeys", s.topology_keys);
+  if (p.has("topologyKeys") && s.topology_keys.empty()) p.problem("topologyKeys", "must name at least one label");
+  return s;
+}
+
+// Rules between fields of different sections.
+void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
+  const int workers = s.workers();
+  const std::string worker_count =
+      detail::concat("workers=", workers, " (replicas ", s.replicas, " x ranksPerReplica ", s.ranks_per_replica, ")");
+  ConfigNode par = spec.child("parallelism");
+  ConfigNode spatial = par.child("spatial");
+  const int g = s.parallelism.spatial_size();
+  if (workers % g != 0) {
+    if (s.parallelism.h == 1 && s.parallelism.w == 1) spatial.problem("d", detail::concat(g, " does not divide ", worker_count));
+    else spatial.problem("", detail::concat("d x h x w = ", g, " does not divide ", worker_count));
+  } else if (s.parallelism.data != 0 && s.parallelism.data != workers / g) {
+    par.problem("data", detail::concat(s.parallelism.data, " replicas x ", g, " ranks per spatial group is not ", worker_count));
+  }
+  if (g > 1 && s.model.name == "cnn2d")
+    spatial.problem("", "spatial parallelism is available for cosmoflow and unet3d; cnn2d runs data-parallel");
+  for (auto [key, parts] : {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
+    if (parts > s.model.input_size)
+      spatial.problem(key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));
+  if (workers % g == 0 && s.training.batch_size % (workers / g) != 0)
+    spec.child("training").problem("batchSize", detail::concat(s.training.batch_size, " does not divide over ", workers / g,
+                                                                " data-parallel replicas"));
+
+  ConfigNode comm = spec.child("communication");
+  if (s.communication.strategy == "hybrid" && s.communication.switch_at_epoch >= s.training.epochs)
+    comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
+                                                 s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
+
+  ConfigNode data = spec.child("dataset");
+  const std::string fits = s.model.name == "cosmoflow" ? "cosmo" : s.model.name == "unet3d" ? "shapes" : "images";
+  if (s.dataset.synthetic.empty()) s.dataset.synthetic = fits;
+  else if (s.dataset.synthetic != fits)
+    data.problem("synthetic", "'" + s.dataset.synthetic + "' data does not fit model " + s.model.name + " (it takes " + fits + ")");
+  if (s.dataset.format == "hdf5") {
+    if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
+    if (s.dataset.validation_path.empty()) data.problem("validationPath", "required for an hdf5 dataset");
+  }
+
+  if (s.resources.gpu != 0 && s.resources.gpu != s.ranks_per_replica)
+    spec.child("resources").problem("gpu", detail::concat(s.resources.gpu, " GPUs per pod for ", s.ranks_per_replica,
+                                                           " ranks per replica: each rank drives one GPU (or set 0 for CPU)"));
+  if (s.checkpoint.every_steps > 0 && s.checkpoint.path.empty())
+    spec.child("checkpoint").problem("path", "required when everySteps is set");
+}
+
+}  // namespace
+
+ParsedJob parse_training_job(const ConfigNode& root) {
+  ParsedJob out;
+  TrainingJob& job = out.job;
+  TrainingJobSpec& s = job.spec;
+  if (!root.is_map()) {
+    root.problem("", "a TrainingJob manifest must be a mapping");
+    out.problems = root.problems();
+    return out;
+  }
+  root.allow_only({"apiVersion", "kind", "metadata", "spec", "status"});
+  if (!root.has("apiVersion")) root.problem("apiVersion", std::string("required (") + kApiVersion + ")");
+  else if (root.str("apiVersion", "") != kApiVersion)
+    root.problem("apiVersion", "'" + root.str("apiVersion", "") + "' is not " + kApiVersion);
+  if (!root.has("kind")) root.problem("kind", "required (TrainingJob)");
+  else if (root.str("kind", "") != kKind) root.problem("kind", "'" + root.str("kind", "") + "' is not TrainingJob");
+
+  ConfigNode meta = root.child("metadata");
+  job.name = meta.str("name", "");
+  job.namespace_ = meta.str("namespace", job.namespace_);
+  static const std::regex kDns("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
+  if (job.name.empty()) meta.problem("name", "required");
+  else if (job.name.size() > 52 || !std::regex_match(job.name, kDns))
+    meta.problem("name", "'" + job.name + "' must be at most 52 lowercase letters, digits and '-', starting and ending "
+                         "with a letter or digit (pods are named after it)");
+  if (!root.has("spec")) root.problem("spec", "required");
+
+  ConfigNode spec = root.child("spec");
+  spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "model", "dataset", "training", "parallelism",
+                   "communication", "cache", "placement", "checkpoint", "runPolicy", "local"});
+  s.replicas = static_cast<int>(spec.integer("replicas", s.replicas, 1, 100000));
+  s.ranks_per_replica = static_cast<int>(spec.integer("ranksPerReplica", s.ranks_per_replica, 1, 64));
+  ConfigNode res = spec.child("resources");
+  res.allow_only({"gpu", "cpu", "memory"});
+  s.resources.gpu = static_cast<int>(res.integer("gpu", 0, 0, 64));
+  s.resources.cpu = res.cpu("cpu", 0);
+  s.resources.memory = res.bytes("memory", 0);
+  s.image = spec.str("image", s.image);
+  if (s.image.empty()) spec.problem("image", "must not be empty");
+
+  s.model = parse_model(spec.child("model"));
+  s.dataset = parse_dataset(spec.child("dataset"));
+  s.training = parse_training(spec.child("training"));
+
+  ConfigNode par = spec.child("parallelism");
+  par.allow_only({"spatial", "data"});
+  ConfigNode sp = par.child("spatial");
+  sp.allow_only({"d", "h", "w"});
+  s.parallelism.d = static_cast<int>(sp.integer("d", 1, 1, 4096));
+  s.parallelism.h = static_cast<int>(sp.integer("h", 1, 1, 4096));
+  s.parallelism.w = static_cast<int>(sp.integer("w", 1, 1, 4096));
+  s.parallelism.data = static_cast<int>(par.integer("data", 0, 1, kMaxInt));
+
+  s.communication = parse_communication(spec.child("communication"));
+
+  ConfigNode cache = spec.child("cache");
+  cache.allow_only({"memory", "localSSD", "remote"});
+  s.cache.memory_bytes = cache.bytes("memory", s.cache.memory_bytes);
+  ConfigNode ssd = cache.child("localSSD");
+  ssd.allow_only({"path", "sizeLimit"});
+  s.cache.ssd_path = ssd.str("path", "");
+  s.cache.ssd_bytes = ssd.bytes("sizeLimit", s.cache.ssd_bytes);
+  ConfigNode remote = cache.child("remote");
+  remote.allow_only({"nfs"});
+  ConfigNode nfs = remote.child("nfs");
+  nfs.allow_only({"server", "path"});
+  s.cache.nfs_server = nfs.str("server", "");
+  s.cache.nfs_path = nfs.str("path", "");
+  if (remote.has("nfs")) {
+    if (s.cache.nfs_server.empty()) nfs.problem("server", "required for an NFS volume");
+    if (s.cache.nfs_path.empty()) nfs.problem("path", "required for an NFS volume");
+  }
+
+  s.placement = parse_placement(spec.child("placement"));
+
+  ConfigNode ck = spec.child("checkpoint");
+  ck.allow_only({"path", "everySteps", "keep"});
+  s.checkpoint.path = ck.str("path", "");
+  s.checkpoint.every_steps = ck.integer("everySteps", 0, 0, INT64_MAX);
+  s.checkpoint.keep = static_cast<int>(ck.integer("keep", 2, 1, 1000));
+
+  ConfigNode rp = spec.child("runPolicy");
+  rp.allow_only({"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"});
+  s.run_policy.backoff_limit = static_cast<int>(rp.integer("backoffLimit", s.run_policy.backoff_limit, 0, 1000));
+  s.run_policy.active_deadline_seconds = rp.integer("activeDeadlineSeconds", 0, 1, INT64_MAX);
+  s.run_policy.ttl_seconds_after_finished = rp.integer("ttlSecondsAfterFinished", -1, 0, INT64_MAX);
+  s.run_policy.suspend = rp.boolean("suspend", false);
+
+  ConfigNode local = spec.child("local");
+  local.allow_only({"nodes", "gpusPerNode", "workDir"});
+  s.local.nodes = static_cast<int>(local.integer("nodes", 0, 1, 4096));
+  s.local.gpus_per_node = static_cast<int>(local.integer("gpusPerNode", 0, 1, 1024));
+  s.local.work_dir = local.str("workDir", "");
+
+  check_job(spec, s);
+  if (s.local.nodes == 0) s.local.nodes = s.replicas;
+  if (s.local.gpus_per_node == 0) s.local.gpus_per_node = s.ranks_per_replica;
+  if (s.local.work_dir.empty()) s.local.work_dir = ".tessera/" + (job.name.empty() ? std::string("job") : job.name);
+  out.problems = root.problems();
+  return out;
+}
+
+ParsedJob read_training_job(const std::string& file) {
+  try {
+    return parse_training_job(ConfigNode::load_file(file));
+  } catch (const ConfigError& e) {
+    ParsedJob out;
+    out.problems = e.problems();
+    return out;
+  }
+}
+
+TrainingJob load_training_job(const std::string& file) {
+  ParsedJob p = read_training_job(file);
+  if (!p.ok()) throw ConfigError(p.problems);
+  return p.job;
+}
+
+}  // namespace tessera::api

@@ -1,0 +1,181 @@
+// The TrainingJob API (tessera.dev/v1alpha1): the manifest users write, read by the controller (to
+// place, launch and watch the job) and by every worker (to train it). This is the one parser of a
+// manifest and the one place its defaults live, so the two sides cannot disagree. It depends on
+// worker/core only; crds/trainingjobs.tessera.dev.yaml carries the same schema for the API server.
+//
+// Reading a manifest reports every problem at once, each with its field path and reason
+// ("spec.parallelism.spatial.d: 3 does not divide the 4 workers"). Rules that belong to one model
+// (CosmoFlow needs a power-of-two input size) are the model's, checked where it is built.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker/core/config_node.h"
+
+namespace tessera::api {
+
+inline constexpr const char* kApiVersion = "tessera.dev/v1alpha1";
+inline constexpr const char* kKind = "TrainingJob";
+
+struct ResourcesSpec {
+  int gpu = 0;               // per pod; 0: the ranks train on CPU
+  double cpu = 0;            // cores requested per pod; 0: none requested
+  int64_t memory = 0;        // bytes requested per pod; 0: none requested
+};
+
+struct ModelSpec {
+  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d
+  int input_size = 32;             // W: input C x W^3 (cnn2d: C x W^2)
+  int in_channels = 0;             // 0: the model's default
+  int base_channels = 0;           // 0: the model's default
+  int max_channels = 256;
+  std::vector<int64_t> hidden = {2048, 256};  // cosmoflow: fully connected widths
+  int outputs = 0;                 // 0: the model's default
+  double dropout = 0;
+  double leaky_slope = 0.3;
+  bool batch_norm = false;
+  uint64_t seed = 1;
+};
+
+struct DatasetSpec {
+  std::string format = "synthetic";  // synthetic | hdf5
+  std::string synthetic;             // cosmo | shapes | images; empty: the model's (cosmoflow: cosmo, ...)
+  uint64_t samples = 256;            // synthetic: training samples
+  uint64_t validation_samples = 64;  // synthetic: validation samples
+  uint64_t seed = 1;
+  std::string path, validation_path; // hdf5: directories with a manifest.tsv
+  double remote_mbps = 0;            // remoteThrottle: emulate a slow remote tier; 0: off
+  double remote_latency_ms = 0;
+};
+
+struct OptimizerSpec {
+  std::string name = "sgd";          // sgd | adam | lars
+  double learning_rate = 0.01;
+  double momentum = 0.9;             // sgd, lars
+  bool nesterov = false;
+  double weight_decay = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam
+  double trust = 0.001;              // lars
+};
+
+struct ScheduleSpec {
+  double warmup_epochs = 0;
+  std::string decay = "none";        // none | step | cosine | poly
+  std::vector<int64_t> milestones;   // step decay: epochs at which the rate is multiplied by gamma
+  double gamma = 0.1;
+  double power = 2.0;                // poly
+  double min_learning_rate = 0;      // cosine and poly floor
+};
+
+struct TrainingSpec {
+  int epochs = 1;
+  int batch_size = 8;                // global: summed over data-parallel replicas
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+  double grad_clip = 0;              // max global gradient norm; 0: off
+  int threads = 0;                   // compute threads per rank; 0: the launcher's or OpenMP's choice
+  double log_every_seconds = 5;
+  uint64_t seed = 1;                 // data order
+  int loader_threads = 2;
+  int prefetch_batches = 4;
+};
+
+struct ParallelismSpec {
+  int d = 1, h = 1, w = 1;           // spatial split of each sample
+  int data = 0;                      // data-parallel replicas; 0: workers / (d*h*w)
+  int spatial_size() const { return d * h * w; }
+};
+
+struct CommunicationSpec {
+  std::string strategy = "dense";    // dense | torus | topk | hitopk | hybrid
+  std::string sparse = "hitopk";     // hybrid: the strategy of the first epochs (topk | hitopk)
+  std::string dense = "torus";       // hybrid: the strategy from the switch on (dense | torus)
+  double density = 0.01;
+  int switch_at_epoch = 1;           // hybrid: the first dense epoch
+  std::string selector = "mstopk";   // mstopk | exact
+  int64_t bucket_bytes = 25 << 20;   // gradients are fused into buckets of at most this size
+  int64_t timeout_ms = 120000;       // deadline of every collective
+};
+
+struct CacheSpec {
+  int64_t memory_bytes = int64_t{1} << 30;  // tier 0; 0: none
+  std::string ssd_path;                     // tier 1 directory; empty: none
+  int64_t ssd_bytes = int64_t{10} << 30;
+  std::string nfs_server, nfs_path;         // tier 2 in a cluster: the NFS export mounted at dataset.path
+};
+
+struct Toleration {
+  std::string key, op = "Equal", value, effect;  // op: Equal | Exists; empty key with Exists: all taints
+};
+
+struct PlacementSpec {
+  std::map<std::string, std::string> node_selector;
+  std::vector<Toleration> tolerations;
+  std::vector<std::string> topology_keys = {"topology.kubernetes.io/zone", "kubernetes.io/hostname"};
+};
+
+struct CheckpointSpec {
+  std::string path;                  // empty: no checkpoints
+  int64_t every_steps = 0;           // 0: only at the end
+  int keep = 2;                      // newest checkpoints kept per rank
+};
+
+struct RunPolicy {
+  int backoff_limit = 3;             // gang restarts before the job fails
+  int64_t active_deadline_seconds = 0;     // 0: none
+  int64_t ttl_seconds_after_finished = -1; // -1: kept
+  bool suspend = false;
+};
+
+// The virtual cluster of `tessera run`: nodes with GPU slots (one per rank). Defaults: one node
+// per replica, with one slot per rank of a replica.
+struct LocalSpec {
+  int nodes = 0;                     // 0: replicas
+  int gpus_per_node = 0;             // 0: ranksPerReplica
+  std::string work_dir;              // logs, status, SSD cache; empty: .tessera/<name>
+};
+
+struct TrainingJobSpec {
+  int replicas = 1;
+  int ranks_per_replica = 1;
+  ResourcesSpec resources;
+  std::string image = "tessera-worker:0.1";
+  ModelSpec model;
+  DatasetSpec dataset;
+  TrainingSpec training;
+  ParallelismSpec parallelism;
+  CommunicationSpec communication;
+  CacheSpec cache;
+  PlacementSpec placement;
+  CheckpointSpec checkpoint;
+  RunPolicy run_policy;
+  LocalSpec local;
+
+  int workers() const { return replicas * ranks_per_replica; }
+  int data_replicas() const { return workers() / parallelism.spatial_size(); }
+};
+
+struct TrainingJob {
+  std::string name;
+  std::string namespace_ = "default";
+  TrainingJobSpec spec;
+};
+
+// A manifest read with every problem found (empty: valid). The job holds the defaults for every
+// field that was absent or wrong.
+struct ParsedJob {
+  TrainingJob job;
+  std::vector<FieldProblem> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+ParsedJob parse_training_job(const ConfigNode& root);
+// Reads a file; a file that cannot be read or parsed is one problem naming the file.
+ParsedJob read_training_job(const std::string& file);
+// read_training_job, throwing one ConfigError listing every problem.
+TrainingJob load_training_job(const std::string& file);
+
+}  // namespace tessera::api

@@ -1,0 +1,63 @@
+// LocalLauncher: runs a TrainingJob on this machine with the controller's own logic. The job's
+// virtual cluster (spec.local: nodes with GPU slots, one slot per rank) is placed by GangPlacer
+// (all workers or none), ordered into rings by RingPlanner, and served by a RendezvousService on
+// loopback; each worker is a tessera-worker process that registers as (replica, slot) and gets its
+// rank, node and local rank from the plan, as in a cluster. When a worker dies the whole gang is
+// stopped and started again (the workers resume from the newest checkpoint every rank has), up to
+// spec.runPolicy.backoffLimit times. A progress line is printed as the job runs; the job's status
+// (the TrainingJob status fields, plus worker pids and the restart history) is kept in
+// <workDir>/status.json, and each worker's output in <workDir>/logs/.
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "api/training_job.h"
+
+namespace tessera::local {
+
+struct LocalOptions {
+  std::string manifest;      // the manifest file, handed to every worker
+  std::string worker_bin;    // the tessera-worker executable
+  double progress_seconds = 5;
+  std::FILE* out = stdout;   // progress and summary
+};
+
+// One gang restart: the furthest step rank 0 reported before the failure, and where the new gang
+// resumed (the checkpoint it restored; -1 when it failed before reporting).
+struct RestartRecord {
+  std::string reason;        // "worker replica 1 slot 0 (rank 2) was killed by signal 9 (Killed)"
+  int64_t failed_at_step = -1;
+  int64_t resumed_at_step = -1;
+};
+
+struct LocalResult {
+  std::string phase;         // Succeeded | Failed | Suspended
+  std::string reason;        // Failed: Unschedulable | BackoffLimitExceeded | DeadlineExceeded | Interrupted | StartFailed
+  std::string message;
+  double seconds = 0;
+  int restarts = 0;
+  std::vector<RestartRecord> restart_history;
+  // From rank 0's summary (Succeeded).
+  int64_t steps = 0;
+  double samples_per_second = 0;
+  int64_t switch_step = -1;
+  double val_loss = 0, val_metric = 0, baseline_loss = 0;
+  int exit_code() const { return phase == "Failed" ? 1 : 0; }
+};
+
+class LocalLauncher {
+ public:
+  LocalLauncher(api::TrainingJob job, LocalOptions options);
+  LocalResult run();
+
+  // Asks a running launcher to stop its workers and return (Failed, Interrupted); async-signal-safe.
+  static void interrupt();
+
+ private:
+  api::TrainingJob job_;
+  LocalOptions options_;
+};
+
+}  // namespace tessera::local

@@ -1,0 +1,162 @@
+// The TrainingJob API: defaults, the runtime configuration a worker builds from it, and validation
+// that reports every problem with its field path (the corpus in tests/api/manifests.yaml, shared
+// with the CRD schema test).
+#include "api/training_job.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "worker/train/job_config.h"
+
+namespace tessera {
+namespace {
+
+std::vector<FieldProblem> problems_of(const ConfigNode& root) {
+  api::ParsedJob p = api::parse_training_job(root);
+  if (!p.ok()) return p.problems;
+  try {
+    make_job_config(p.job);  // the model's own rules
+  } catch (const ConfigError& e) {
+    return e.problems();
+  }
+  return {};
+}
+
+std::vector<FieldProblem> problems_of(const std::string& yaml) { return problems_of(ConfigNode::load_string(yaml)); }
+
+std::set<std::string> fields(const std::vector<FieldProblem>& problems) {
+  std::set<std::string> out;
+  for (const auto& p : problems) out.insert(p.field);
+  return out;
+}
+
+const char* kHeader = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: demo}\n";
+
+TEST(TrainingJobTest, DefaultsAndTheWorkersRuntimeConfiguration) {
+  api::ParsedJob p = api::parse_training_job(ConfigNode::load_string(std::string(kHeader) + R"(
+spec:
+  replicas: 2
+  ranksPerReplica: 2
+  model: {name: cosmoflow, inputSize: 32}
+  training: {epochs: 3, batchSize: 16, optimizer: {name: adam, learningRate: 0.002}, schedule: {decay: cosine, warmupEpochs: 1}}
+  parallelism: {spatial: {d: 2}}
+  communication: {strategy: hybrid, density: 0.001, switchAtEpoch: 2, bucketSize: 4Mi}
+  checkpoint: {path: /tmp/x, everySteps: 50}
+  cache: {memory: 1.5Gi}
+)"));
+  ASSERT_TRUE(p.ok()) << p.problems.front().field << ": " << p.problems.front().reason;
+  const api::TrainingJobSpec& s = p.job.spec;
+  EXPECT_EQ(p.job.name, "demo");
+  EXPECT_EQ(p.job.namespace_, "default");
+  EXPECT_EQ(s.workers(), 4);
+  EXPECT_EQ(s.data_replicas(), 2);
+  EXPECT_EQ(s.dataset.synthetic, "cosmo");  // defaulted from the model
+  EXPECT_EQ(s.local.nodes, 2);              // one virtual node per replica
+  EXPECT_EQ(s.local.gpus_per_node, 2);
+  EXPECT_EQ(s.local.work_dir, ".tessera/demo");
+  EXPECT_EQ(s.run_policy.backoff_limit, 3);
+  EXPECT_EQ(s.cache.memory_bytes, int64_t{3} << 29);
+
+  JobConfig j = make_job_config(p.job);
+  EXPECT_EQ(j.workers, 4);
+  EXPECT_EQ(j.model.input_size, 32);
+  EXPECT_EQ(j.model.spatial.size(), 2);
+  EXPECT_EQ(j.dataset.kind, "cosmo");
+  EXPECT_EQ(j.dataset.size, 32);
+  EXPECT_EQ(j.training.epochs, 3);
+  EXPECT_EQ(j.training.optimizer.name, "adam");
+  EXPECT_DOUBLE_EQ(j.training.schedule.base_lr, 0.002);
+  EXPECT_DOUBLE_EQ(j.training.warmup_epochs, 1);
+  EXPECT_EQ(j.communication.sparse, "hitopk");
+  EXPECT_EQ(j.communication.dense, "torus");
+  EXPECT_EQ(j.communication.bucket_bytes, 4 << 20);
+  EXPECT_EQ(j.checkpoint.every_steps, 50);
+}
+
+TEST(TrainingJobTest, EveryProblemIsReportedAtOnce) {
+  auto got = fields(problems_of(R"(
+apiVersion: tessera.dev/v1
+kind: TrainingJob
+metadata: {name: Bad_Name}
+spec:
+  replicas: 2
+  ranksPerReplica: "2"
+  training: {epochs: 3, bachSize: 3, optimizer: {learningRate: -1}}
+  parallelism: {spatial: {d: 3}}
+  communication: {strategy: hybrid, switchAtEpoch: 3, density: 0}
+)"));
+  const std::set<std::string> want = {"apiVersion",
+                                      "metadata.name",
+                                      "spec.ranksPerReplica",
+                                      "spec.training.bachSize",
+                                      "spec.training.optimizer.learningRate",
+                                      "spec.communication.density",
+                                      "spec.parallelism.spatial.d",
+                                      "spec.communication.switchAtEpoch"};
+  EXPECT_EQ(got, want);
+}
+
+TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
+  auto field = [](const std::string& spec) {
+    auto p = problems_of(std::string(kHeader) + "spec:\n  " + spec + "\n");
+    return p.empty() ? std::string("accepted") : p.front().field + ": " + p.front().reason;
+  };
+  EXPECT_EQ(field("replicas: \"2\""), "spec.replicas: expected an integer, got the string '2'");
+  EXPECT_EQ(field("image: 5"), "spec.image: expected a string, got the number 5 (quote it)");
+  EXPECT_EQ(field("runPolicy: {suspend: \"true\"}"), "spec.runPolicy.suspend: expected true or false, got the string 'true'");
+  EXPECT_EQ(field("cache: {memory: 1.5}"),
+            "spec.cache.memory: expected an integer or a string such as 512Mi or 10G, got the number 1.5 (quote it)");
+  EXPECT_EQ(field("cache: {memory: \"1.5Gi\"}"), "accepted");
+  EXPECT_EQ(field("communication: {density: 0}"), "spec.communication.density: 0 is outside (0, 1]");
+  EXPECT_EQ(field("model: {name: cosmoflow, inputSize: 48}"),
+            "spec.model.inputSize: 48: CosmoFlow needs a power of two from 8 to 1024");
+}
+
+TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
+  const std::string file = ::testing::TempDir() + "/broken.yaml";
+  FILE* f = std::fopen(file.c_str(), "w");
+  std::fputs("spec: {model: {name: cosmoflow\ntraining: [", f);
+  std::fclose(f);
+  api::ParsedJob p = api::read_training_job(file);
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_EQ(p.problems[0].field, file);
+  EXPECT_NE(p.problems[0].reason.find("line"), std::string::npos);
+  EXPECT_THROW(api::load_training_job(file), ConfigError);
+  EXPECT_EQ(api::read_training_job("/nonexistent/job.yaml").problems.at(0).reason, "cannot read the file");
+}
+
+// Maps merge key by key, anything else replaces, null deletes.
+YAML::Node merge(const YAML::Node& base, const YAML::Node& patch) {
+  if (!base.IsMap() || !patch.IsMap()) return YAML::Clone(patch);
+  YAML::Node out = YAML::Clone(base);
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    const std::string k = it->first.as<std::string>();
+    if (it->second.IsNull()) out.remove(k);
+    else out[k] = merge(out[k] ? out[k] : YAML::Node(), it->second);
+  }
+  return out;
+}
+
+TEST(TrainingJobTest, CorpusOfManifestsEachRejectedAtItsField) {
+  const YAML::Node corpus = YAML::LoadFile(std::string(TESSERA_SOURCE_DIR) + "/tests/api/manifests.yaml");
+  for (const auto& c : corpus["valid"]) {
+    auto p = problems_of(ConfigNode(merge(corpus["base"], c["patch"])));
+    EXPECT_TRUE(p.empty()) << c["name"].as<std::string>() << ": " << p.front().field << ": " << p.front().reason;
+  }
+  int invalid = 0;
+  for (const auto& c : corpus["invalid"]) {
+    const std::string want = c["field"].as<std::string>();
+    auto got = fields(problems_of(ConfigNode(merge(corpus["base"], c["patch"]))));
+    EXPECT_TRUE(got.count(want)) << c["name"].as<std::string>() << ": expected a problem at " << want;
+    ++invalid;
+  }
+  EXPECT_GE(invalid, 30);
+  for (const char* example : {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml"}) {
+    auto p = api::read_training_job(std::string(TESSERA_SOURCE_DIR) + "/examples/" + example);
+    EXPECT_TRUE(p.ok()) << example;
+  }
+}
+
+}  // namespace
+}  // namespace tessera
