@@ -281,6 +281,10 @@ class Launch {
     const json s = read_summary(rank0->log);
     if (s.is_null()) return finish("Failed", "NoSummary", "rank 0 ended without a summary; see " + rank0->log);
     result_.steps = s.value("steps", int64_t{0});
+    const int64_t first = s.value("first_step", int64_t{0});
+    if (first > 0 && restarts_ == 0)
+      say(detail::concat("the job resumed from its checkpoint at step ", first, " in ", spec_.checkpoint.path,
+                         first == result_.steps ? ": it had already finished" : ""));
     result_.samples_per_second = s.value("samples_per_second", 0.0);
     result_.switch_step = s.value("switch_step", int64_t{-1});
     result_.val_loss = s.value("val_loss", 0.0);

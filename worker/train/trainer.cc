@@ -411,6 +411,11 @@ TrainSummary Trainer::run() {
       }
     }
   }
+  if (summary.first_step == total_steps_ && total_steps_ > 0) {
+    // Restored at the last step: nothing to train, but the summary still reports the trained model.
+    if (rank_ == 0) log_info("the checkpoint is at the last step (", total_steps_, "): nothing left to train");
+    summary.last_epoch = validate(tr.epochs);
+  }
   summary.steps = step_;
   summary.seconds = seconds_since(t_start);
   summary.samples_per_second = (step_ - summary.first_step) * tr.batch_size / std::max(summary.seconds, 1e-9);
