@@ -90,6 +90,7 @@ class Launch {
     status_["restarts"] = 0;
     status_["startTime"] = utc_now();
     status_["restartHistory"] = json::array();
+    status_["conditions"] = json::array();
   }
 
   LocalResult run() {
@@ -122,12 +123,14 @@ class Launch {
     request.topology_keys = spec_.placement.topology_keys;
     const placement::PlacementResult placed = placement::GangPlacer().place(request, nodes);
     if (!placed.placed) {
+      set_condition("Placed", "False", "Unschedulable", placed.reason);
       finish("Failed", "Unschedulable",
              detail::concat("the gang of ", spec_.replicas, " replicas x ", spec_.ranks_per_replica, " ranks does not fit ",
                             spec_.local.nodes, " virtual nodes of ", spec_.local.gpus_per_node,
                             " GPU slots (spec.local): ", placed.reason));
       return false;
     }
+    set_condition("Placed", "True", "GangFits", detail::concat(spec_.replicas, " replicas on ", spec_.local.nodes, " virtual nodes"));
     plan_ = placement::plan_ring(placed.nodes, spec_.ranks_per_replica, nodes, request.topology_keys);
     service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
     token_ = random_token();
@@ -310,6 +313,7 @@ class Launch {
     for (const auto& r : status_["restartHistory"])
       result_.restart_history.push_back({r["reason"], r["failedAtStep"], r["resumedAtStep"]});
     status_["phase"] = phase;
+    if (phase == "Succeeded" || phase == "Failed") set_condition(phase, "True", reason.empty() ? phase : reason, message);
     if (!reason.empty()) status_["reason"] = reason;
     if (!message.empty()) status_["message"] = message;
     status_["completionTime"] = utc_now();
@@ -347,6 +351,22 @@ class Launch {
   void say(const std::string& line) {
     std::fprintf(options_.out, "[%s] %s\n", clock_time().c_str(), line.c_str());
     std::fflush(options_.out);
+  }
+
+  // Sets the condition of `type` (as in a Kubernetes status), keeping its transition time when its
+  // status does not change.
+  void set_condition(const std::string& type, const std::string& value, const std::string& reason,
+                     const std::string& message) {
+    for (auto& c : status_["conditions"])
+      if (c["type"] == type) {
+        if (c["status"] != value) c["lastTransitionTime"] = utc_now();
+        c["status"] = value;
+        c["reason"] = reason;
+        c["message"] = message;
+        return;
+      }
+    status_["conditions"].push_back(
+        {{"type", type}, {"status", value}, {"reason", reason}, {"message", message}, {"lastTransitionTime", utc_now()}});
   }
 
   void write_status() {

@@ -75,6 +75,10 @@ TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   EXPECT_EQ(s["placement"][1]["ranks"], json::array({2, 3}));
   EXPECT_NE(s["placement"][0]["node"], s["placement"][1]["node"]);
   EXPECT_GT(s["validation"]["baselineLoss"].get<double>(), 0);
+  ASSERT_EQ(s["conditions"].size(), 2u);
+  EXPECT_EQ(s["conditions"][0]["type"], "Placed");
+  EXPECT_EQ(s["conditions"][0]["reason"], "GangFits");
+  EXPECT_EQ(s["conditions"][1]["type"], "Succeeded");
   // Every rank read its blocks through the SSD tier.
   EXPECT_FALSE(std::filesystem::is_empty(dir + "/work/ssd"));
   std::filesystem::remove_all(dir);
