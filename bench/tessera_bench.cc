@@ -720,7 +720,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "help") return usage(0);
-  try {
+  return run_command("tessera-bench", [&] {
     Flags f(argc, argv, 2);
     if (f.has("help")) return usage(0);
     if (cmd == "topk") return cmd_topk(f);
@@ -732,11 +732,5 @@ int main(int argc, char** argv) {
     if (cmd == "placement") return cmd_placement(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
-  } catch (const ConfigError& e) {
-    std::fprintf(stderr, "tessera-bench: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessera-bench: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -179,13 +179,5 @@ int run(int argc, char** argv) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  try {
-    return tessera::run(argc, argv);
-  } catch (const tessera::ConfigError& e) {
-    std::fprintf(stderr, "tessera: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tessera: %s\n", e.what());
-    return 1;
-  }
+  return tessera::run_command("tessera", [&] { return tessera::run(argc, argv); });
 }

@@ -89,7 +89,7 @@ TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
   const std::string dir = prepare("tessera-e2e-kill", 12, every);
   pid_t run = spawn({kCli, "run", dir + "/job.yaml", "--progress", "1"}, dir + "/run.log");
   // Kill one worker of replica 1 once the job is past its second checkpoint.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180) * kSlowdown;
   json s;
   while (std::chrono::steady_clock::now() < deadline) {
     s = status_of(dir);

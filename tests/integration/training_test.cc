@@ -265,7 +265,7 @@ TEST(TrainingTest, KilledGangResumesOnTheUninterruptedTrajectory) {
   // Kill rank 1 once it has finished step 9 (of 40; checkpoint at 8 exists); rank 0 then fails on its own.
   Gang b = start(killed, ck, 2, 1, "k1");
   const std::string m1 = killed + "/metrics-k1-1.jsonl";
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
   while (std::chrono::steady_clock::now() < deadline && records(m1, "step").size() < 10)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_GE(records(m1, "step").size(), 10u);

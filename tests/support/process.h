@@ -22,9 +22,16 @@ inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log,
   return local::spawn(argv, env, log);
 }
 
-// Exit code of pid, 128+signal if killed by a signal, or -1 (after SIGKILL) if still running at the deadline.
+#ifndef TESSERA_TEST_SLOWDOWN
+#define TESSERA_TEST_SLOWDOWN 1
+#endif
+// Deadlines of processes are stretched by this factor in sanitized builds.
+inline constexpr int kSlowdown = TESSERA_TEST_SLOWDOWN;
+
+// Exit code of pid, 128+signal if killed by a signal, or -1 (after SIGKILL) if still running at the
+// deadline (timeout x kSlowdown).
 inline int wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeout * kSlowdown;
   int status = 0;
   for (;;) {
     pid_t r = waitpid(pid, &status, WNOHANG);

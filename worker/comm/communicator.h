@@ -100,12 +100,15 @@ class Communicator {
     broadcast(data.data(), data.size(), dtype_of<T>(), root, timeout);
   }
 
-  // Bytes this member has sent to each member (indexed by group rank) since it was created.
+  // Bytes this member has sent to each member (indexed by group rank) since it was connected.
   std::vector<uint64_t> bytes_sent() const;
 
  protected:
   Millis resolve(Millis timeout) const { return timeout.count() > 0 ? timeout : default_timeout_; }
   void count_sent(int peer, size_t bytes) { bytes_sent_[peer].fetch_add(bytes, std::memory_order_relaxed); }
+  void clear_bytes_sent() {
+    for (int p = 0; p < size(); ++p) bytes_sent_[p].store(0, std::memory_order_relaxed);
+  }
   // "allreduce on group 'intra/node-a' (rank 1 of 4, global rank 5)"
   std::string where(const char* op) const;
   static void check_size(const char* op, size_t got, size_t want);

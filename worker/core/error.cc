@@ -1,5 +1,7 @@
 #include "worker/core/error.h"
 
+#include <cstdio>
+
 namespace tessera {
 namespace {
 
@@ -17,6 +19,18 @@ std::string list_problems(const std::vector<FieldProblem>& problems) {
 ConfigError::ConfigError(std::vector<FieldProblem> problems)
     : Error(list_problems(problems)), problems_(std::move(problems)) {
   if (problems_.empty()) problems_.push_back({"", "invalid configuration"});
+}
+
+int run_command(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const ConfigError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace tessera

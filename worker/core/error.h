@@ -6,6 +6,7 @@
 // invariants inside Tessera throw std::logic_error through TESSERA_CHECK with the values involved.
 #pragma once
 
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -56,6 +57,10 @@ class NumericError : public Error {
  public:
   using Error::Error;
 };
+
+// The body of a command's main(): runs `body` and returns its exit status; a ConfigError that
+// escapes it is printed as "<program>: <message>" and exits with 2, any other exception with 1.
+int run_command(const char* program, const std::function<int()>& body);
 
 namespace detail {
 template <typename... Args>

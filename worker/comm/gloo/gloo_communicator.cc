@@ -85,8 +85,14 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(Store& store, int ra
     throw CommError(detail::concat("rendezvous of group '", options.group, "' (rank ", rank, " of ", size,
                                    "): connecting the mesh failed: ", e.what()));
   }
-  return std::unique_ptr<GlooCommunicator>(
+  std::unique_ptr<GlooCommunicator> comm(
       new GlooCommunicator(options.group, rank, std::move(global_ranks), options.timeout, std::move(context)));
+  // A rank's side of the mesh can be complete while a peer is still finishing its own: without a
+  // barrier, a rank that returned and closed its communicator at once would break the peer's connect
+  // ("Connection closed by peer"). After it, every member has connected.
+  comm->barrier(options.timeout);
+  comm->clear_bytes_sent();
+  return comm;
 }
 
 GlooCommunicator::Op GlooCommunicator::begin(const char* name, Millis timeout) {
