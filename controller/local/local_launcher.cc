@@ -66,6 +66,15 @@ struct Worker {
   std::unique_ptr<Process> process;
 };
 
+// The last non-empty line of a log (a worker's error message when it failed).
+std::string last_line(const std::string& log) {
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
 // The last summary line rank 0 printed to its log.
 json read_summary(const std::string& log) {
   std::ifstream in(log);
@@ -249,9 +258,17 @@ class Launch {
   }
 
   std::string restart_or_fail(const Worker& failed, int status) {
-    const std::string why = detail::concat("worker replica ", failed.at.replica, " slot ", failed.at.slot, " (rank ",
-                                           failed.at.rank, ") ", Process::describe(status));
+    std::string why = detail::concat("worker replica ", failed.at.replica, " slot ", failed.at.slot, " (rank ",
+                                     failed.at.rank, ") ", Process::describe(status));
+    const std::string last = last_line(failed.log);
+    if (!last.empty()) why += ": " + last;
     stop_gang();
+    // Exit status 2 is a configuration error (a dataset that is not there, a split the model cannot
+    // take): the same gang would fail the same way, so it is not restarted.
+    if (status == 2) {
+      finish("Failed", "InvalidConfiguration", detail::concat(why, "; see ", failed.log));
+      return "";
+    }
     if (restarts_ >= spec_.run_policy.backoff_limit) {
       finish("Failed", "BackoffLimitExceeded",
              detail::concat(why, "; the gang was restarted ", restarts_, " times (spec.runPolicy.backoffLimit ",

@@ -4,7 +4,8 @@
 // loopback; each worker is a tessera-worker process that registers as (replica, slot) and gets its
 // rank, node and local rank from the plan, as in a cluster. When a worker dies the whole gang is
 // stopped and started again (the workers resume from the newest checkpoint every rank has), up to
-// spec.runPolicy.backoffLimit times. A progress line is printed as the job runs; the job's status
+// spec.runPolicy.backoffLimit times; a worker that exits with status 2 (a configuration error)
+// fails the job at once. A progress line is printed as the job runs; the job's status
 // (the TrainingJob status fields, plus worker pids and the restart history) is kept in
 // <workDir>/status.json, and each worker's output in <workDir>/logs/.
 #pragma once
@@ -34,7 +35,8 @@ struct RestartRecord {
 
 struct LocalResult {
   std::string phase;         // Succeeded | Failed | Suspended
-  std::string reason;        // Failed: Unschedulable | BackoffLimitExceeded | DeadlineExceeded | Interrupted | StartFailed
+  std::string reason;        // Failed: Unschedulable | InvalidConfiguration | BackoffLimitExceeded | DeadlineExceeded |
+                             // Interrupted | StartFailed | NoSummary
   std::string message;
   double seconds = 0;
   int restarts = 0;

@@ -122,5 +122,21 @@ TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
   std::filesystem::remove_all(dir);
 }
 
+// A worker that cannot start training (here: the dataset is not there) fails the job at once with
+// the worker's own error; restarting the gang would fail the same way.
+TEST(LocalRunTest, ConfigurationErrorFailsTheJobWithoutRestarts) {
+  const std::string dir = make_temp_dir("tessera-e2e-bad");
+  std::ofstream(dir + "/job.yaml") << manifest(dir, 3, 10);  // no dataset generated
+  const int rc = wait_exit(spawn({kCli, "run", dir + "/job.yaml"}, dir + "/run.log"), std::chrono::seconds(120));
+  const std::string out = read_file(dir + "/run.log");
+  EXPECT_EQ(rc, 1) << out;
+  const json s = status_of(dir);
+  EXPECT_EQ(s["phase"], "Failed");
+  EXPECT_EQ(s["reason"], "InvalidConfiguration");
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_NE(s["message"].get<std::string>().find("spec.dataset.path"), std::string::npos) << s.dump(2);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -90,8 +90,16 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
     CacheOptions co = dc.cache;
     if (!co.ssd_dir.empty()) co.ssd_dir += "/rank" + std::to_string(rank_);  // each rank caches its own blocks
     cache_ = std::make_unique<TieredCache>(co, *posix_);
-    train_ = std::make_unique<Hdf5Dataset>(dc.path, *remote, cache_.get());
-    val_ = std::make_unique<Hdf5Dataset>(dc.validation_path, *remote, cache_.get());
+    // A missing or broken dataset directory is reported at the manifest field that names it.
+    auto open = [&](const std::string& dir, const char* field) {
+      try {
+        return std::make_unique<Hdf5Dataset>(dir, *remote, cache_.get());
+      } catch (const ConfigError& e) {
+        throw ConfigError(std::string("spec.dataset.") + field, e.problems().front().reason);
+      }
+    };
+    train_ = open(dc.path, "path");
+    val_ = open(dc.validation_path, "validationPath");
   } else {
     train_ = make_synthetic(config_.dataset);
     SyntheticConfig vc = config_.dataset;
