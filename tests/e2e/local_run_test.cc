@@ -25,7 +25,7 @@ std::string make_temp_dir(const std::string& tag) {
 }
 
 // CosmoFlow on 16^3 fields: 4 workers on 2 virtual nodes, spatial 2 x data 2, hybrid hitopk -> torus.
-std::string manifest(const std::string& dir, int epochs, int every_steps) {
+std::string manifest(const std::string& dir, int epochs, int every_steps, int backoff_limit = 1) {
   return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: e2e}\nspec:\n"
          "  replicas: 2\n  ranksPerReplica: 2\n"
          "  model: {name: cosmoflow, inputSize: 16, baseChannels: 8, hidden: [32]}\n"
@@ -35,11 +35,11 @@ std::string manifest(const std::string& dir, int epochs, int every_steps) {
          "  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2, timeoutSeconds: 30}\n"
          "  cache: {memory: 64Mi, localSSD: {path: " + dir + "/work/ssd, sizeLimit: 256Mi}}\n"
          "  checkpoint: {path: " + dir + "/work/ckpt, everySteps: " + std::to_string(every_steps) + "}\n"
-         "  runPolicy: {backoffLimit: 1}\n"
+         "  runPolicy: {backoffLimit: " + std::to_string(backoff_limit) + "}\n"
          "  local: {nodes: 2, gpusPerNode: 2, workDir: " + dir + "/work}\n";
 }
 
-std::string prepare(const std::string& tag, int epochs, int every_steps) {
+std::string prepare(const std::string& tag, int epochs, int every_steps, int backoff_limit = 1) {
   const std::string dir = make_temp_dir(tag);
   for (auto [set, n, seed] : {std::tuple{"train", "64", "1"}, std::tuple{"val", "16", "2"}})
     EXPECT_EQ(wait_exit(spawn({kCli, "data", "generate", "--kind", "cosmoflow", "--samples", n, "--size", "16", "--out",
@@ -48,7 +48,7 @@ std::string prepare(const std::string& tag, int epochs, int every_steps) {
                         std::chrono::seconds(60)),
               0)
         << read_file(dir + "/generate.log");
-  std::ofstream(dir + "/job.yaml") << manifest(dir, epochs, every_steps);
+  std::ofstream(dir + "/job.yaml") << manifest(dir, epochs, every_steps, backoff_limit);
   return dir;
 }
 
@@ -84,24 +84,30 @@ TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
-  const int every = 10;
-  const std::string dir = prepare("tessera-e2e-kill", 12, every);
-  pid_t run = spawn({kCli, "run", dir + "/job.yaml", "--progress", "1"}, dir + "/run.log");
-  // Kill one worker of replica 1 once the job is past its second checkpoint.
+// Waits until the job in `dir` reports step `step`, then kills worker (replica 1, slot 0) with SIGKILL.
+void kill_a_worker_at(const std::string& dir, int64_t step) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180) * kSlowdown;
   json s;
   while (std::chrono::steady_clock::now() < deadline) {
     s = status_of(dir);
-    if (!s.is_null() && s.value("step", int64_t{-1}) >= 2 * every + 3) break;
+    if (!s.is_null() && s.value("step", int64_t{-1}) >= step) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_GE(s.value("step", int64_t{-1}), 2 * every + 3) << read_file(dir + "/run.log");
+  ASSERT_GE(s.value("step", int64_t{-1}), step) << read_file(dir + "/run.log");
   pid_t victim = 0;
   for (const auto& w : s["workers"])
     if (w["replica"] == 1 && w["slot"] == 0) victim = w["pid"];
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
+}
+
+TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
+  const int every = 10;
+  const std::string dir = prepare("tessera-e2e-kill", 12, every);
+  pid_t run = spawn({kCli, "run", dir + "/job.yaml", "--progress", "1"}, dir + "/run.log");
+  // Kill one worker of replica 1 once the job is past its second checkpoint.
+  kill_a_worker_at(dir, 2 * every + 3);
+  json s;
 
   const int rc = wait_exit(run, std::chrono::seconds(300));
   const std::string out = read_file(dir + "/run.log");
@@ -119,6 +125,21 @@ TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
   EXPECT_LE(failed - resumed, every) << "lost at most one checkpoint interval";
   EXPECT_GE(resumed, every);
   EXPECT_NE(out.find("restarting the gang from its last checkpoint"), std::string::npos) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// With backoffLimit 0 the first failure ends the job.
+TEST(LocalRunTest, FailureBeyondTheBackoffLimitFailsTheJob) {
+  const std::string dir = prepare("tessera-e2e-backoff", 12, 10, 0);
+  pid_t run = spawn({kCli, "run", dir + "/job.yaml"}, dir + "/run.log");
+  kill_a_worker_at(dir, 3);
+  const int rc = wait_exit(run, std::chrono::seconds(120));
+  EXPECT_EQ(rc, 1) << read_file(dir + "/run.log");
+  const json s = status_of(dir);
+  EXPECT_EQ(s["phase"], "Failed");
+  EXPECT_EQ(s["reason"], "BackoffLimitExceeded");
+  EXPECT_EQ(s["restarts"], 0);
+  EXPECT_NE(s["message"].get<std::string>().find("killed by signal 9"), std::string::npos) << s.dump(2);
   std::filesystem::remove_all(dir);
 }
 
