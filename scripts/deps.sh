@@ -10,7 +10,10 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
+  etcd-server golang-1.19-go rsync openssl   # the test API server (scripts/test-apiserver.sh)
 )
+# kubectl: Debian's kubernetes-client, unless another package already provides the command.
+command -v kubectl >/dev/null || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -312,6 +312,7 @@ class Launch {
     result_.baseline_loss = s.value("baseline_loss", 0.0);
     status_["step"] = result_.steps;
     status_["epoch"] = spec_.training.epochs;
+    status_["samplesPerSecond"] = result_.samples_per_second;  // over the whole run
     status_["validation"] = {{"loss", result_.val_loss}, {"metric", result_.val_metric}, {"baselineLoss", result_.baseline_loss}};
     if (result_.switch_step >= 0) status_["switchStep"] = result_.switch_step;
     RendezvousProgress last;
@@ -374,16 +375,19 @@ class Launch {
   // status does not change.
   void set_condition(const std::string& type, const std::string& value, const std::string& reason,
                      const std::string& message) {
-    for (auto& c : status_["conditions"])
-      if (c["type"] == type) {
-        if (c["status"] != value) c["lastTransitionTime"] = utc_now();
-        c["status"] = value;
-        c["reason"] = reason;
-        c["message"] = message;
-        return;
-      }
-    status_["conditions"].push_back(
-        {{"type", type}, {"status", value}, {"reason", reason}, {"message", message}, {"lastTransitionTime", utc_now()}});
+    json* c = nullptr;
+    for (auto& existing : status_["conditions"])
+      if (existing["type"] == type) c = &existing;
+    if (!c) {
+      status_["conditions"].push_back({{"type", type}});
+      c = &status_["conditions"].back();
+    }
+    if (!c->contains("status") || (*c)["status"] != value) (*c)["lastTransitionTime"] = utc_now();
+    (*c)["status"] = value;
+    (*c)["reason"] = reason;
+    // Empty strings are left out, as Kubernetes API objects do (an empty string is not a valid value there).
+    if (message.empty()) c->erase("message");
+    else (*c)["message"] = message;
   }
 
   void write_status() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CRD's OpenAPI schema and the C++ validation (`tessera validate --json`) agree.
 
-usage: schema_agreement.py TESSERA_BIN CRD CORPUS EXAMPLES_DIR
+usage: schema_agreement.py TESSERA_BIN CRD CORPUS EXAMPLES_DIR [KUBECONFIG]
 
 For every case of the corpus (tests/api/manifests.yaml) and every example manifest:
   - valid cases: the C++ validation and the schema accept them;
@@ -13,6 +13,12 @@ Then the two know the same fields: at every object of the schema, an unknown key
 C++ validation together with the list of known keys, which must equal the schema's properties.
 The schema is applied as the API server does with strict field validation (`kubectl apply
 --validate=strict`): unknown fields are errors, null values are dropped before validation.
+
+With a KUBECONFIG (a test API server with the CRD installed: tests/api/crd_apiserver_test.sh),
+every manifest is also sent to the server (`kubectl create --dry-run=server`): it must accept the
+valid ones and the rules between fields, and reject the others at the same field (its paths carry
+no list indices). Kubernetes 1.20 drops unknown fields instead of rejecting them, so those cases are
+left out of this check.
 """
 import copy
 import glob
@@ -27,6 +33,7 @@ import jsonschema
 import yaml
 
 tessera, crd_file, corpus_file, examples_dir = sys.argv[1:5]
+kubeconfig = sys.argv[5] if len(sys.argv) > 5 else None
 
 crd = yaml.safe_load(open(crd_file))
 version = crd["spec"]["versions"][0]
@@ -94,6 +101,19 @@ def cxx_problems(manifest):
         os.unlink(name)
 
 
+def server_verdict(manifest):
+    """(accepted, output) of the test API server for a manifest."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        yaml.safe_dump(manifest, f, sort_keys=False)
+        name = f.name
+    try:
+        r = subprocess.run(["kubectl", "--kubeconfig", kubeconfig, "create", "--dry-run=server", "--validate=false",
+                            "-f", name], capture_output=True, text=True)
+        return r.returncode == 0, (r.stdout + r.stderr).strip()
+    finally:
+        os.unlink(name)
+
+
 def merge(base, patch):
     if not isinstance(base, dict) or not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -107,6 +127,7 @@ def merge(base, patch):
 
 
 failures = []
+server_checked = []
 corpus = yaml.safe_load(open(corpus_file))
 checked = 0
 
@@ -119,6 +140,10 @@ for name, manifest in valid:
         failures.append("%s: valid, but the C++ validation reports %s" % (name, got))
     if sf:
         failures.append("%s: valid, but the schema rejects %s" % (name, sorted(sf)))
+    if kubeconfig:
+        ok, out = server_verdict(manifest)
+        if not ok:
+            failures.append("%s: valid, but the API server rejects it: %s" % (name, out))
     checked += 1
 
 for case in corpus["invalid"]:
@@ -135,6 +160,17 @@ for case in corpus["invalid"]:
     missing = sf - fields
     if missing:
         failures.append("%s: the schema rejects %s, which the C++ validation does not report" % (name, sorted(missing)))
+    problems = cxx_problems(manifest)
+    unknown_field = any(p["field"] == want and p["reason"].startswith("unknown field") for p in problems)
+    if kubeconfig and not unknown_field:
+        ok, out = server_verdict(manifest)
+        if kind == "accept" and not ok:
+            failures.append("%s: a rule between fields, but the API server rejects it: %s" % (name, out))
+        if kind in ("reject", "server") and ok:
+            failures.append("%s: the API server accepts it" % name)
+        if kind == "reject" and not ok and re.sub(r"\[\d+\]", "", want) not in out:
+            failures.append("%s: the API server rejects it elsewhere than %s: %s" % (name, want, out))
+        server_checked.append(name)
     checked += 1
 
 
@@ -183,6 +219,8 @@ for name, ok in (("short name tj", "tj" in crd["spec"]["names"].get("shortNames"
 
 print("checked %d manifests and objects: %d valid, %d invalid (%d rejected by the schema too)" % (
     checked, len(valid), len(corpus["invalid"]), sum(1 for c in corpus["invalid"] if c["schema"] == "reject")))
+if kubeconfig:
+    print("the API server agreed on %d valid manifests and %d invalid ones" % (len(valid), len(server_checked)))
 for f in failures:
     print("FAIL " + f)
 sys.exit(1 if failures else 0)
