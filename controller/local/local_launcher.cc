@@ -90,6 +90,13 @@ json read_summary(const std::string& log) {
   return last;
 }
 
+// How watching a gang ended.
+enum class Outcome {
+  kSucceeded,  // every worker exited 0
+  kRestart,    // a worker failed and the gang is to be started again
+  kEnded,      // the job ended (failed, interrupted, deadline): finish() has run
+};
+
 class Launch {
  public:
   Launch(const api::TrainingJob& job, const LocalOptions& options) : job_(job), options_(options), spec_(job.spec) {
@@ -112,9 +119,9 @@ class Launch {
     for (;;) {
       service_->add_job(job_.name, token_, plan_, policy_);
       if (!start_gang()) return result_;
-      const std::string outcome = watch_gang();
-      if (outcome == "Succeeded") return succeed();
-      if (outcome != "Restart") return result_;
+      const Outcome outcome = watch_gang();
+      if (outcome == Outcome::kSucceeded) return succeed();
+      if (outcome == Outcome::kEnded) return result_;
     }
   }
 
@@ -202,8 +209,8 @@ class Launch {
       if (w.process) w.process->stop(std::chrono::milliseconds(3000));
   }
 
-  // Watches the gang until it succeeds ("Succeeded"), must restart ("Restart") or the job ends.
-  std::string watch_gang() {
+  // Watches the gang until it succeeds, must restart or the job ends.
+  Outcome watch_gang() {
     auto last_line = Clock::now(), last_status = Clock::now();
     for (;;) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -215,7 +222,7 @@ class Launch {
       if (g_interrupted) {
         stop_gang();
         finish("Failed", "Interrupted", "interrupted; the workers were stopped");
-        return "";
+        return Outcome::kEnded;
       }
       const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
       if (spec_.run_policy.active_deadline_seconds > 0 && elapsed > spec_.run_policy.active_deadline_seconds) {
@@ -223,7 +230,7 @@ class Launch {
         finish("Failed", "DeadlineExceeded",
                detail::concat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (",
                               spec_.run_policy.active_deadline_seconds, " s)"));
-        return "";
+        return Outcome::kEnded;
       }
 
       int done = 0;
@@ -238,7 +245,7 @@ class Launch {
         else if (!failed || (*st > 128 && failed_status <= 128)) failed = &w, failed_status = *st;
       }
       if (failed) return restart_or_fail(*failed, failed_status);
-      if (done == static_cast<int>(workers_.size())) return "Succeeded";
+      if (done == static_cast<int>(workers_.size())) return Outcome::kSucceeded;
 
       if (Clock::now() - last_status > std::chrono::seconds(1)) {
         update_progress(p);
@@ -257,7 +264,7 @@ class Launch {
     }
   }
 
-  std::string restart_or_fail(const Worker& failed, int status) {
+  Outcome restart_or_fail(const Worker& failed, int status) {
     std::string why = detail::concat("worker replica ", failed.at.replica, " slot ", failed.at.slot, " (rank ",
                                      failed.at.rank, ") ", Process::describe(status));
     const std::string last = last_line(failed.log);
@@ -267,13 +274,13 @@ class Launch {
     // take): the same gang would fail the same way, so it is not restarted.
     if (status == 2) {
       finish("Failed", "InvalidConfiguration", detail::concat(why, "; see ", failed.log));
-      return "";
+      return Outcome::kEnded;
     }
     if (restarts_ >= spec_.run_policy.backoff_limit) {
       finish("Failed", "BackoffLimitExceeded",
              detail::concat(why, "; the gang was restarted ", restarts_, " times (spec.runPolicy.backoffLimit ",
                             spec_.run_policy.backoff_limit, "); see ", failed.log));
-      return "";
+      return Outcome::kEnded;
     }
     ++restarts_;
     status_["restarts"] = restarts_;
@@ -283,7 +290,7 @@ class Launch {
     say(detail::concat(why, " at step ", last_step_, "; restarting the gang from its last checkpoint (restart ", restarts_,
                        " of at most ", spec_.run_policy.backoff_limit, ")"));
     status_["phase"] = "Running";
-    return "Restart";
+    return Outcome::kRestart;
   }
 
   void update_progress(const RendezvousProgress& p) {
