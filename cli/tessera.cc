@@ -130,7 +130,7 @@ int run_job(int argc, char** argv) {
   local::LocalOptions options;
   options.manifest = file;
   options.worker_bin = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "tessera-worker").string();
-  int nodes = 0, gpus = 0;
+  int nodes = 0, gpus = 0;  // 0: as the manifest says
   std::string work_dir;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -138,15 +138,18 @@ int run_job(int argc, char** argv) {
       if (i + 1 >= argc) throw ConfigError(a, "needs a value");
       return argv[++i];
     };
-    if (a == "--nodes") nodes = static_cast<int>(number(a, value()));
-    else if (a == "--gpus-per-node") gpus = static_cast<int>(number(a, value()));
+    auto positive = [&]() {
+      const long v = number(a, value());
+      if (v < 1) throw ConfigError(a, "must be at least 1");
+      return static_cast<int>(v);
+    };
+    if (a == "--nodes") nodes = positive();
+    else if (a == "--gpus-per-node") gpus = positive();
     else if (a == "--work-dir") work_dir = value();
     else if (a == "--worker") options.worker_bin = value();
-    else if (a == "--progress") options.progress_seconds = static_cast<double>(number(a, value()));
+    else if (a == "--progress") options.progress_seconds = positive();
     else throw ConfigError(a, "unknown flag");
   }
-  if (nodes < 0) throw ConfigError("--nodes", "must be positive");
-  if (gpus < 0) throw ConfigError("--gpus-per-node", "must be positive");
   api::ParsedJob p = check(file);
   if (!p.ok()) throw ConfigError(p.problems);
   if (nodes) p.job.spec.local.nodes = nodes;
