@@ -180,7 +180,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   TrainingJob& job = out.job;
   TrainingJobSpec& s = job.spec;
   if (!root.is_map()) {
-    root.problem("", "a TrainingJob manifest must be a mapping");
+    root.problem("", root.has_value() ? "a TrainingJob manifest must be a mapping" : "the document is empty");
     out.problems = root.problems();
     return out;
   }
@@ -278,7 +278,10 @@ ParsedJob parse_training_job(const ConfigNode& root) {
 
 ParsedJob read_training_job(const std::string& file) {
   try {
-    return parse_training_job(ConfigNode::load_file(file));
+    ParsedJob parsed = parse_training_job(ConfigNode::load_file(file));
+    for (auto& p : parsed.problems)
+      if (p.field.empty()) p.field = file;  // the document as a whole
+    return parsed;
   } catch (const ConfigError& e) {
     ParsedJob out;
     out.problems = e.problems();

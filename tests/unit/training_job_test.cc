@@ -124,6 +124,13 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   EXPECT_NE(p.problems[0].reason.find("line"), std::string::npos);
   EXPECT_THROW(api::load_training_job(file), ConfigError);
   EXPECT_EQ(api::read_training_job("/nonexistent/job.yaml").problems.at(0).reason, "cannot read the file");
+  FILE* g = std::fopen(file.c_str(), "w");
+  std::fputs("- not\n- a mapping\n", g);
+  std::fclose(g);
+  p = api::read_training_job(file);
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_EQ(p.problems[0].field, file);
+  EXPECT_EQ(p.problems[0].reason, "a TrainingJob manifest must be a mapping");
 }
 
 // Maps merge key by key, anything else replaces, null deletes.

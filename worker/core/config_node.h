@@ -44,6 +44,7 @@ class ConfigNode {
 
   const std::string& path() const { return path_; }
   bool is_map() const { return node_.IsMap(); }
+  bool has_value() const { return node_.IsDefined() && !node_.IsNull(); }
   bool has(const std::string& key) const { return node_.IsMap() && node_[key] && !node_[key].IsNull(); }
   std::string field(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
 
