@@ -10,7 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
-  etcd-server golang-1.19-go rsync openssl   # the test API server (scripts/test-apiserver.sh)
+  etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-apiserver.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

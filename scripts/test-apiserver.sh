@@ -67,7 +67,7 @@ free_port() {
 start() {
   local dir=$1
   [ -x "$BIN" ] || { echo "test-apiserver: $BIN is missing; run scripts/test-apiserver.sh build" >&2; exit 1; }
-  require etcd openssl kubectl python3
+  require etcd openssl kubectl python3 curl
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
   local etcd_port peer_port api_port token

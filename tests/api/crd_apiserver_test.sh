@@ -46,7 +46,12 @@ JOB
 kubectl apply -f "$dir/job.yaml"
 "$python" -c 'import json, sys; print(json.dumps({"status": json.load(open(sys.argv[1]))["status"]}))' \
   "$dir/work/status.json" >"$dir/patch.json"
-kubectl patch tj status-check --subresource=status --type=merge --patch-file "$dir/patch.json"
+# Through the status subresource (raw, as a controller does; `kubectl patch --subresource` needs kubectl 1.24+).
+server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+token=$(kubectl config view --raw -o jsonpath='{.users[0].user.token}')
+curl -sSfk -X PATCH -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
+  --data-binary @"$dir/patch.json" "$server/apis/tessera.dev/v1alpha1/namespaces/default/trainingjobs/status-check/status" \
+  -o "$dir/patched.json"
 kubectl get tj status-check -o json >"$dir/stored.json"
 "$python" - "$dir/patch.json" "$dir/stored.json" <<'PY'
 import json, sys
