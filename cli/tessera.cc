@@ -157,6 +157,7 @@ int run_job(int argc, char** argv) {
   if (!work_dir.empty()) p.job.spec.local.work_dir = work_dir;
   if (access(options.worker_bin.c_str(), X_OK) != 0)
     throw ConfigError("--worker", "'" + options.worker_bin + "' is not an executable tessera-worker");
+  signal(SIGPIPE, SIG_IGN);
   signal(SIGINT, on_signal);
   signal(SIGTERM, on_signal);
   local::LocalLauncher launcher(p.job, options);

@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -99,6 +100,9 @@ Options parse(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
+  // A peer that vanished must fail the collective with an error naming it, not kill this rank with
+  // SIGPIPE when Gloo writes to its closed socket.
+  signal(SIGPIPE, SIG_IGN);
   Options o = parse(argc, argv);
   set_log_tag("rank " + std::to_string(o.rank));
   JobConfig job = load_job_config(o.config);
