@@ -35,8 +35,6 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   return pid;
 }
 
-Process::Process(Process&& other) noexcept : pid_(other.pid_), status_(other.status_) { other.pid_ = -1; }
-
 Process::~Process() {
   if (pid_ > 0 && !status_) stop(std::chrono::milliseconds(0));
 }

@@ -20,8 +20,8 @@ class Process {
   // spawn(argv, env, log).
   Process(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log)
       : pid_(spawn(argv, env, log)) {}
-  Process(Process&& other) noexcept;
-  Process& operator=(Process&&) = delete;
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
   ~Process();  // kills a process still running
 
   pid_t pid() const { return pid_; }

@@ -66,9 +66,11 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   if (world != config_.workers)
     throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers,
                                                       " workers (replicas x ranksPerReplica) but ", world, " ranks met"));
+  const auto& tr = config_.training;
+  TESSERA_CHECK(world % spatial == 0 && tr.batch_size % (world / spatial) == 0, "a JobConfig the manifest rules reject: ",
+                world, " ranks, spatial groups of ", spatial, ", batch ", tr.batch_size);
   replicas_ = world / spatial;
   replica_ = rank_ / spatial;
-  const auto& tr = config_.training;
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
