@@ -40,12 +40,12 @@ spec:
   dataset: {synthetic: cosmo, samples: 16, validationSamples: 4}
   training: {epochs: 2, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
   communication: {strategy: hybrid, sparse: topk, dense: dense, density: 0.1, switchAtEpoch: 1}
-  local: {workDir: $dir/work}
+  local: {workDir: $dir/state}
 JOB
 "$tessera" run "$dir/job.yaml" >"$dir/run.log" 2>&1 || { cat "$dir/run.log" >&2; exit 1; }
 kubectl apply -f "$dir/job.yaml"
 "$python" -c 'import json, sys; print(json.dumps({"status": json.load(open(sys.argv[1]))["status"]}))' \
-  "$dir/work/status.json" >"$dir/patch.json"
+  "$dir/state/status.json" >"$dir/patch.json"
 # Through the status subresource (raw, as a controller does; `kubectl patch --subresource` needs kubectl 1.24+).
 server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
 token=$(kubectl config view --raw -o jsonpath='{.users[0].user.token}')

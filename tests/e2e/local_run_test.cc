@@ -33,10 +33,10 @@ std::string manifest(const std::string& dir, int epochs, int every_steps, int ba
          "  training: {epochs: " + std::to_string(epochs) + ", batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}\n"
          "  parallelism: {spatial: {d: 2}}\n"
          "  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2, timeoutSeconds: 30}\n"
-         "  cache: {memory: 64Mi, localSSD: {path: " + dir + "/work/ssd, sizeLimit: 256Mi}}\n"
-         "  checkpoint: {path: " + dir + "/work/ckpt, everySteps: " + std::to_string(every_steps) + "}\n"
+         "  cache: {memory: 64Mi, localSSD: {path: " + dir + "/state/ssd, sizeLimit: 256Mi}}\n"
+         "  checkpoint: {path: " + dir + "/state/ckpt, everySteps: " + std::to_string(every_steps) + "}\n"
          "  runPolicy: {backoffLimit: " + std::to_string(backoff_limit) + "}\n"
-         "  local: {nodes: 2, gpusPerNode: 2, workDir: " + dir + "/work}\n";
+         "  local: {nodes: 2, gpusPerNode: 2, workDir: " + dir + "/state}\n";
 }
 
 std::string prepare(const std::string& tag, int epochs, int every_steps, int backoff_limit = 1) {
@@ -53,7 +53,7 @@ std::string prepare(const std::string& tag, int epochs, int every_steps, int bac
 }
 
 json status_of(const std::string& dir) {
-  const std::string text = read_file(dir + "/work/status.json");
+  const std::string text = read_file(dir + "/state/status.json");
   return text.empty() ? json() : json::parse(text)["status"];
 }
 
@@ -80,7 +80,7 @@ TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   EXPECT_EQ(s["conditions"][0]["reason"], "GangFits");
   EXPECT_EQ(s["conditions"][1]["type"], "Succeeded");
   // Every rank read its blocks through the SSD tier.
-  EXPECT_FALSE(std::filesystem::is_empty(dir + "/work/ssd"));
+  EXPECT_FALSE(std::filesystem::is_empty(dir + "/state/ssd"));
   std::filesystem::remove_all(dir);
 }
 
