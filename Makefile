@@ -4,7 +4,7 @@ ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps deps-bench configure build apiserver test test-asan run bench clean
+.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench clean
 
 all: build
 
@@ -19,14 +19,14 @@ configure: $(BUILD_DIR)/CMakeCache.txt
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# kube-apiserver for the tests that need a real API server: built once, cached in ~/.cache/tessera.
-apiserver: deps
-	@bash scripts/test-apiserver.sh build
+# kube-apiserver and kube-controller-manager for the tests that need a real cluster: built once, cached in ~/.cache/tessera.
+cluster-tools: deps
+	@bash scripts/test-cluster.sh build
 
-test: build apiserver
+test: build cluster-tools
 	cd $(BUILD_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 600
 
-test-asan: deps apiserver
+test-asan: deps cluster-tools
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF $(CMAKE_ARGS)
 	cmake --build $(ASAN_DIR) -j $(JOBS)
 	cd $(ASAN_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 1200

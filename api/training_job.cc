@@ -7,6 +7,41 @@ namespace {
 
 constexpr int64_t kMaxInt = 1 << 30;
 
+// spec.dataset.volume / spec.checkpoint.volume: one of hostPath, persistentVolumeClaim, nfs.
+VolumeSpec parse_volume(const ConfigNode& v) {
+  v.allow_only({"hostPath", "persistentVolumeClaim", "nfs"});
+  VolumeSpec s;
+  int sources = 0;
+  if (v.has("hostPath")) {
+    ++sources;
+    ConfigNode h = v.child("hostPath");
+    h.allow_only({"path"});
+    s.kind = "hostPath";
+    s.path = h.str("path", "");
+    if (s.path.empty()) h.problem("path", "required for a hostPath volume");
+  }
+  if (v.has("persistentVolumeClaim")) {
+    ++sources;
+    ConfigNode c = v.child("persistentVolumeClaim");
+    c.allow_only({"claimName"});
+    s.kind = "persistentVolumeClaim";
+    s.claim_name = c.str("claimName", "");
+    if (s.claim_name.empty()) c.problem("claimName", "required for a persistentVolumeClaim volume");
+  }
+  if (v.has("nfs")) {
+    ++sources;
+    ConfigNode n = v.child("nfs");
+    n.allow_only({"server", "path"});
+    s.kind = "nfs";
+    s.server = n.str("server", "");
+    s.path = n.str("path", "");
+    if (s.server.empty()) n.problem("server", "required for an NFS volume");
+    if (s.path.empty()) n.problem("path", "required for an NFS volume");
+  }
+  if (sources > 1) v.problem("", "give exactly one of hostPath, persistentVolumeClaim and nfs");
+  return s;
+}
+
 ModelSpec parse_model(const ConfigNode& m) {
   m.allow_only({"name", "inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "dropout",
                 "leakySlope", "batchNorm", "seed"});
@@ -26,7 +61,8 @@ ModelSpec parse_model(const ConfigNode& m) {
 }
 
 DatasetSpec parse_dataset(const ConfigNode& d) {
-  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath", "remoteThrottle"});
+  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath", "remoteThrottle",
+                "volume"});
   DatasetSpec s;
   s.format = d.choice("format", s.format, {"synthetic", "hdf5"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
@@ -39,6 +75,7 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
   rt.allow_only({"mbps", "latencyMs"});
   s.remote_mbps = rt.number("mbps", 0, Interval::at_least(0));
   s.remote_latency_ms = rt.number("latencyMs", 0, Interval::at_least(0));
+  if (d.has("volume")) s.volume = parse_volume(d.child("volume"));
   return s;
 }
 
@@ -250,10 +287,12 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.placement = parse_placement(spec.child("placement"));
 
   ConfigNode ck = spec.child("checkpoint");
-  ck.allow_only({"path", "everySteps", "keep"});
+  ck.allow_only({"path", "everySteps", "keep", "volume"});
   s.checkpoint.path = ck.str("path", "");
   s.checkpoint.every_steps = ck.integer("everySteps", 0, 0, INT64_MAX);
   s.checkpoint.keep = static_cast<int>(ck.integer("keep", 2, 1, 1000));
+  if (ck.has("volume")) s.checkpoint.volume = parse_volume(ck.child("volume"));
+  if (s.checkpoint.volume.given() && s.checkpoint.path.empty()) ck.problem("path", "required when a volume is given");
 
   ConfigNode rp = spec.child("runPolicy");
   rp.allow_only({"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend"});

@@ -40,6 +40,15 @@ struct ModelSpec {
   uint64_t seed = 1;
 };
 
+// A directory every pod of the job mounts: exactly one source. Empty kind: none given.
+struct VolumeSpec {
+  std::string kind;          // hostPath | persistentVolumeClaim | nfs
+  std::string path;          // hostPath and nfs: the directory
+  std::string server;        // nfs
+  std::string claim_name;    // persistentVolumeClaim
+  bool given() const { return !kind.empty(); }
+};
+
 struct DatasetSpec {
   std::string format = "synthetic";  // synthetic | hdf5
   std::string synthetic;             // cosmo | shapes | images; empty: the model's (cosmoflow: cosmo, ...)
@@ -49,6 +58,7 @@ struct DatasetSpec {
   std::string path, validation_path; // hdf5: directories with a manifest.tsv
   double remote_mbps = 0;            // remoteThrottle: emulate a slow remote tier; 0: off
   double remote_latency_ms = 0;
+  VolumeSpec volume;                 // in a cluster: what is mounted (read-only) at path and validationPath
 };
 
 struct OptimizerSpec {
@@ -121,6 +131,7 @@ struct CheckpointSpec {
   std::string path;                  // empty: no checkpoints
   int64_t every_steps = 0;           // 0: only at the end
   int keep = 2;                      // newest checkpoints kept per rank
+  VolumeSpec volume;                 // in a cluster: the shared volume mounted at path
 };
 
 struct RunPolicy {

@@ -6,11 +6,11 @@ packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
-  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev
+  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev libcurl4-openssl-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
-  etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-apiserver.sh)
+  etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

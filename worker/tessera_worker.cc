@@ -3,18 +3,30 @@
 //   tessera-worker --config job.yaml [--rank R --world-size N --node NAME --local-rank L]
 //                  [--rendezvous DIR | --rendezvous grpc://HOST:PORT --replica P --slot S]
 //                  [--metrics FILE] [--threads T]
+//   tessera-worker --slots N --replica P ...   (a pod's entrypoint: the N ranks of pod P)
 //
 // With a rendezvous directory (a file store shared by all ranks), rank, world size, node and local
 // rank come from the flags or from TESSERA_RANK, TESSERA_WORLD_SIZE, TESSERA_NODE,
 // TESSERA_LOCAL_RANK. With the controller's rendezvous service (grpc://), the worker registers as
 // process --slot of pod --replica (TESSERA_REPLICA, TESSERA_SLOT) of job TESSERA_JOB with token
 // TESSERA_TOKEN and gets its rank, node and local rank from the job's ring plan. The rendezvous
-// also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
+// also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. With --slots N the
+// process starts N workers (slots 0..N-1, the other flags passed on), forwards SIGTERM and SIGINT to
+// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
 // configuration, 1 any other failure.
 #include <omp.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include <atomic>
 #include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -83,6 +95,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = number();
     else if (a == "--replica") o.replica = number();
     else if (a == "--slot") o.slot = number();
+    else if (a == "--slots") value();  // handled by run_slots
     else throw ConfigError(a, "unknown flag (see the header of tessera_worker.cc or the README)");
   }
   if (o.config.empty()) throw ConfigError("--config", "a job configuration file is required");
@@ -99,7 +112,83 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+std::atomic<int> g_forward_signal{0};
+
+void on_supervisor_signal(int sig) { g_forward_signal = sig; }
+
+// --slots N: the ranks of one pod, as child processes of this one.
+int run_slots(int argc, char** argv, int slots) {
+  std::vector<std::string> base;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--slots" || a == "--slot") {
+      ++i;
+      continue;
+    }
+    base.push_back(a);
+  }
+  std::signal(SIGTERM, on_supervisor_signal);
+  std::signal(SIGINT, on_supervisor_signal);
+  // The ranks end with this process, even when it is killed outright.
+  setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
+  std::vector<pid_t> pids;
+  for (int slot = 0; slot < slots; ++slot) {
+    std::vector<std::string> args = {argv[0]};
+    args.insert(args.end(), base.begin(), base.end());
+    args.push_back("--slot");
+    args.push_back(std::to_string(slot));
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), environ) != 0)
+      throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(errno)));
+    pids.push_back(pid);
+  }
+  auto stop_all = [&](int sig) {
+    for (pid_t p : pids)
+      if (p > 0) kill(p, sig);
+  };
+  int result = 0;
+  size_t running = pids.size();
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  while (running > 0) {
+    if (g_forward_signal && stop_deadline == std::chrono::steady_clock::time_point::max()) {
+      stop_all(g_forward_signal);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      if (result == 0) result = 128 + g_forward_signal;
+    }
+    if (std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    for (pid_t& p : pids)
+      if (p == done) p = -1, --running;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && result == 0) {
+      // The first failure decides the pod's exit status; the other ranks are stopped.
+      result = code;
+      std::fprintf(stderr, "tessera-worker: a rank of this pod ended with status %d; stopping the others\n", code);
+      stop_all(SIGTERM);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    }
+  }
+  return result;
+}
+
 int run(int argc, char** argv) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::string(argv[i]) == "--slots") {
+      char* end = nullptr;
+      const long n = std::strtol(argv[i + 1], &end, 10);
+      if (*end || n < 1 || n > 1024) throw ConfigError("--slots", std::string("'") + argv[i + 1] + "' is not a count of ranks");
+      return run_slots(argc, argv, static_cast<int>(n));
+    }
+  if (const char* sup = std::getenv("TESSERA_SUPERVISOR_PID"); sup && std::atoi(sup) == getppid())
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);

@@ -9,7 +9,6 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "controller/local/process.h"
@@ -26,14 +25,6 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 std::atomic<bool> g_interrupted{false};
-
-std::string random_token() {
-  std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
-  return t;
-}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -149,7 +140,7 @@ class Launch {
     set_condition("Placed", "True", "GangFits", detail::concat(spec_.replicas, " replicas on ", spec_.local.nodes, " virtual nodes"));
     plan_ = placement::plan_ring(placed.nodes, spec_.ranks_per_replica, nodes, request.topology_keys);
     service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
-    token_ = random_token();
+    token_ = new_job_token();
     if (spec_.communication.strategy == "hybrid") policy_.switch_at_epoch = spec_.communication.switch_at_epoch;
 
     const int cores = std::max(1u, std::thread::hardware_concurrency());

@@ -139,10 +139,24 @@ PlacementResult GangPlacer::place(const GangRequest& req, const std::vector<Node
   }
   const int cap = total(candidates);
   if (cap < req.replicas) {
-    r.reason = detail::concat("the gang needs ", req.replicas, " pods of ", req.per_pod.gpu, " GPU(s); room for ", cap,
-                              " on ", candidates.size(), " node(s) (excluded: ", not_ready, " not ready, ", selector,
-                              " not matching the node selector, ", tainted, " with untolerated taints, ", full,
-                              " without enough free resources)");
+    // What is free on the nodes that could take a pod but for their load: "6 GPUs free on 3 nodes".
+    int free_gpus = 0, with_free = 0;
+    for (const NodeInfo& n : nodes) {
+      bool match = n.ready && !n.unschedulable;
+      for (const auto& [k, v] : req.node_selector) {
+        auto it = n.labels.find(k);
+        if (it == n.labels.end() || it->second != v) match = false;
+      }
+      const int free = n.allocatable.gpu - n.used.gpu;
+      if (match && free > 0) free_gpus += free, ++with_free;
+    }
+    std::string selector_text;
+    for (const auto& [k, v] : req.node_selector) selector_text += (selector_text.empty() ? "" : ",") + k + "=" + v;
+    r.reason = detail::concat("needs ", req.replicas * req.per_pod.gpu, " GPUs (", req.replicas, " pods of ", req.per_pod.gpu,
+                              ") on nodes matching ", selector_text.empty() ? std::string("any labels") : selector_text, "; ",
+                              free_gpus, " free on ", with_free, " nodes, room for ", cap, " pods on ", candidates.size(),
+                              " (excluded: ", not_ready, " not ready, ", selector, " not matching the node selector, ", tainted,
+                              " with untolerated taints, ", full, " without enough free resources)");
     return r;
   }
   pack(candidates, req.replicas, req.topology_keys, 0, r.nodes);

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 
 #include "tessera.grpc.pb.h"
@@ -146,6 +147,14 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
   }
 };
 
+std::string new_job_token() {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
+  return t;
+}
+
 RendezvousService::RendezvousService(const std::string& address) : impl_(std::make_unique<Impl>()) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
@@ -169,10 +178,11 @@ void RendezvousService::add_job(const std::string& job, const std::string& token
     state.token = token;
     state.plan = std::move(plan);
     state.policy = policy;
+    state.progress.switch_step = policy.switch_step;
     auto it = impl_->jobs.find(job);
     if (it != impl_->jobs.end()) {  // a restarted gang: keep restart counts and a switch already decided
       state.registrations = it->second.registrations;
-      state.progress.switch_step = it->second.progress.switch_step;
+      state.progress.switch_step = std::max(state.progress.switch_step, it->second.progress.switch_step);
     }
     impl_->jobs[job] = std::move(state);
   }
@@ -183,6 +193,11 @@ RendezvousService::Progress RendezvousService::progress(const std::string& job) 
   std::lock_guard<std::mutex> lock(impl_->mu);
   auto it = impl_->jobs.find(job);
   return it == impl_->jobs.end() ? Progress{} : it->second.progress;
+}
+
+bool RendezvousService::has_job(const std::string& job) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->jobs.count(job) > 0;
 }
 
 void RendezvousService::remove_job(const std::string& job) {

@@ -20,6 +20,7 @@ namespace tessera {
 // within one step of each other, hears of S before reaching it.
 struct RendezvousJobPolicy {
   int switch_at_epoch = -1;
+  int64_t switch_step = -1;  // a switch step chosen before (a controller rebuilding a running job's state)
 };
 // What the workers last reported.
 struct RendezvousProgress {
@@ -28,6 +29,9 @@ struct RendezvousProgress {
   double loss = 0, samples_per_second = 0;
   int64_t switch_step = -1;
 };
+
+// A new random job token (128 bits, hex).
+std::string new_job_token();
 
 class RendezvousService {
  public:
@@ -46,6 +50,7 @@ class RendezvousService {
   // Rank 0's last report, and the chosen switch step.
   Progress progress(const std::string& job) const;
   void remove_job(const std::string& job);
+  bool has_job(const std::string& job) const;
 
  private:
   struct Impl;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CRD on a real Kubernetes API server (scripts/test-apiserver.sh): the server takes it as a
+# The CRD on a real Kubernetes API server (scripts/test-cluster.sh): the server takes it as a
 # structural schema; it accepts or rejects the corpus' manifests as the schema and the C++
 # validation do (schema_agreement.py with a kubeconfig); and the status `tessera run` writes for
 # a real local job is a valid TrainingJob status: stored whole through the status subresource and
@@ -10,9 +10,9 @@ tessera=$1
 src=$2
 python=${3:-python3}
 dir=$(mktemp -d)
-trap 'bash "$src/scripts/test-apiserver.sh" stop "$dir/server" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
+trap 'bash "$src/scripts/test-cluster.sh" stop "$dir/server" >/dev/null 2>&1 || true; rm -rf "$dir"' EXIT
 
-bash "$src/scripts/test-apiserver.sh" start "$dir/server"
+bash "$src/scripts/test-cluster.sh" start "$dir/server"
 export KUBECONFIG=$dir/server/kubeconfig
 kubectl apply -f "$src/crds/trainingjobs.tessera.dev.yaml"
 kubectl create namespace ml  # the corpus' namespace

@@ -43,7 +43,8 @@ TEST(GangPlacerTest, AllOrNothing) {
   auto no = p.place(gang(4, 4), nodes);
   EXPECT_FALSE(no.placed);
   EXPECT_TRUE(no.nodes.empty());
-  EXPECT_NE(no.reason.find("needs 4 pods of 4 GPU(s); room for 3"), std::string::npos) << no.reason;
+  EXPECT_NE(no.reason.find("needs 16 GPUs (4 pods of 4) on nodes matching any labels; 12 free on 2 nodes, room for 3 pods"),
+            std::string::npos) << no.reason;
 }
 
 TEST(GangPlacerTest, FragmentedGpusDoNotFit) {

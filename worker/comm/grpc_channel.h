@@ -10,6 +10,12 @@
 
 namespace tessera {
 
+// A refusal that a controller coming back may lift: it is unreachable, or it does not know the job
+// yet (it is rebuilding its jobs after a restart).
+inline bool controller_may_return(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::NOT_FOUND;
+}
+
 inline std::shared_ptr<grpc::Channel> controller_channel(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);

@@ -1,5 +1,7 @@
 #include "worker/comm/grpc_store.h"
 
+#include <thread>
+
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -47,9 +49,16 @@ GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const st
   req.set_slot(slot);
   req.set_host(host);
   v1::RegisterResponse resp;
-  auto ctx = impl_->context(Millis(0));
-  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
-  grpc::Status s = impl_->stub->Register(ctx.get(), req, &resp);
+  // The controller may be starting, or rebuilding its jobs after a restart: wait for it.
+  const auto deadline = std::chrono::system_clock::now() + timeout;
+  grpc::Status s;
+  for (;;) {
+    auto ctx = impl_->context(Millis(0));
+    ctx->set_deadline(deadline);
+    s = impl_->stub->Register(ctx.get(), req, &resp);
+    if (s.ok() || !controller_may_return(s) || std::chrono::system_clock::now() + Millis(200) >= deadline) break;
+    std::this_thread::sleep_for(Millis(200));
+  }
   if (!s.ok()) fail("register", s);
   return Assignment{resp.rank(), resp.world_size(), resp.local_rank(), resp.node(), resp.generation()};
 }

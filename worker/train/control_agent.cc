@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <thread>
+
 #include "tessera.grpc.pb.h"
 #include "worker/comm/grpc_channel.h"
 #include "worker/core/error.h"
@@ -36,10 +38,18 @@ int64_t ControlAgent::heartbeat(int64_t step, int epoch, int64_t steps_per_epoch
   req.set_loss(loss);
   req.set_samples_per_second(samples_per_second);
   v1::HeartbeatResponse resp;
-  grpc::ClientContext ctx;
-  ctx.set_wait_for_ready(true);
-  ctx.set_deadline(std::chrono::system_clock::now() + impl_->timeout);
-  grpc::Status s = impl_->stub->Heartbeat(&ctx, req, &resp);
+  // A controller that restarts (or hands over to another) is waited for, up to the timeout: every
+  // rank waits at the same step, so the gang goes on with the switch step it will be told.
+  const auto deadline = std::chrono::system_clock::now() + impl_->timeout;
+  grpc::Status s;
+  for (;;) {
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(deadline);
+    s = impl_->stub->Heartbeat(&ctx, req, &resp);
+    if (s.ok() || !controller_may_return(s) || std::chrono::system_clock::now() + Millis(200) >= deadline) break;
+    std::this_thread::sleep_for(Millis(200));
+  }
   if (!s.ok())
     throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", step, ": ", s.error_message()));
   return resp.switch_step();

@@ -1,0 +1,391 @@
+#include "controller/kube/operator.h"
+
+#include <algorithm>
+#include <map>
+#include <thread>
+
+#include "api/training_job.h"
+#include "controller/kube/informer.h"
+#include "controller/kube/work_queue.h"
+#include "controller/reconcile/observe.h"
+#include "controller/reconcile/reconciler.h"
+#include "controller/rendezvous/rendezvous_service.h"
+#include "worker/core/log.h"
+
+namespace tessera::kube {
+namespace {
+
+using reconcile::Action;
+const char* kGroupVersion = "tessera.dev/v1alpha1";
+
+// status merged with a top-level merge patch (null removes a key).
+json merged(json status, const json& patch) {
+  if (!status.is_object()) status = json::object();
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    if (it.value().is_null()) status.erase(it.key());
+    else status[it.key()] = it.value();
+  }
+  return status;
+}
+
+std::string job_of(const json& object) {
+  const json labels = object["metadata"].value("labels", json::object());
+  auto it = labels.find(reconcile::kJobLabel);
+  if (it == labels.end() || !it->is_string()) return "";
+  return object["metadata"].value("namespace", "") + "/" + it->get<std::string>();
+}
+
+// A status write that met a newer version of the job.
+struct StatusConflict {};
+
+}  // namespace
+
+struct KubeOperator::Impl {
+  const KubeClient& client;
+  OperatorOptions opt;
+  std::unique_ptr<RendezvousService> rendezvous;
+  std::unique_ptr<Informer> jobs, pods, nodes, secrets, services, configmaps;
+  WorkQueue queue;
+
+  mutable std::mutex mu;
+  std::map<std::string, std::pair<std::string, int>> served;  // job key -> (token, attempt) at the rendezvous
+  OperatorStats stats;
+
+  Impl(const KubeClient& c, OperatorOptions o) : client(c), opt(std::move(o)) {}
+
+  std::string path(const std::string& resource, const std::string& ns, const std::string& name = "") const {
+    if (resource == "trainingjobs") return group_path(kGroupVersion, ns, resource, name);
+    return core_path(ns, resource, name);
+  }
+  Informer* informer_of(const std::string& resource) {
+    if (resource == "pods") return pods.get();
+    if (resource == "secrets") return secrets.get();
+    if (resource == "services") return services.get();
+    if (resource == "configmaps") return configmaps.get();
+    return nullptr;
+  }
+
+  reconcile::Observed observe(const json& job) const {
+    reconcile::Observed o;
+    o.job = job;
+    o.now = std::chrono::system_clock::now();
+    const std::string ns = job["metadata"].value("namespace", "");
+    const std::string name = job["metadata"].value("name", "");
+    const std::string key = ns + "/" + name;
+    std::vector<json> all_pods;
+    pods->for_each([&](const json& p) {
+      all_pods.push_back(p);
+      if (job_of(p) == key) o.pods.push_back(reconcile::pod_info(p));
+    });
+    if (auto s = secrets->get(ns + "/" + reconcile::token_secret_name(name)))
+      if (s->contains("data") && (*s)["data"].contains("token"))
+        o.token = base64_decode((*s)["data"]["token"].get<std::string>(), "secret token");
+    o.has_service = services->get(key).has_value();
+    o.config_map = configmaps->get(key + "-config");
+    o.nodes = reconcile::node_infos(nodes->list(), all_pods);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      auto it = served.find(key);
+      if (it != served.end() && job.contains("status") && it->second.second == job["status"].value("restarts", 0)) {
+        const RendezvousProgress p = rendezvous->progress(key);
+        o.progress = reconcile::Progress{p.step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
+      }
+    }
+    return o;
+  }
+
+  // Serves the job's current gang at the rendezvous (or stops serving it).
+  void ensure_rendezvous(const std::string& key) {
+    const auto job = jobs->get(key);
+    std::optional<reconcile::RendezvousTarget> target;
+    if (job) target = reconcile::rendezvous_target(observe(*job));
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = served.find(key);
+    if (!target) {
+      if (it != served.end()) {
+        rendezvous->remove_job(key);
+        served.erase(it);
+      }
+      return;
+    }
+    if (it != served.end() && it->second == std::make_pair(target->token, target->attempt)) return;
+    RendezvousJobPolicy policy;
+    policy.switch_at_epoch = target->switch_at_epoch;
+    policy.switch_step = target->switch_step;
+    rendezvous->add_job(key, target->token, target->plan, policy);
+    served[key] = {target->token, target->attempt};
+  }
+
+  void record_event(const json& job, const Action& a) {
+    const std::string ns = job["metadata"].value("namespace", "");
+    const std::string now = reconcile::format_time(std::chrono::system_clock::now());
+    json event = {{"apiVersion", "v1"},
+                  {"kind", "Event"},
+                  {"metadata", {{"generateName", job["metadata"].value("name", "") + "."}, {"namespace", ns}}},
+                  {"involvedObject",
+                   {{"apiVersion", kGroupVersion},
+                    {"kind", api::kKind},
+                    {"name", job["metadata"].value("name", "")},
+                    {"namespace", ns},
+                    {"uid", job["metadata"].value("uid", "")},
+                    {"resourceVersion", job["metadata"].value("resourceVersion", "")}}},
+                  {"reason", a.reason},
+                  {"message", a.message.substr(0, 1024)},
+                  {"type", a.event_type},
+                  {"source", {{"component", "tessera-controller"}}},
+                  {"firstTimestamp", now},
+                  {"lastTimestamp", now},
+                  {"count", 1}};
+    try {
+      client.create(core_path(ns, "events"), event);
+    } catch (const ApiError& e) {
+      log_warn("recording event ", a.reason, " for ", job_of(job), ": ", e.what());  // an Event lost is not worth a retry
+    }
+  }
+
+  void execute(const json& job, const reconcile::Decision& d) {
+    const std::string ns = job["metadata"].value("namespace", "");
+    const std::string name = job["metadata"].value("name", "");
+    const std::string key = ns + "/" + name;
+    bool rendezvous_ready = false;
+    for (const Action& a : d.actions) {
+      switch (a.kind) {
+        case Action::Kind::kPatchStatus: {
+          json updated = job;
+          updated["status"] = merged(job.contains("status") ? job["status"] : json::object(), a.object);
+          Response r = client.request("PUT", path("trainingjobs", ns, name) + "/status", &updated);
+          if (r.code == 409) throw StatusConflict{};
+          if (r.code == 404) return;  // the job is gone
+          if (r.code / 100 != 2)
+            throw ApiError(r.code, r.body.is_object() ? r.body.value("reason", "") : "",
+                           "update " + path("trainingjobs", ns, name) + "/status: " +
+                               (r.body.is_object() ? r.body.value("message", "") : std::to_string(r.code)));
+          jobs->remember(r.body);
+          break;
+        }
+        case Action::Kind::kCreate: {
+          if (a.resource == "pods" && !rendezvous_ready) {
+            ensure_rendezvous(key);  // the workers must find their job when they start
+            rendezvous_ready = true;
+          }
+          try {
+            const json created = client.create(path(a.resource, ns), a.object);
+            informer_of(a.resource)->remember(created);
+            if (a.resource == "pods") log_info(key, ": ", a.describe());
+          } catch (const ApiError& e) {
+            if (!e.already_exists()) throw;
+          }
+          break;
+        }
+        case Action::Kind::kUpdate: {
+          Response r = client.request("PUT", path(a.resource, ns, a.name), &a.object);
+          if (r.code == 409) {
+            informer_of(a.resource)->remember(client.get(path(a.resource, ns, a.name)));
+            throw StatusConflict{};
+          }
+          if (r.code / 100 != 2)
+            throw ApiError(r.code, r.body.is_object() ? r.body.value("reason", "") : "",
+                           "update " + path(a.resource, ns, a.name) + ": " +
+                               (r.body.is_object() ? r.body.value("message", "") : std::to_string(r.code)));
+          informer_of(a.resource)->remember(r.body);
+          break;
+        }
+        case Action::Kind::kDelete:
+          client.remove(path(a.resource, ns, a.name));
+          log_info(key, ": ", a.describe());
+          break;
+        case Action::Kind::kEvent:
+          record_event(job, a);
+          break;
+        case Action::Kind::kDeleteJob:
+          client.remove(path("trainingjobs", ns, name), {{"propagationPolicy", "Background"}});
+          log_info(key, ": deleted (ttlSecondsAfterFinished)");
+          break;
+      }
+    }
+  }
+
+  void sync(const std::string& key) {
+    const auto start = std::chrono::steady_clock::now();
+    reconcile::ReconcileOptions ro;
+    ro.rendezvous_address = opt.rendezvous_advertise;
+    ro.worker_image = opt.worker_image;
+    ro.status_interval = opt.status_interval;
+    for (int attempt = 0;; ++attempt) {
+      const auto job = jobs->get(key);
+      if (!job) {
+        ensure_rendezvous(key);
+        queue.forget(key);
+        return;
+      }
+      ro.token = new_job_token();
+      const reconcile::Observed o = observe(*job);
+      const reconcile::Decision d = reconcile::reconcile(o, ro);
+      try {
+        execute(*job, d);
+      } catch (const StatusConflict&) {
+        // Someone wrote the job since the cache saw it: decide again on a fresh read.
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++stats.status_conflicts;
+        }
+        const auto slash = key.find('/');
+        Response fresh = client.request("GET", path("trainingjobs", key.substr(0, slash), key.substr(slash + 1)));
+        if (fresh.code == 200) jobs->remember(fresh.body);
+        if (attempt < 5) continue;
+        queue.add_rate_limited(key);
+        return;
+      }
+      ensure_rendezvous(key);
+      queue.forget(key);
+      if (d.requeue_after.count() > 0) queue.add_after(key, d.requeue_after);
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.reconciles;
+      stats.reconcile_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return;
+    }
+  }
+
+  void worker_loop() {
+    std::string key;
+    while (queue.get(&key)) {
+      try {
+        sync(key);
+      } catch (const std::exception& e) {
+        const int n = queue.failures(key);
+        if (n == 0 || n % 5 == 0) log_warn("reconciling ", key, ": ", e.what(), "; retrying with backoff");
+        queue.add_rate_limited(key);
+      }
+      queue.done(key);
+    }
+  }
+
+  void enqueue_unplaced() {
+    jobs->for_each([&](const json& j) {
+      const std::string phase = j.contains("status") ? j["status"].value("phase", "") : "";
+      if (phase.empty() || phase == "Pending") queue.add(object_key(j));
+    });
+  }
+};
+
+KubeOperator::KubeOperator(const KubeClient& client, OperatorOptions options)
+    : impl_(std::make_unique<Impl>(client, std::move(options))) {
+  auto& o = impl_->opt;
+  impl_->rendezvous = std::make_unique<RendezvousService>(o.rendezvous_listen);
+  if (o.rendezvous_advertise.empty()) {
+    const auto colon = o.rendezvous_listen.rfind(':');
+    std::string host = o.rendezvous_listen.substr(0, colon);
+    if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
+    o.rendezvous_advertise = host + ":" + std::to_string(impl_->rendezvous->port());
+  }
+}
+
+KubeOperator::~KubeOperator() = default;
+
+std::string KubeOperator::rendezvous_address() const { return impl_->opt.rendezvous_advertise; }
+
+OperatorStats KubeOperator::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  OperatorStats s = impl_->stats;
+  s.api_requests = impl_->client.requests();
+  s.queue_depth = impl_->queue.depth();
+  return s;
+}
+
+void KubeOperator::preflight(const std::atomic<bool>& stop) {
+  const KubeClient& c = impl_->client;
+  auto backoff = std::chrono::milliseconds(500);
+  for (;;) {
+    try {
+      c.get("/version");
+      break;
+    } catch (const ApiError& e) {
+      if (!e.transient()) throw;
+      log_warn(e.what(), "; retrying in ", backoff.count(), " ms");
+    }
+    for (auto until = std::chrono::steady_clock::now() + backoff; std::chrono::steady_clock::now() < until;) {
+      if (stop) throw Error("stopped before the API server " + c.config().server + " could be reached");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+  }
+  Response crd = c.request("GET", "/apis/tessera.dev/v1alpha1");
+  if (crd.code == 404)
+    throw Error("the TrainingJob CRD (trainingjobs.tessera.dev) is not installed on " + c.config().server +
+                ": kubectl apply -f crds/ (or helm install tessera charts/tessera)");
+  // What the controller does, asked of the API server's authorizer.
+  struct Need {
+    const char *verb, *group, *resource, *subresource;
+    bool namespaced;
+  };
+  const Need needs[] = {
+      {"list", "tessera.dev", "trainingjobs", "", true},   {"watch", "tessera.dev", "trainingjobs", "", true},
+      {"update", "tessera.dev", "trainingjobs", "status", true}, {"delete", "tessera.dev", "trainingjobs", "", true},
+      {"list", "", "pods", "", true},     {"watch", "", "pods", "", true},     {"create", "", "pods", "", true},
+      {"delete", "", "pods", "", true},   {"list", "", "secrets", "", true},   {"create", "", "secrets", "", true},
+      {"list", "", "services", "", true}, {"create", "", "services", "", true}, {"list", "", "configmaps", "", true},
+      {"create", "", "configmaps", "", true}, {"update", "", "configmaps", "", true}, {"create", "", "events", "", true},
+      {"list", "", "nodes", "", false},   {"watch", "", "nodes", "", false}};
+  std::string missing;
+  const std::string& ns = impl_->opt.namespace_;
+  for (const Need& n : needs) {
+    json attrs = {{"verb", n.verb}, {"group", n.group}, {"resource", n.resource}};
+    if (*n.subresource) attrs["subresource"] = n.subresource;
+    if (n.namespaced && !ns.empty()) attrs["namespace"] = ns;
+    const json review = c.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                                 {{"apiVersion", "authorization.k8s.io/v1"},
+                                  {"kind", "SelfSubjectAccessReview"},
+                                  {"spec", {{"resourceAttributes", attrs}}}});
+    if (!review.value("status", json::object()).value("allowed", false))
+      missing += detail::concat(missing.empty() ? "" : ", ", n.verb, " ", n.resource, *n.subresource ? "/" : "", n.subresource);
+  }
+  if (!missing.empty())
+    throw Error(detail::concat("no permission to ", missing, ns.empty() ? " in all namespaces" : " in namespace " + ns,
+                               " (RBAC of the identity in ", c.config().source, ")"));
+}
+
+void KubeOperator::run(const std::atomic<bool>& stop) {
+  Impl& m = *impl_;
+  const std::string& ns = m.opt.namespace_;
+  const std::string selector = reconcile::kJobLabel;
+  m.jobs = std::make_unique<Informer>(m.client, group_path(kGroupVersion, ns, "trainingjobs"));
+  m.pods = std::make_unique<Informer>(m.client, core_path(ns, "pods"));
+  m.nodes = std::make_unique<Informer>(m.client, core_path("", "nodes"));
+  m.secrets = std::make_unique<Informer>(m.client, core_path(ns, "secrets"), selector);
+  m.services = std::make_unique<Informer>(m.client, core_path(ns, "services"), selector);
+  m.configmaps = std::make_unique<Informer>(m.client, core_path(ns, "configmaps"), selector);
+  m.jobs->set_handler([&m](const std::string&, const json& j) { m.queue.add(object_key(j)); });
+  auto child = [&m](const std::string&, const json& o) {
+    const std::string key = job_of(o);
+    if (!key.empty()) m.queue.add(key);
+  };
+  m.pods->set_handler([&m, child](const std::string& type, const json& p) {
+    child(type, p);
+    // A pod that ends or goes away frees its node's GPUs for a gang that is waiting.
+    if (type == "DELETED" || (p.contains("status") && !reconcile::holds_resources(p) && !p["spec"].value("nodeName", "").empty()))
+      if (job_of(p).empty()) m.enqueue_unplaced();
+  });
+  m.secrets->set_handler(child);
+  m.services->set_handler(child);
+  m.configmaps->set_handler(child);
+  m.nodes->set_handler([&m](const std::string& type, const json&) {
+    if (type != "MODIFIED") m.enqueue_unplaced();
+  });
+  for (Informer* i : {m.nodes.get(), m.pods.get(), m.secrets.get(), m.services.get(), m.configmaps.get(), m.jobs.get()}) i->start();
+  for (Informer* i : {m.nodes.get(), m.pods.get(), m.secrets.get(), m.services.get(), m.configmaps.get(), m.jobs.get()})
+    while (!i->wait_synced(std::chrono::milliseconds(200)))
+      if (stop) break;
+  log_info("caches synced: ", m.jobs->list().size(), " training job(s), ", m.nodes->list().size(), " node(s); rendezvous at ",
+           m.opt.rendezvous_advertise);
+  for (const auto& j : m.jobs->list()) m.queue.add(object_key(j));
+  std::vector<std::thread> workers;
+  for (int i = 0; i < std::max(1, m.opt.workers); ++i) workers.emplace_back([&m] { m.worker_loop(); });
+  ready_ = true;
+  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ready_ = false;
+  m.queue.shutdown();
+  for (auto& t : workers) t.join();
+  for (Informer* i : {m.jobs.get(), m.pods.get(), m.nodes.get(), m.secrets.get(), m.services.get(), m.configmaps.get()}) i->stop();
+}
+
+}  // namespace tessera::kube

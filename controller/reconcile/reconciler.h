@@ -1,0 +1,113 @@
+// The TrainingJob reconcile: a pure, level-based function from what is observed (the job as stored,
+// its children, the nodes, the workers' last progress, the time) to the list of actions that moves
+// the world toward the job's spec (create or delete a child, patch the job's status, record an
+// Event, delete the job). It keeps no state of its own: everything it must remember across calls is
+// in the job's status (restarts, placement, switch step, start time) or its children (the
+// ConfigMap holds the spec the job started with and the ring plan of its current gang), so calling
+// it again on the same world gives the same actions, and a restarted controller carries on.
+//
+// The gang: pods are created only when GangPlacer fits all of them; they are named
+// <job>-<attempt>-<replica> (attempt = status.restarts), so a retried create can never make a
+// second pod for a replica. One failed pod restarts the whole gang from its checkpoints (a new
+// attempt), up to runPolicy.backoffLimit; a worker exit status 2 (a configuration error) fails the
+// job at once; a pod the node refused at admission is placed again, which is not a restart.
+// Thread-compatible.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "controller/placement/gang_placer.h"
+#include "controller/placement/ring_planner.h"
+
+namespace tessera::reconcile {
+
+using json = nlohmann::json;
+using Time = std::chrono::system_clock::time_point;
+
+inline constexpr const char* kJobLabel = "tessera.dev/job";
+inline constexpr const char* kReplicaLabel = "tessera.dev/replica";
+inline constexpr const char* kAttemptLabel = "tessera.dev/attempt";
+
+// A pod of the job, as observed.
+struct PodInfo {
+  std::string name, node;
+  int replica = -1, attempt = -1;
+  std::string phase;            // Pending | Running | Succeeded | Failed | Unknown
+  bool terminating = false;     // deletionTimestamp set
+  int exit_code = -1;           // the worker container's, once terminated
+  std::string reason, message;  // status.reason (admission: OutOfnvidia.com/gpu, ...) or the container's
+};
+
+// What the workers last reported through the rendezvous (rank 0's heartbeat).
+struct Progress {
+  int64_t step = -1;
+  int epoch = 0;
+  double loss = 0, samples_per_second = 0;
+  int64_t switch_step = -1;
+};
+
+struct Observed {
+  json job;                          // the TrainingJob as stored: metadata, spec, status
+  std::vector<PodInfo> pods;         // pods labelled with the job
+  std::string token;                 // from the job's Secret; empty: no Secret
+  bool has_service = false;
+  std::optional<json> config_map;    // the job's ConfigMap
+  std::vector<placement::NodeInfo> nodes;  // used: requests of all pods bound there that hold resources
+  std::optional<Progress> progress;  // for the current attempt
+  Time now;
+};
+
+struct Action {
+  enum class Kind { kCreate, kUpdate, kDelete, kPatchStatus, kEvent, kDeleteJob };
+  Kind kind = Kind::kCreate;
+  std::string resource;  // secrets | services | configmaps | pods (create, update, delete)
+  std::string name;
+  json object;           // create/update: the object; patch: the merge patch of the status
+  std::string event_type, reason, message;  // event: Normal | Warning
+  // One line for tests and logs: "create pod j-0-1 on n2", "delete pod j-0-1", "status phase=Running",
+  // "event Warning GangRestart", "delete job".
+  std::string describe() const;
+};
+
+struct Decision {
+  std::vector<Action> actions;
+  // Reconcile again after this long even if nothing changes (deadlines, TTL, progress); 0: no need.
+  std::chrono::milliseconds requeue_after{0};
+};
+
+struct ReconcileOptions {
+  std::string rendezvous_address;      // host:port the workers reach the controller at
+  std::string worker_image;            // used when spec.image is the API default
+  std::chrono::milliseconds status_interval{5000};  // progress is written at most this often
+  std::string token;                   // the token of a Secret created now (random per job, from the backend)
+};
+
+// The gang the rendezvous must serve for the job, from its Secret and ConfigMap: the ring plan and
+// attempt of the current gang. None when the job has no gang (finished, suspended, not placed).
+struct RendezvousTarget {
+  std::string token;
+  int attempt = 0;
+  std::vector<placement::RankAssignment> plan;
+  int switch_at_epoch = -1;            // hybrid jobs
+  int64_t switch_step = -1;            // already chosen (kept in the status)
+};
+
+Decision reconcile(const Observed& observed, const ReconcileOptions& options);
+std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
+
+// Names of the job's children.
+std::string pod_name(const std::string& job, int attempt, int replica);
+std::string token_secret_name(const std::string& job);
+// The job's identity at the rendezvous (and TESSERA_JOB of its workers): "namespace/name".
+std::string rendezvous_job(const json& job);
+
+// RFC 3339 (seconds), as Kubernetes Time, and back.
+std::string format_time(Time t);
+std::optional<Time> parse_time(const std::string& s);
+
+}  // namespace tessera::reconcile

@@ -1,0 +1,384 @@
+// The TrainingJob reconcile, as mpi-operator's controller tests do it: observed objects in, the
+// expected list of actions out.
+#include <gtest/gtest.h>
+
+#include "controller/reconcile/observe.h"
+#include "controller/reconcile/reconciler.h"
+
+namespace tessera::reconcile {
+namespace {
+
+using std::chrono::seconds;
+
+const Time kNow = std::chrono::system_clock::from_time_t(1'800'000'000);
+
+json job(json spec_patch = json::object(), json status = json()) {
+  json spec = {{"replicas", 2},
+               {"ranksPerReplica", 2},
+               {"resources", {{"gpu", 2}}},
+               {"model", {{"name", "cosmoflow"}, {"inputSize", 16}}},
+               {"dataset", {{"synthetic", "cosmo"}}},
+               {"training", {{"epochs", 2}, {"batchSize", 4}}},
+               {"communication", {{"strategy", "hybrid"}, {"sparse", "topk"}, {"dense", "dense"}, {"switchAtEpoch", 1}}},
+               {"runPolicy", {{"backoffLimit", 2}}}};
+  spec.merge_patch(spec_patch);
+  json j = {{"apiVersion", "tessera.dev/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "j"}, {"namespace", "ml"}, {"uid", "u-1"}, {"generation", 1}}},
+            {"spec", spec}};
+  if (!status.is_null()) j["status"] = status;
+  return j;
+}
+
+placement::NodeInfo node(const std::string& name, const std::string& zone, int gpus, int used = 0) {
+  placement::NodeInfo n;
+  n.name = name;
+  n.labels = {{"kubernetes.io/hostname", name}, {"topology.kubernetes.io/zone", zone}};
+  n.allocatable.gpu = gpus;
+  n.used.gpu = used;
+  return n;
+}
+
+PodInfo pod(int attempt, int replica, const std::string& phase, int exit_code = -1, const std::string& reason = "") {
+  PodInfo p;
+  p.name = pod_name("j", attempt, replica);
+  p.node = "n" + std::to_string(replica);
+  p.replica = replica;
+  p.attempt = attempt;
+  p.phase = phase;
+  p.exit_code = exit_code;
+  p.reason = reason;
+  return p;
+}
+
+// The ConfigMap a placed gang of `attempt` left, with the spec the job started with.
+json config_map(const json& j, int attempt) {
+  json plan = {{"attempt", attempt},
+               {"ranks", json::array({{{"rank", 0}, {"replica", 0}, {"slot", 0}, {"node", "n0"}, {"localRank", 0}},
+                                      {{"rank", 1}, {"replica", 0}, {"slot", 1}, {"node", "n0"}, {"localRank", 1}},
+                                      {{"rank", 2}, {"replica", 1}, {"slot", 0}, {"node", "n1"}, {"localRank", 0}},
+                                      {{"rank", 3}, {"replica", 1}, {"slot", 1}, {"node", "n1"}, {"localRank", 1}}})}};
+  json manifest = {{"apiVersion", "tessera.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"metadata", j["metadata"]}, {"spec", j["spec"]}};
+  return {{"metadata", {{"name", "j-config"}, {"namespace", "ml"}, {"resourceVersion", "7"}}},
+          {"data", {{"job.yaml", manifest.dump()}, {"plan.json", plan.dump()}}}};
+}
+
+// A running job of `attempt` with its children in place.
+Observed running(int attempt = 0, json spec_patch = json::object()) {
+  Observed o;
+  json status = {{"phase", "Running"}, {"restarts", attempt}, {"observedGeneration", 1}, {"startTime", format_time(kNow - seconds(60))}};
+  o.job = job(spec_patch, status);
+  o.token = "t0k3n";
+  o.has_service = true;
+  o.config_map = config_map(o.job, attempt);
+  o.nodes = {node("n0", "a", 2, 2), node("n1", "b", 2, 2)};
+  o.pods = {pod(attempt, 0, "Running"), pod(attempt, 1, "Running")};
+  o.now = kNow;
+  return o;
+}
+
+ReconcileOptions options() {
+  ReconcileOptions r;
+  r.rendezvous_address = "10.0.0.1:7070";
+  r.token = "new-token";
+  r.status_interval = std::chrono::milliseconds(5000);
+  return r;
+}
+
+std::vector<std::string> describe(const Decision& d) {
+  std::vector<std::string> out;
+  for (const auto& a : d.actions) out.push_back(a.describe());
+  return out;
+}
+
+const Action* find(const Decision& d, Action::Kind kind, const std::string& resource = "") {
+  for (const auto& a : d.actions)
+    if (a.kind == kind && (resource.empty() || a.resource == resource)) return &a;
+  return nullptr;
+}
+
+TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
+  Observed o;
+  o.job = job();
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2)};
+  o.now = kNow;
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Placing restarts=0", "create secret j-token", "create service j",
+                                                   "create configmap j-config", "event Normal Placed", "create pod j-0-0 on n0",
+                                                   "create pod j-0-1 on n1"}));
+  // Both pods in zone a (the closest topology), bound by the controller, owned by the job.
+  const Action* p = find(d, Action::Kind::kCreate, "pods");
+  ASSERT_NE(p, nullptr);
+  const json& spec = p->object["spec"];
+  EXPECT_EQ(spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "2");
+  EXPECT_EQ(p->object["metadata"]["ownerReferences"][0]["uid"], "u-1");
+  EXPECT_EQ(p->object["metadata"]["labels"][kAttemptLabel], "0");
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  const json args = spec["containers"][0]["args"];
+  EXPECT_NE(std::find(args.begin(), args.end(), "grpc://10.0.0.1:7070"), args.end()) << args;
+  EXPECT_NE(std::find(args.begin(), args.end(), "--slots"), args.end()) << args;
+  const json secret = find(d, Action::Kind::kCreate, "secrets")->object;
+  EXPECT_EQ(secret["stringData"]["token"], "new-token");
+  const json status = find(d, Action::Kind::kPatchStatus)->object;
+  EXPECT_EQ(status["placement"].size(), 2u);
+  EXPECT_EQ(status["conditions"][0]["type"], "Placed");
+  EXPECT_EQ(status["conditions"][0]["status"], "True");
+  EXPECT_EQ(status["startTime"], format_time(kNow));
+}
+
+TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
+  Observed o = running();
+  o.job["status"]["placement"] = json::array();
+  Decision first = reconcile(o, options());
+  // Apply its status patch, then reconcile the same world again: only the periodic requeue is left.
+  for (const auto& a : first.actions)
+    if (a.kind == Action::Kind::kPatchStatus)
+      for (auto it = a.object.begin(); it != a.object.end(); ++it) o.job["status"][it.key()] = it.value();
+  const Decision again = reconcile(o, options());
+  EXPECT_TRUE(again.actions.empty()) << describe(again)[0];
+  EXPECT_GT(again.requeue_after.count(), 0);
+}
+
+TEST(ReconcileTest, AMissingPodOfTheGangIsCreatedOnItsPlannedNode) {
+  Observed o = running();
+  o.pods = {pod(0, 1, "Running")};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"create pod j-0-0 on n0"}));
+}
+
+TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137, "Error")};
+  o.progress = Progress{23, 0, 0.5, 10, -1};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
+                                                   "delete pod j-0-0", "delete pod j-0-1"}));
+  const json status = d.actions[0].object;
+  ASSERT_EQ(status["restartHistory"].size(), 1u);
+  EXPECT_EQ(status["restartHistory"][0]["pod"], "j-0-1");
+  EXPECT_EQ(status["restartHistory"][0]["exitCode"], 137);
+  EXPECT_EQ(status["restartHistory"][0]["failedAtStep"], 23);
+
+  // Next: the restart is recorded; the old gang's pods go before the new one is placed.
+  Observed next = o;
+  for (auto it = status.begin(); it != status.end(); ++it) next.job["status"][it.key()] = it.value();
+  next.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
+  next.pods[0].terminating = true;
+  EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{"delete pod j-0-1"}));
+  // Once they are gone, attempt 1 is placed afresh on the freed nodes.
+  next.pods.clear();
+  next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
+  const Decision placed = reconcile(next, options());
+  EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                                        "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+}
+
+TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Failed", 2), pod(0, 1, "Running")};
+  o.pods[0].message = "spec.dataset.path: no manifest at '/data/train/manifest.tsv'";
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidConfiguration",
+                                                   "event Warning InvalidConfiguration", "delete pod j-0-1"}));
+  EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.dataset.path"), std::string::npos);
+}
+
+TEST(ReconcileTest, BackoffLimitExceededFailsTheJob) {
+  Observed o = running(2);
+  o.pods = {pod(2, 0, "Failed", 1), pod(2, 1, "Running")};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=BackoffLimitExceeded",
+                                                   "event Warning BackoffLimitExceeded", "delete pod j-2-1"}));
+}
+
+TEST(ReconcileTest, AdmissionRejectionPlacesTheGangAgainWithoutARestart) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", -1, "OutOfnvidia.com/gpu")};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning AdmissionRejected", "delete pod j-0-0",
+                                                   "delete pod j-0-1", "update configmap j-config"}));
+  EXPECT_FALSE(d.actions[0].object.contains("restarts"));
+  EXPECT_FALSE(find(d, Action::Kind::kUpdate)->object["data"].contains("plan.json"));
+}
+
+TEST(ReconcileTest, AllPodsSucceededSucceedsTheJob) {
+  Observed o = running(0, {{"runPolicy", {{"ttlSecondsAfterFinished", 60}}}});
+  o.job["status"]["switchStep"] = 8;
+  o.pods = {pod(0, 0, "Succeeded", 0), pod(0, 1, "Succeeded", 0)};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed"}));
+  EXPECT_EQ(d.actions[0].object["trainingPhase"], "dense");
+  EXPECT_EQ(d.actions[0].object["completionTime"], format_time(kNow));
+  EXPECT_EQ(d.requeue_after, std::chrono::milliseconds(60100));
+}
+
+TEST(ReconcileTest, SuspendDeletesThePodsAndResumeStartsTheClockAgain) {
+  Observed o = running(0, {{"runPolicy", {{"suspend", true}, {"activeDeadlineSeconds", 100}}}});
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Suspended", "delete pod j-0-0", "delete pod j-0-1",
+                                                   "event Normal Suspended"}));
+  // Resumed 500 s later: past the deadline counted from the first start, yet it runs.
+  Observed r = running(0, {{"runPolicy", {{"suspend", false}, {"activeDeadlineSeconds", 100}}}});
+  r.job["status"]["phase"] = "Suspended";
+  r.job["status"]["startTime"] = format_time(kNow - seconds(500));
+  r.pods.clear();
+  r.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
+  const Decision resumed = reconcile(r, options());
+  EXPECT_EQ(describe(resumed), (std::vector<std::string>{"status phase=Pending", "event Normal Resumed",
+                                                         "create pod j-0-0 on n0", "create pod j-0-1 on n1"}));
+  EXPECT_EQ(resumed.actions[0].object["startTime"], format_time(kNow));
+}
+
+TEST(ReconcileTest, DeadlineFailsTheJobAndStopsItsPods) {
+  Observed o = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 30}}}});
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=DeadlineExceeded",
+                                                   "event Warning DeadlineExceeded", "delete pod j-0-0", "delete pod j-0-1"}));
+  Observed early = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 90}}}});
+  const Decision wait = reconcile(early, options());
+  EXPECT_EQ(find(wait, Action::Kind::kDelete), nullptr);
+  EXPECT_LE(wait.requeue_after, std::chrono::milliseconds(30100));
+}
+
+TEST(ReconcileTest, TtlDeletesTheFinishedJob) {
+  Observed o = running(0, {{"runPolicy", {{"ttlSecondsAfterFinished", 10}}}});
+  o.job["status"]["phase"] = "Succeeded";
+  o.job["status"]["completionTime"] = format_time(kNow - seconds(11));
+  o.pods = {pod(0, 0, "Succeeded", 0), pod(0, 1, "Succeeded", 0)};
+  EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{"event Normal TTLExpired", "delete job"}));
+  o.job["status"]["completionTime"] = format_time(kNow - seconds(4));
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(find(d, Action::Kind::kDeleteJob), nullptr);
+  EXPECT_EQ(d.requeue_after, std::chrono::milliseconds(6100));
+}
+
+TEST(ReconcileTest, ADeletedJobLeavesItsChildrenToTheGarbageCollector) {
+  Observed o = running();
+  o.job["metadata"]["deletionTimestamp"] = format_time(kNow);
+  EXPECT_TRUE(reconcile(o, options()).actions.empty());
+  EXPECT_FALSE(rendezvous_target(o).has_value() && false);
+}
+
+TEST(ReconcileTest, AGangThatDoesNotFitStaysPendingAndSaysWhatIsMissing) {
+  Observed o;
+  o.job = job({{"replicas", 4}, {"training", {{"batchSize", 8}}}});
+  o.token = "t";
+  o.has_service = true;
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2), node("n3", "b", 2, 2)};
+  o.now = kNow;
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Pending restarts=0", "event Warning Unschedulable"}));
+  const json c = d.actions[0].object["conditions"][0];
+  EXPECT_EQ(c["type"], "Placed");
+  EXPECT_EQ(c["status"], "False");
+  EXPECT_EQ(c["reason"], "Unschedulable");
+  EXPECT_NE(c["message"].get<std::string>().find("needs 8 GPUs (4 pods of 2) on nodes matching any labels; 6 free on 3 nodes"),
+            std::string::npos)
+      << c["message"];
+  EXPECT_GT(d.requeue_after.count(), 0);
+  // The same world again: no second Event.
+  for (auto it = d.actions[0].object.begin(); it != d.actions[0].object.end(); ++it) o.job["status"][it.key()] = it.value();
+  EXPECT_TRUE(reconcile(o, options()).actions.empty());
+  // A node more: the gang starts.
+  o.nodes.push_back(node("n4", "b", 2));
+  EXPECT_EQ(find(reconcile(o, options()), Action::Kind::kCreate, "pods")->object["spec"]["nodeName"], "n0");
+}
+
+TEST(ReconcileTest, AnEditToAStartedJobIsReportedAndNotApplied) {
+  Observed o = running();
+  o.job["spec"]["model"]["inputSize"] = 32;
+  o.job["metadata"]["generation"] = 2;
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning SpecChangeRejected"}));
+  const json& conditions = d.actions[0].object["conditions"];
+  EXPECT_EQ(conditions.back()["type"], "SpecChangeRejected");
+  EXPECT_NE(conditions.back()["message"].get<std::string>().find("spec.model.inputSize"), std::string::npos);
+  EXPECT_EQ(conditions.back()["observedGeneration"], 2);
+  // runPolicy may change: a suspend is applied.
+  Observed s = running();
+  s.job["spec"]["runPolicy"]["suspend"] = true;
+  EXPECT_EQ(describe(reconcile(s, options()))[0], "status phase=Suspended");
+}
+
+TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
+  Observed o;
+  o.job = job({{"parallelism", {{"spatial", {{"d", 3}}}}}});
+  o.now = kNow;
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidSpec", "event Warning InvalidSpec"}));
+  EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.parallelism.spatial.d"), std::string::npos);
+  for (auto it = d.actions[0].object.begin(); it != d.actions[0].object.end(); ++it) o.job["status"][it.key()] = it.value();
+  EXPECT_TRUE(reconcile(o, options()).actions.empty());
+  // A cluster needs a volume for the checkpoints.
+  Observed c;
+  c.job = job({{"checkpoint", {{"path", "/ckpt"}, {"everySteps", 10}}}});
+  c.now = kNow;
+  EXPECT_NE(reconcile(c, options()).actions[0].object["message"].get<std::string>().find("spec.checkpoint.volume: required"),
+            std::string::npos);
+}
+
+TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
+  Observed o = running();
+  o.progress = Progress{40, 1, 0.25, 12.5, 32};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Normal PhaseSwitch"}));
+  const json s = d.actions[0].object;
+  EXPECT_EQ(s["step"], 40);
+  EXPECT_EQ(s["trainingPhase"], "dense");
+  EXPECT_EQ(s["switchStep"], 32);
+  // Two seconds later with new progress: not yet.
+  for (auto it = s.begin(); it != s.end(); ++it) o.job["status"][it.key()] = it.value();
+  o.now = kNow + seconds(2);
+  o.progress->step = 44;
+  const Decision later = reconcile(o, options());
+  EXPECT_TRUE(later.actions.empty());
+  EXPECT_LE(later.requeue_after, std::chrono::milliseconds(3010));
+  o.now = kNow + seconds(5);
+  EXPECT_EQ(reconcile(o, options()).actions[0].object["step"], 44);
+}
+
+TEST(ReconcileTest, TheRendezvousServesTheCurrentGangWithItsSwitchStep) {
+  Observed o = running(1);
+  o.job["status"]["switchStep"] = 64;
+  const auto t = rendezvous_target(o);
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->attempt, 1);
+  EXPECT_EQ(t->token, "t0k3n");
+  EXPECT_EQ(t->plan.size(), 4u);
+  EXPECT_EQ(t->switch_step, 64);
+  EXPECT_EQ(t->switch_at_epoch, 1);
+  o.job["status"]["phase"] = "Succeeded";
+  EXPECT_FALSE(rendezvous_target(o).has_value());
+}
+
+TEST(ObserveTest, PodsAndNodesFromApiObjects) {
+  const json p = {{"metadata", {{"name", "j-1-0"}, {"labels", {{kReplicaLabel, "0"}, {kAttemptLabel, "1"}}}}},
+                  {"spec", {{"nodeName", "n0"}, {"containers", json::array({{{"resources", {{"limits", {{"nvidia.com/gpu", "2"}}},
+                                                                                              {"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}}}}}})}}},
+                  {"status", {{"phase", "Failed"}, {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 137}}}}}}})}}}};
+  SCOPED_TRACE(p.dump());
+  const PodInfo info = pod_info(p);
+  EXPECT_EQ(info.attempt, 1);
+  EXPECT_EQ(info.exit_code, 137);
+  SCOPED_TRACE("requests");
+  const auto r = pod_requests(p);
+  EXPECT_EQ(r.gpu, 2);
+  EXPECT_DOUBLE_EQ(r.cpu, 0.5);
+  EXPECT_EQ(r.memory, int64_t{1} << 30);
+  json running_pod = p;
+  running_pod["status"]["phase"] = "Running";
+  const json n = {{"metadata", {{"name", "n0"}, {"labels", {{"kubernetes.io/hostname", "n0"}}}}},
+                  {"status", {{"allocatable", {{"nvidia.com/gpu", "4"}, {"cpu", "8"}}},
+                              {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+  SCOPED_TRACE(n.dump());
+  const auto nodes = node_infos({n}, {p, running_pod});
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_TRUE(nodes[0].ready);
+  EXPECT_EQ(nodes[0].allocatable.gpu, 4);
+  EXPECT_EQ(nodes[0].used.gpu, 2);  // the failed pod holds nothing
+  EXPECT_EQ(parse_bytes("64Mi"), int64_t{64} << 20);
+  EXPECT_DOUBLE_EQ(parse_cpu("1500m"), 1.5);
+}
+
+}  // namespace
+}  // namespace tessera::reconcile
