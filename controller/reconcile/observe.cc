@@ -79,9 +79,12 @@ PodInfo pod_info(const json& pod) {
     p.exit_code = t.value("exitCode", -1);
     if (p.reason.empty()) p.reason = t.value("reason", "");
     if (p.message.empty()) p.message = t.value("message", "");
+    if (t.contains("finishedAt") && t["finishedAt"].is_string()) p.finished = parse_time(t["finishedAt"].get<std::string>());
     if (p.exit_code != 0) break;  // the failed container decides
   }
   while (!p.message.empty() && (p.message.back() == '\n' || p.message.back() == ' ')) p.message.pop_back();
+  // A termination message from the log: its last line says why.
+  if (const auto nl = p.message.rfind('\n'); nl != std::string::npos) p.message = p.message.substr(nl + 1);
   return p;
 }
 

@@ -198,7 +198,7 @@ std::string dataset_mount(const api::DatasetSpec& d) {
 }
 
 json volume_source(const api::VolumeSpec& v, bool read_only) {
-  if (v.kind == "hostPath") return {{"hostPath", {{"path", v.path}, {"type", "Directory"}}}};
+  if (v.kind == "hostPath") return {{"hostPath", {{"path", v.path}, {"type", read_only ? "Directory" : "DirectoryOrCreate"}}}};
   if (v.kind == "nfs") return {{"nfs", {{"server", v.server}, {"path", v.path}, {"readOnly", read_only}}}};
   return {{"persistentVolumeClaim", {{"claimName", v.claim_name}, {"readOnly", read_only}}}};
 }
@@ -467,6 +467,16 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     // The cause of a gang failure: a worker killed by a signal rather than its peers, which fail
     // when it disappears.
     if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
+  }
+  // A peer that failed because one worker was killed often ends first: wait a moment for the killed
+  // one to be reported, so that the restart names the cause.
+  if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < seconds(3)) {
+    bool peers_running = false;
+    for (const PodInfo* p : current) peers_running = peers_running || p->phase == "Running";
+    if (peers_running) {
+      b.requeue(milliseconds(500));
+      return b.finish();
+    }
   }
   if (failed) {
     std::string why = detail::concat("pod ", failed->name, " on ", failed->node, " failed");

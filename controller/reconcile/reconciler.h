@@ -41,6 +41,7 @@ struct PodInfo {
   bool terminating = false;     // deletionTimestamp set
   int exit_code = -1;           // the worker container's, once terminated
   std::string reason, message;  // status.reason (admission: OutOfnvidia.com/gpu, ...) or the container's
+  std::optional<Time> finished;  // when the failed container ended
 };
 
 // What the workers last reported through the rendezvous (rank 0's heartbeat).

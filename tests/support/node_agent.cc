@@ -94,6 +94,9 @@ class Agent {
         if (!e.already_exists()) throw;
       }
       client_.merge_patch(kube::core_path("", "nodes", name) + "/status", node_status());
+      // The API server taints a new node not-ready; the node lifecycle controller (not run here)
+      // lifts the taint once the node reports Ready.
+      client_.merge_patch(kube::core_path("", "nodes", name), {{"spec", {{"taints", nullptr}}}});
     }
     log_info("registered ", o_.nodes, " node(s) of ", o_.gpus, " GPUs", o_.simulate ? " (simulated)" : "");
   }

@@ -1,0 +1,218 @@
+#!/usr/bin/env bash
+# The operator on a real test cluster (scripts/test-cluster.sh: etcd, kube-apiserver,
+# kube-controller-manager and the node agent with 4 nodes x 2 GPUs in two zones), driven with
+# kubectl as a user would. Each scenario runs in its own namespace and is bounded in time; the
+# cluster, the controllers and every temporary directory are removed on exit, pass or fail.
+#   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
+# Scenarios: example kill apiserver controller leader gang lifecycle
+set -euo pipefail
+bin=$1
+src=$2
+shift 2
+scenarios=${*:-example kill apiserver controller leader gang lifecycle}
+dir=$(mktemp -d)
+ctl_pids=()
+cleanup() {
+  for p in "${ctl_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  [ -f "$dir/agent2.pid" ] && kill "$(cat "$dir/agent2.pid")" 2>/dev/null
+  bash "$src/scripts/test-cluster.sh" stop "$dir/cluster" >/dev/null 2>&1 || true
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL $*" >&2
+  echo "--- controller log (end)" >&2
+  tail -30 "$dir"/controller*.log >&2 || true
+  echo "--- node agent log (end)" >&2
+  tail -15 "$dir/cluster/node-agent.log" >&2 || true
+  exit 1
+}
+
+bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 4 --gpus 2 --zones 2 --agent "$bin/tessera-node-agent" --bin-dir "$bin"
+export KUBECONFIG=$dir/cluster/kubeconfig
+kubectl apply -f "$src/crds/" >/dev/null
+kubectl wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null
+rendezvous_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+
+# start_controller NAME [FLAGS...]: a controller whose rendezvous port survives its restarts.
+start_controller() {
+  local name=$1
+  shift
+  setsid "$bin/tessera-controller" --kubeconfig "$KUBECONFIG" --rendezvous-listen "127.0.0.1:$rendezvous_port" \
+    --status-interval 1 "$@" >>"$dir/controller-$name.log" 2>&1 &
+  ctl_pids+=($!)
+  echo $! >"$dir/controller-$name.pid"
+}
+stop_controller() { kill -9 "$(cat "$dir/controller-$1.pid")" 2>/dev/null || true; }
+
+field() { kubectl get tj "$2" -n "$1" -o jsonpath="{$3}" 2>/dev/null; }
+
+# wait_for NS JOB JSONPATH VALUE SECONDS
+wait_for() {
+  local ns=$1 job=$2 path=$3 want=$4 limit=$5 got=""
+  for _ in $(seq 1 $((limit * 2))); do
+    got=$(field "$ns" "$job" "$path")
+    [ "$got" = "$want" ] && return 0
+    [ "$want" != Failed ] && [ "$(field "$ns" "$job" .status.phase)" = Failed ] &&
+      fail "$ns/$job failed: $(field "$ns" "$job" .status.message)"
+    sleep 0.5
+  done
+  fail "$ns/$job: $path is '$got', not '$want', after $limit s"
+}
+# wait_step NS JOB STEP SECONDS: until the job's status reports at least STEP.
+wait_step() {
+  for _ in $(seq 1 $(($4 * 2))); do
+    [ "$(field "$1" "$2" .status.step)" -ge "$3" ] 2>/dev/null && return 0
+    sleep 0.5
+  done
+  fail "$1/$2 did not reach step $3 in $4 s (status: $(field "$1" "$2" .status))"
+}
+
+# job NS [SED...]: the example, in namespace NS, with its paths in this test's directory and edits.
+job() {
+  local ns=$1
+  shift
+  kubectl create namespace "$ns" >/dev/null
+  sed -e "s#/var/tmp/tessera/cosmoflow-k8s#$dir/$ns#g" -e "s#namespace: .*##" "$@" "$src/examples/cosmoflow-k8s.yaml" |
+    kubectl apply -n "$ns" -f - >/dev/null
+}
+
+pods_of() { kubectl get pods -n "$1" -l tessera.dev/job --no-headers 2>/dev/null | wc -l; }
+
+start_controller main
+
+for s in $scenarios; do
+  t0=$(date +%s)
+  case $s in
+    example)
+      # The example as shipped: Succeeded, progress visible in `kubectl get tj`, one pod per replica.
+      job example
+      seen=""
+      for _ in $(seq 1 240); do
+        line=$(kubectl get tj -n example --no-headers 2>/dev/null || true)
+        [[ $line == *Running*sparse* || $line == *Running*dense* ]] && seen="$seen|$line"
+        [[ $line == *Succeeded* || $line == *Failed* ]] && break
+        sleep 0.5
+      done
+      wait_for example cosmoflow-k8s .status.phase Succeeded 10
+      [ -n "$seen" ] || fail "kubectl get tj never showed the job Running with its training phase"
+      echo "$seen" | tr '|' '\n' | tail -3
+      [ "$(field example cosmoflow-k8s .status.trainingPhase)" = dense ] || fail "the job did not end dense"
+      [ "$(field example cosmoflow-k8s .status.epoch)" = 3 ] || fail "epoch is not 3"
+      [ "$(field example cosmoflow-k8s .status.switchStep)" -gt 0 ] || fail "no switch step"
+      [ "$(pods_of example)" = 4 ] || fail "expected exactly 4 pods (one per replica): $(kubectl get pods -n example)"
+      [ "$(field example cosmoflow-k8s .status.restarts)" = 0 ] || fail "restarts"
+      kubectl get events -n example --no-headers | grep -q PhaseSwitch || fail "no PhaseSwitch event"
+      ;;
+    kill)
+      # kill -9 of one worker process mid-run: one gang restart from the newest checkpoint.
+      job kill -e 's/epochs: 3/epochs: 6/'
+      wait_step kill cosmoflow-k8s 25 120
+      victim=$(pgrep -f -- "--replica 2 .*--slot 1" | head -1)
+      [ -n "$victim" ] || fail "no worker process of replica 2 slot 1"
+      kill -9 "$victim"
+      wait_for kill cosmoflow-k8s .status.phase Succeeded 240
+      [ "$(field kill cosmoflow-k8s .status.restarts)" = 1 ] || fail "expected 1 restart: $(field kill cosmoflow-k8s .status.restartHistory)"
+      failed_at=$(field kill cosmoflow-k8s '.status.restartHistory[0].failedAtStep')
+      resumed_at=$(field kill cosmoflow-k8s '.status.restartHistory[0].resumedAtStep')
+      echo "restart: failed at step $failed_at, resumed at $resumed_at"
+      ((resumed_at > 0 && failed_at - resumed_at <= 10)) || fail "retrained more than one checkpoint interval: $failed_at -> $resumed_at"
+      [[ "$(field kill cosmoflow-k8s '.status.restartHistory[0].reason')" == *"exit code 137"* ]] ||
+        fail "the restart does not name the killed worker: $(field kill cosmoflow-k8s '.status.restartHistory[0].reason')"
+      [ "$(pods_of kill)" = 4 ] || fail "old pods left behind: $(kubectl get pods -n kill)"
+      kubectl get events -n kill --no-headers | grep -q GangRestart || fail "no GangRestart event"
+      ;;
+    apiserver)
+      # The API server restarted mid-run: the job succeeds, with no duplicate pod and no restart.
+      job apiserver -e 's/epochs: 3/epochs: 5/'
+      wait_step apiserver cosmoflow-k8s 20 120
+      bash "$src/scripts/test-cluster.sh" restart-apiserver "$dir/cluster"
+      wait_for apiserver cosmoflow-k8s .status.phase Succeeded 240
+      [ "$(pods_of apiserver)" = 4 ] || fail "duplicate pods: $(kubectl get pods -n apiserver)"
+      [ "$(field apiserver cosmoflow-k8s .status.restarts)" = 0 ] || fail "the gang restarted"
+      ;;
+    controller)
+      # The controller killed and started again mid-run: zero gang restarts, the job succeeds.
+      job controller -e 's/epochs: 3/epochs: 5/'
+      wait_step controller cosmoflow-k8s 20 120
+      stop_controller main
+      sleep 3
+      start_controller main
+      wait_for controller cosmoflow-k8s .status.phase Succeeded 240
+      [ "$(field controller cosmoflow-k8s .status.restarts)" = 0 ] || fail "the controller restart restarted the gang"
+      [ "$(pods_of controller)" = 4 ] || fail "duplicate pods: $(kubectl get pods -n controller)"
+      ;;
+    leader)
+      # Two controllers with --leader-elect: the leader killed, the other takes over within the
+      # lease duration (15 s) plus one retry period, and runs a job.
+      stop_controller main
+      start_controller a --leader-elect --lease-namespace default
+      for _ in $(seq 1 40); do grep -q " leads " "$dir/controller-a.log" && break; sleep 0.5; done
+      grep -q " leads " "$dir/controller-a.log" || fail "controller a did not lead"
+      start_controller b --leader-elect --lease-namespace default
+      sleep 3
+      grep -q " leads " "$dir/controller-b.log" && fail "two leaders"
+      killed=$(date +%s.%N)
+      stop_controller a
+      for _ in $(seq 1 60); do grep -q " leads " "$dir/controller-b.log" && break; sleep 0.5; done
+      took=$(python3 -c "import time; print(round(time.time() - $killed, 1))")
+      grep -q " leads " "$dir/controller-b.log" || fail "controller b did not take over"
+      echo "takeover after ${took} s"
+      python3 -c "import sys; sys.exit(0 if $took <= 18 else 1)" || fail "takeover took ${took} s (lease 15 s)"
+      job leader -e 's/epochs: 3/epochs: 1/' -e 's/switchAtEpoch: 1/switchAtEpoch: 0/'
+      wait_for leader cosmoflow-k8s .status.phase Succeeded 180
+      stop_controller b
+      start_controller main
+      ;;
+    gang)
+      # A gang that does not fit stays Pending and says what is missing; a node more lets it start.
+      job gang -e 's/replicas: 4/replicas: 5/' -e 's/batchSize: 8/batchSize: 10/' -e 's/epochs: 3/epochs: 1/' \
+        -e 's/switchAtEpoch: 1/switchAtEpoch: 0/' -e 's/strategy: hybrid/strategy: dense/'
+      wait_for gang cosmoflow-k8s '.status.conditions[?(@.type=="Placed")].reason' Unschedulable 30
+      msg=$(field gang cosmoflow-k8s '.status.conditions[?(@.type=="Placed")].message')
+      echo "Placed=False: $msg"
+      [[ $msg == *"needs 10 GPUs (5 pods of 2)"*"8 free on 4 nodes"* ]] || fail "unclear message: $msg"
+      [ "$(field gang cosmoflow-k8s .status.phase)" = Pending ] || fail "not Pending"
+      [ "$(pods_of gang)" = 0 ] || fail "pods created for a gang that does not fit"
+      setsid "$bin/tessera-node-agent" --kubeconfig "$KUBECONFIG" --nodes 1 --first 4 --gpus 2 --dir "$dir/agent2" \
+        --bin-dir "$bin" >"$dir/agent2.log" 2>&1 &
+      echo $! >"$dir/agent2.pid"
+      wait_for gang cosmoflow-k8s .status.phase Succeeded 180
+      ;;
+    lifecycle)
+      # Suspend and resume; the deadline; TTL; deletion leaves no child behind.
+      job suspend -e 's/epochs: 3/epochs: 6/'
+      wait_step suspend cosmoflow-k8s 15 120
+      kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
+      wait_for suspend cosmoflow-k8s .status.phase Suspended 30
+      for _ in $(seq 1 60); do [ "$(pods_of suspend)" = 0 ] && break; sleep 0.5; done
+      [ "$(pods_of suspend)" = 0 ] || fail "pods left running while suspended"
+      ls "$dir/suspend/checkpoints" | grep -q . || fail "the checkpoints were not kept"
+      kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
+      wait_for suspend cosmoflow-k8s .status.phase Succeeded 240
+      [ "$(field suspend cosmoflow-k8s '.status.conditions[?(@.type=="Suspended")].reason')" = Resumed ] || fail "no Resumed condition"
+      kubectl get events -n suspend --no-headers | grep -q Resumed || fail "no Resumed event"
+
+      job deadline -e 's/epochs: 3/epochs: 20/' -e 's/backoffLimit: 3/backoffLimit: 3, activeDeadlineSeconds: 8/'
+      wait_for deadline cosmoflow-k8s .status.reason DeadlineExceeded 60
+      for _ in $(seq 1 60); do [ "$(kubectl get pods -n deadline --no-headers 2>/dev/null | grep -c Running)" = 0 ] && break; sleep 0.5; done
+
+      job ttl -e 's/epochs: 3/epochs: 1/' -e 's/switchAtEpoch: 1/switchAtEpoch: 0/' -e 's/ttlSecondsAfterFinished: 3600/ttlSecondsAfterFinished: 2/'
+      wait_for ttl cosmoflow-k8s .status.phase Succeeded 120
+      for _ in $(seq 1 40); do kubectl get tj cosmoflow-k8s -n ttl >/dev/null 2>&1 || break; sleep 0.5; done
+      kubectl get tj cosmoflow-k8s -n ttl >/dev/null 2>&1 && fail "the TTL did not delete the job"
+
+      kubectl delete tj cosmoflow-k8s -n deadline >/dev/null
+      for ns in deadline ttl; do
+        for _ in $(seq 1 60); do
+          [ -z "$(kubectl get pods,secrets,configmaps,services -n $ns -l tessera.dev/job --no-headers 2>/dev/null)" ] && break
+          sleep 0.5
+        done
+        left=$(kubectl get pods,secrets,configmaps,services -n $ns -l tessera.dev/job --no-headers 2>/dev/null)
+        [ -z "$left" ] || fail "children left behind in $ns: $left"
+      done
+      ;;
+    *) fail "unknown scenario $s" ;;
+  esac
+  echo "PASS $s ($(($(date +%s) - t0)) s)"
+done
