@@ -9,8 +9,8 @@
 // TrainingJobs of one namespace (default: all), serves the workers' gRPC rendezvous on
 // --rendezvous-listen (default 0.0.0.0:7070) and tells pods to reach it at --rendezvous-advertise
 // (default: the listen address; in a cluster, the controller Service's DNS name and port).
-// --health-addr serves /healthz (the process runs) and /readyz (caches synced; with
-// --leader-elect, also a standby that waits for the lease). Exit status: 0 stopped by SIGTERM or
+// --health-addr serves /healthz (the process runs) and /readyz (this process leads, with
+// --leader-elect, and its caches are synced: the controller Service sends workers to it alone). Exit status: 0 stopped by SIGTERM or
 // SIGINT, 1 leadership lost or a failure, 2 bad flags.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <mutex>
 #include <thread>
 
 #include "controller/kube/client.h"
@@ -148,17 +149,28 @@ int run(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const kube::KubeConfig config = o.kubeconfig.empty() ? kube::KubeConfig::in_cluster() : kube::KubeConfig::from_file(o.kubeconfig);
   kube::KubeClient client(config);
-  kube::KubeOperator op(client, o.op);
   log_info("tessera-controller: API server ", config.server, " (", config.source, "), ",
-           o.op.namespace_.empty() ? std::string("all namespaces") : "namespace " + o.op.namespace_, ", rendezvous ",
-           op.rendezvous_address());
-  std::atomic<bool> standby{o.leader_elect};
+           o.op.namespace_.empty() ? std::string("all namespaces") : "namespace " + o.op.namespace_);
+  // The operator (and its rendezvous port) exists only in the leader: a standby is not ready, so
+  // the Service sends the workers to the leader alone.
+  std::unique_ptr<kube::KubeOperator> op;
+  std::mutex op_mu;
+  auto ready = [&] {
+    std::lock_guard<std::mutex> lock(op_mu);
+    return op && op->ready();
+  };
   std::unique_ptr<HealthServer> health;
-  if (!o.health_addr.empty())
-    health = std::make_unique<HealthServer>(o.health_addr, [&] { return standby.load() || op.ready(); });
-  op.preflight(g_stop);
+  if (!o.health_addr.empty()) health = std::make_unique<HealthServer>(o.health_addr, ready);
+  auto make_operator = [&] {
+    auto made = std::make_unique<kube::KubeOperator>(client, o.op);
+    log_info("rendezvous on ", o.op.rendezvous_listen, ", advertised to workers as ", made->rendezvous_address());
+    made->preflight(g_stop);
+    std::lock_guard<std::mutex> lock(op_mu);
+    op = std::move(made);
+  };
   if (!o.leader_elect) {
-    op.run(g_stop);
+    make_operator();
+    op->run(g_stop);
     return 0;
   }
   kube::LeaderElectionOptions le;
@@ -168,16 +180,23 @@ int run(int argc, char** argv) {
   kube::LeaderElector elector(client, le);
   std::thread operating;
   std::atomic<bool> stop_operating{false};
+  std::exception_ptr failure;
   const bool lost = elector.run(
       [&] {
-        standby = false;
         operating = std::thread([&] {
-          op.run(stop_operating);
+          try {
+            make_operator();
+            op->run(stop_operating);
+          } catch (...) {
+            failure = std::current_exception();
+            g_stop = true;
+          }
         });
       },
       [&] { stop_operating = true; }, &g_stop);
   stop_operating = true;
   if (operating.joinable()) operating.join();
+  if (failure) std::rethrow_exception(failure);
   if (lost) {
     log_warn("leadership lost: exiting so that a fresh process campaigns again");
     return 1;

@@ -157,6 +157,8 @@ std::string new_job_token() {
 
 RendezvousService::RendezvousService(const std::string& address) : impl_(std::make_unique<Impl>()) {
   grpc::ServerBuilder builder;
+  // One controller per port: a second one must fail to listen, not share the workers' connections.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_.get());
   impl_->server = builder.BuildAndStart();
