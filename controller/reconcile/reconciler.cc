@@ -100,29 +100,21 @@ struct Builder {
     a.message = message;
     d.actions.push_back(a);
   }
-  void create(const std::string& resource, const std::string& child, json object) {
+  void child(Action::Kind kind, const std::string& resource, const std::string& name, json object = {}) {
     Action a;
-    a.kind = Action::Kind::kCreate;
+    a.kind = kind;
     a.resource = resource;
-    a.name = child;
+    a.name = name;
     a.object = std::move(object);
-    d.actions.push_back(a);
+    d.actions.push_back(std::move(a));
   }
-  void update(const std::string& resource, const std::string& child, json object) {
-    Action a;
-    a.kind = Action::Kind::kUpdate;
-    a.resource = resource;
-    a.name = child;
-    a.object = std::move(object);
-    d.actions.push_back(a);
+  void create(const std::string& resource, const std::string& name, json object) {
+    child(Action::Kind::kCreate, resource, name, std::move(object));
   }
-  void remove(const std::string& resource, const std::string& child) {
-    Action a;
-    a.kind = Action::Kind::kDelete;
-    a.resource = resource;
-    a.name = child;
-    d.actions.push_back(a);
+  void update(const std::string& resource, const std::string& name, json object) {
+    child(Action::Kind::kUpdate, resource, name, std::move(object));
   }
+  void remove(const std::string& resource, const std::string& name) { child(Action::Kind::kDelete, resource, name); }
   void requeue(milliseconds after) {
     if (after.count() <= 0) after = milliseconds(1);
     if (d.requeue_after.count() == 0 || after < d.requeue_after) d.requeue_after = after;
