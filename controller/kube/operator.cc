@@ -225,6 +225,7 @@ struct KubeOperator::Impl {
         execute(*job, d);
       } catch (const StatusConflict&) {
         // Someone wrote the job since the cache saw it: decide again on a fresh read.
+        log_info(key, ": the write met a newer version (409 Conflict); reconciling again on a fresh read");
         {
           std::lock_guard<std::mutex> lock(mu);
           ++stats.status_conflicts;

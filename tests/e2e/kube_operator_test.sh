@@ -4,12 +4,12 @@
 # kubectl as a user would. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
-# Scenarios: example kill apiserver controller leader gang lifecycle
+# Scenarios: example conflict kill apiserver controller leader gang lifecycle
 set -euo pipefail
 bin=$1
 src=$2
 shift 2
-scenarios=${*:-example kill apiserver controller leader gang lifecycle}
+scenarios=${*:-example conflict kill apiserver controller leader gang lifecycle}
 dir=$(mktemp -d)
 ctl_pids=()
 cleanup() {
@@ -104,6 +104,32 @@ for s in $scenarios; do
       [ "$(pods_of example)" = 4 ] || fail "expected exactly 4 pods (one per replica): $(kubectl get pods -n example)"
       [ "$(field example cosmoflow-k8s .status.restarts)" = 0 ] || fail "restarts"
       kubectl get events -n example --no-headers | grep -q PhaseSwitch || fail "no PhaseSwitch event"
+      ;;
+    conflict)
+      # Status writes that meet 409 Conflict: other clients label the job many times a second while
+      # it runs; the controller's writes carry the resourceVersion it read, so some meet a newer
+      # one and are decided again on a fresh read. The job still succeeds with a true status.
+      job conflict
+      server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+      token=$(kubectl config view --raw -o jsonpath='{.users[0].user.token}')
+      url=$server/apis/tessera.dev/v1alpha1/namespaces/conflict/trainingjobs/cosmoflow-k8s
+      for w in 1 2; do
+        (for i in $(seq 1 3000); do
+          curl -sk -o /dev/null -X PATCH -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
+            --data "{\"metadata\":{\"labels\":{\"writer$w\":\"n$i\"}}}" "$url" || true
+          [ -f "$dir/conflict.stop" ] && break
+        done) &
+      done
+      before=$(cat "$dir"/controller-*.log | grep -c "conflict/cosmoflow-k8s: the write met a newer version" || true)
+      wait_for conflict cosmoflow-k8s .status.phase Succeeded 240
+      touch "$dir/conflict.stop"
+      wait
+      conflicts=$(cat "$dir"/controller-*.log | grep -c "conflict/cosmoflow-k8s: the write met a newer version" || true)
+      echo "status writes retried after 409: $((conflicts - before))"
+      ((conflicts > before)) || fail "no write met a conflict: the test did not exercise the retry"
+      [ "$(field conflict cosmoflow-k8s .status.restarts)" = 0 ] || fail "restarts"
+      [ "$(field conflict cosmoflow-k8s .status.epoch)" = 3 ] || fail "epoch is not 3"
+      [ "$(pods_of conflict)" = 4 ] || fail "duplicate pods: $(kubectl get pods -n conflict)"
       ;;
     kill)
       # kill -9 of one worker process mid-run: one gang restart from the newest checkpoint.
