@@ -31,6 +31,44 @@ Informer::Informer(const KubeClient& client, std::string list_path, std::string 
 Informer::~Informer() { stop(); }
 
 void Informer::set_handler(Handler handler) { handler_ = std::move(handler); }
+void Informer::set_index(std::function<std::string(const json&)> index) { index_ = std::move(index); }
+
+std::vector<json> Informer::indexed(const std::string& value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<json> out;
+  auto it = by_index_.find(value);
+  if (it != by_index_.end())
+    for (const auto& k : it->second) out.push_back(objects_.at(k));
+  return out;
+}
+
+void Informer::put_locked(const std::string& key, const json& object) {
+  auto it = objects_.find(key);
+  if (index_ && it != objects_.end()) {
+    const std::string old = index_(it->second);
+    if (!old.empty()) by_index_[old].erase(key);
+  }
+  objects_[key] = object;
+  if (index_) {
+    const std::string v = index_(object);
+    if (!v.empty()) by_index_[v].insert(key);
+  }
+  ++generation_;
+}
+
+void Informer::erase_locked(const std::string& key) {
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return;
+  if (index_) {
+    const std::string v = index_(it->second);
+    if (!v.empty()) {
+      by_index_[v].erase(key);
+      if (by_index_[v].empty()) by_index_.erase(v);
+    }
+  }
+  objects_.erase(it);
+  ++generation_;
+}
 
 void Informer::start() { thread_ = std::thread([this] { run(); }); }
 
@@ -67,8 +105,9 @@ void Informer::for_each(const std::function<void(const json&)>& f) const {
 
 void Informer::remember(const json& object) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = objects_[object_key(object)];
-  if (slot.is_null() || resource_version(object) > resource_version(slot)) slot = object;
+  const std::string key = object_key(object);
+  auto it = objects_.find(key);
+  if (it == objects_.end() || resource_version(object) > resource_version(it->second)) put_locked(key, object);
 }
 
 std::string Informer::last_error() const {
@@ -80,12 +119,12 @@ void Informer::apply(const std::string& type, const json& object) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string key = object_key(object);
-    if (type == "DELETED") objects_.erase(key);
+    if (type == "DELETED") erase_locked(key);
     else {
-      auto& slot = objects_[key];
       // A write of ours may already be cached (remember()); never go back to an older version.
-      if (!slot.is_null() && resource_version(slot) > resource_version(object)) return;
-      slot = object;
+      auto it = objects_.find(key);
+      if (it != objects_.end() && resource_version(it->second) > resource_version(object)) return;
+      put_locked(key, object);
     }
   }
   if (handler_) handler_(type, object);
@@ -120,7 +159,9 @@ void Informer::relist() {
       auto it = objects_.find(k);
       if (it != objects_.end() && resource_version(it->second) > resource_version(v)) v = it->second;
     }
-    objects_ = std::move(fresh);
+    objects_.clear();
+    by_index_.clear();
+    for (const auto& [k, v] : fresh) put_locked(k, v);
     last_error_.clear();
   }
   version_ = version;

@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,6 +40,12 @@ class Informer {
   Informer& operator=(const Informer&) = delete;
 
   void set_handler(Handler handler);  // REQUIRES: before start()
+  // A secondary index: objects by index(object) (empty: not indexed); REQUIRES: before start().
+  void set_index(std::function<std::string(const json&)> index);
+  std::vector<json> indexed(const std::string& value) const;
+  // Grows with every change to the cache (events and remember()), so a reader can tell whether
+  // something it derived from the cache is stale.
+  uint64_t generation() const { return generation_; }
   void start();
   void stop();
   // Whether the first list has completed.
@@ -66,6 +73,11 @@ class Informer {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::map<std::string, json> objects_;  // GUARDED_BY(mu_)
+  std::function<std::string(const json&)> index_;
+  std::map<std::string, std::set<std::string>> by_index_;  // GUARDED_BY(mu_): index value -> keys
+  std::atomic<uint64_t> generation_{0};
+  void put_locked(const std::string& key, const json& object);
+  void erase_locked(const std::string& key);
   std::string last_error_;               // GUARDED_BY(mu_)
   uint64_t version_ = 0;                 // the newest resourceVersion seen; informer thread only
   std::atomic<bool> synced_{false}, stop_{false};

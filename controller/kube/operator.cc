@@ -48,6 +48,7 @@ struct KubeOperator::Impl {
   WorkQueue queue;
 
   mutable std::mutex mu;
+  std::mutex placement_mu;
   std::map<std::string, std::pair<std::string, int>> served;  // job key -> (token, attempt) at the rendezvous
   OperatorStats stats;
 
@@ -65,6 +66,30 @@ struct KubeOperator::Impl {
     return nullptr;
   }
 
+  // Nodes with the requests of the pods bound to them, rebuilt only when nodes or pods changed.
+  mutable std::mutex nodes_mu;
+  mutable std::pair<uint64_t, uint64_t> nodes_seen{~uint64_t{0}, 0};
+  mutable std::vector<placement::NodeInfo> node_cache;
+  std::vector<placement::NodeInfo> node_infos() const {
+    std::lock_guard<std::mutex> lock(nodes_mu);
+    const std::pair<uint64_t, uint64_t> now{nodes->generation(), pods->generation()};
+    if (now != nodes_seen) {
+      // Read in place under the informers' locks: no copy of a thousand nodes per placement.
+      std::map<std::string, placement::Resources> used;
+      pods->for_each([&](const json& p) { reconcile::add_usage(p, &used); });
+      node_cache.clear();
+      nodes->for_each([&](const json& n) {
+        node_cache.push_back(reconcile::node_info(n));
+        auto it = used.find(node_cache.back().name);
+        if (it != used.end()) node_cache.back().used = it->second;
+      });
+      nodes_seen = now;
+    }
+    return node_cache;
+  }
+
+  // The job's observed state; the nodes only when it has no gang placed for its current attempt
+  // (they are read only to place one).
   reconcile::Observed observe(const json& job) const {
     reconcile::Observed o;
     o.job = job;
@@ -72,26 +97,27 @@ struct KubeOperator::Impl {
     const std::string ns = job["metadata"].value("namespace", "");
     const std::string name = job["metadata"].value("name", "");
     const std::string key = ns + "/" + name;
-    std::vector<json> all_pods;
-    pods->for_each([&](const json& p) {
-      all_pods.push_back(p);
-      if (job_of(p) == key) o.pods.push_back(reconcile::pod_info(p));
-    });
+    for (const auto& p : pods->indexed(key)) o.pods.push_back(reconcile::pod_info(p));
     if (auto s = secrets->get(ns + "/" + reconcile::token_secret_name(name)))
       if (s->contains("data") && (*s)["data"].contains("token"))
         o.token = base64_decode((*s)["data"]["token"].get<std::string>(), "secret token");
     o.has_service = services->get(key).has_value();
     o.config_map = configmaps->get(key + "-config");
-    o.nodes = reconcile::node_infos(nodes->list(), all_pods);
+    if (needs_placement(o)) o.nodes = node_infos();
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = served.find(key);
       if (it != served.end() && job.contains("status") && it->second.second == job["status"].value("restarts", 0)) {
         const RendezvousProgress p = rendezvous->progress(key);
-        o.progress = reconcile::Progress{p.step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
+        o.progress = reconcile::Progress{p.step, p.first_step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
       }
     }
     return o;
+  }
+  static bool needs_placement(const reconcile::Observed& o) {
+    if (reconcile::rendezvous_target(o)) return false;
+    const std::string phase = o.job.contains("status") ? o.job["status"].value("phase", "") : "";
+    return phase != "Succeeded" && phase != "Failed";
   }
 
   // Serves the job's current gang at the rendezvous (or stops serving it).
@@ -219,10 +245,18 @@ struct KubeOperator::Impl {
         return;
       }
       ro.token = new_job_token();
-      const reconcile::Observed o = observe(*job);
+      reconcile::Observed o = observe(*job);
+      // Placements are made one at a time, each on a snapshot that holds the pods of the last one.
+      std::unique_lock<std::mutex> placing(placement_mu, std::defer_lock);
+      if (needs_placement(o)) {
+        placing.lock();
+        const auto fresh = jobs->get(key);
+        if (!fresh) continue;
+        o = observe(*fresh);
+      }
       const reconcile::Decision d = reconcile::reconcile(o, ro);
       try {
-        execute(*job, d);
+        execute(o.job, d);
       } catch (const StatusConflict&) {
         // Someone wrote the job since the cache saw it: decide again on a fresh read.
         log_info(key, ": the write met a newer version (409 Conflict); reconciling again on a fresh read");
@@ -351,6 +385,7 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   const std::string selector = reconcile::kJobLabel;
   m.jobs = std::make_unique<Informer>(m.client, group_path(kGroupVersion, ns, "trainingjobs"));
   m.pods = std::make_unique<Informer>(m.client, core_path(ns, "pods"));
+  m.pods->set_index(job_of);
   m.nodes = std::make_unique<Informer>(m.client, core_path("", "nodes"));
   m.secrets = std::make_unique<Informer>(m.client, core_path(ns, "secrets"), selector);
   m.services = std::make_unique<Informer>(m.client, core_path(ns, "services"), selector);

@@ -112,38 +112,54 @@ bool holds_resources(const json& pod) {
   return phase != "Succeeded" && phase != "Failed";
 }
 
-std::vector<placement::NodeInfo> node_infos(const std::vector<json>& nodes, const std::vector<json>& pods) {
-  std::map<std::string, placement::Resources> used;
-  for (const auto& p : pods) {
-    if (!holds_resources(p)) continue;
-    const auto r = pod_requests(p);
-    auto& u = used[p["spec"]["nodeName"].get<std::string>()];
-    u.gpu += r.gpu;
-    u.cpu += r.cpu;
-    u.memory += r.memory;
-  }
-  std::vector<placement::NodeInfo> out;
-  for (const auto& n : nodes) {
-    placement::NodeInfo info;
-    info.name = n["metadata"].value("name", "");
-    const json labels = n["metadata"].value("labels", json::object());
-    for (auto it = labels.begin(); it != labels.end(); ++it)
+void add_usage(const json& pod, std::map<std::string, placement::Resources>* used) {
+  if (!holds_resources(pod)) return;
+  const auto r = pod_requests(pod);
+  auto& u = (*used)[pod["spec"]["nodeName"].get<std::string>()];
+  u.gpu += r.gpu;
+  u.cpu += r.cpu;
+  u.memory += r.memory;
+}
+
+placement::NodeInfo node_info(const json& n) {
+  placement::NodeInfo info;
+  info.name = n["metadata"].value("name", "");
+  if (n["metadata"].contains("labels"))
+    for (auto it = n["metadata"]["labels"].begin(); it != n["metadata"]["labels"].end(); ++it)
       if (it.value().is_string()) info.labels[it.key()] = it.value().get<std::string>();
-    const json spec = n.value("spec", json::object());
+  if (n.contains("spec")) {
+    const json& spec = n["spec"];
     info.unschedulable = spec.value("unschedulable", false);
-    for (const auto& t : spec.value("taints", json::array()))
-      info.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "")});
-    const json st = n.value("status", json::object());
-    const json alloc = st.value("allocatable", st.value("capacity", json::object()));
+    if (spec.contains("taints"))
+      for (const auto& t : spec["taints"]) info.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "")});
+  }
+  if (!n.contains("status")) {
+    info.ready = false;
+    return info;
+  }
+  const json& st = n["status"];
+  const char* which = st.contains("allocatable") ? "allocatable" : "capacity";
+  if (st.contains(which)) {
+    const json& alloc = st[which];
     if (alloc.contains("nvidia.com/gpu")) info.allocatable.gpu = static_cast<int>(parse_bytes(quantity(alloc["nvidia.com/gpu"])));
     if (alloc.contains("cpu")) info.allocatable.cpu = parse_cpu(quantity(alloc["cpu"]));
     if (alloc.contains("memory")) info.allocatable.memory = parse_bytes(quantity(alloc["memory"]));
-    info.ready = false;
-    for (const auto& c : st.value("conditions", json::array()))
+  }
+  info.ready = false;
+  if (st.contains("conditions"))
+    for (const auto& c : st["conditions"])
       if (c.value("type", "") == "Ready") info.ready = c.value("status", "") == "True";
-    auto it = used.find(info.name);
-    if (it != used.end()) info.used = it->second;
-    out.push_back(std::move(info));
+  return info;
+}
+
+std::vector<placement::NodeInfo> node_infos(const std::vector<json>& nodes, const std::vector<json>& pods) {
+  std::map<std::string, placement::Resources> used;
+  for (const auto& p : pods) add_usage(p, &used);
+  std::vector<placement::NodeInfo> out;
+  for (const auto& n : nodes) {
+    out.push_back(node_info(n));
+    auto it = used.find(out.back().name);
+    if (it != used.end()) out.back().used = it->second;
   }
   return out;
 }

@@ -3,6 +3,7 @@
 // Kubernetes quantities. Pure functions.
 #pragma once
 
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ PodInfo pod_info(const json& pod);
 placement::Resources pod_requests(const json& pod);
 // Whether a pod holds its node's resources: bound, not finished.
 bool holds_resources(const json& pod);
+// One node as the placer sees it, `used` left empty.
+placement::NodeInfo node_info(const json& node);
+// Adds what a pod holds to the used resources of its node (used: by node name).
+void add_usage(const json& pod, std::map<std::string, placement::Resources>* used);
 // nodes with `used` summed from `pods` (all pods in the cluster, any namespace).
 std::vector<placement::NodeInfo> node_infos(const std::vector<json>& nodes, const std::vector<json>& pods);
 

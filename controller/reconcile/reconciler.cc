@@ -688,7 +688,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     json history = b.status.s.value("restartHistory", json::array());
     bool resumed = false;
     if (!history.empty() && history.back().value("resumedAtStep", int64_t{-1}) < 0) {
-      history.back()["resumedAtStep"] = p.step;
+      history.back()["resumedAtStep"] = p.first_step >= 0 ? p.first_step : p.step;
       b.status.set("restartHistory", history);
       resumed = true;
     }

@@ -47,6 +47,7 @@ struct PodInfo {
 // What the workers last reported through the rendezvous (rank 0's heartbeat).
 struct Progress {
   int64_t step = -1;
+  int64_t first_step = -1;  // the gang's first step (where it resumed from its checkpoint)
   int epoch = 0;
   double loss = 0, samples_per_second = 0;
   int64_t switch_step = -1;

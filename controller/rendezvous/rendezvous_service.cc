@@ -105,6 +105,7 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
     job->furthest_step = std::max(job->furthest_step, req->step());
     if (req->rank() == 0) {
+      if (job->progress.first_step < 0) job->progress.first_step = req->step();
       job->progress.step = req->step();
       job->progress.epoch = req->epoch();
       job->progress.loss = req->loss();

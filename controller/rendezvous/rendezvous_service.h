@@ -25,6 +25,7 @@ struct RendezvousJobPolicy {
 // What the workers last reported.
 struct RendezvousProgress {
   int64_t step = -1;
+  int64_t first_step = -1;  // rank 0's first reported step since the job (gang) was added: where it resumed
   int epoch = 0;
   double loss = 0, samples_per_second = 0;
   int64_t switch_step = -1;

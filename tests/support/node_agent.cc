@@ -419,7 +419,7 @@ class Agent {
     RunningPod& p = *it->second;
     bool done = true, ok = true;
     for (int e : p.exits) done = done && e >= 0, ok = ok && e == 0;
-    const std::string want = !done ? "Running" : ok ? "Succeeded" : "Failed";
+    const std::string want = !done || o_.simulate ? "Running" : ok ? "Succeeded" : "Failed";
     if (p.reported == want) return;
     if (done && p.finished_at.empty()) p.finished_at = kube::micro_time_now().substr(0, 19) + "Z";
     const std::string ready = want == "Running" ? "True" : "False";

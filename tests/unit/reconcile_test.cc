@@ -149,7 +149,7 @@ TEST(ReconcileTest, AMissingPodOfTheGangIsCreatedOnItsPlannedNode) {
 TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   Observed o = running();
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137, "Error")};
-  o.progress = Progress{23, 0, 0.5, 10, -1};
+  o.progress = Progress{23, 0, 0, 0.5, 10, -1};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
                                                    "delete pod j-0-0", "delete pod j-0-1"}));
@@ -319,7 +319,7 @@ TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
 
 TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   Observed o = running();
-  o.progress = Progress{40, 1, 0.25, 12.5, 32};
+  o.progress = Progress{40, 30, 1, 0.25, 12.5, 32};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Normal PhaseSwitch"}));
   const json s = d.actions[0].object;
