@@ -85,8 +85,40 @@ struct KubeOperator::Impl {
       });
       nodes_seen = now;
     }
-    return node_cache;
+    std::vector<placement::NodeInfo> out = node_cache;
+    if (!reserved.empty()) {
+      std::map<std::string, placement::NodeInfo*> by_name;
+      for (auto& n : out) by_name[n.name] = &n;
+      for (const auto& [job, pods] : reserved)
+        for (const auto& [node, r] : pods)
+          if (auto it = by_name.find(node); it != by_name.end()) {
+            it->second->used.gpu += r.gpu;
+            it->second->used.cpu += r.cpu;
+            it->second->used.memory += r.memory;
+          }
+    }
+    return out;
   }
+
+  // Resources of pods being created, by job: added to what the cache shows.
+  std::map<std::string, std::vector<std::pair<std::string, placement::Resources>>> reserved;  // GUARDED_BY(nodes_mu)
+  struct Reservation {
+    Impl& m;
+    std::string key;
+    Reservation(Impl& impl, const std::string& job, const reconcile::Decision& d) : m(impl), key(job) {
+      std::vector<std::pair<std::string, placement::Resources>> pods;
+      for (const auto& a : d.actions)
+        if (a.kind == Action::Kind::kCreate && a.resource == "pods")
+          pods.push_back({a.object["spec"].value("nodeName", ""), reconcile::pod_requests(a.object)});
+      if (pods.empty()) return;
+      std::lock_guard<std::mutex> lock(m.nodes_mu);
+      m.reserved[key] = std::move(pods);
+    }
+    ~Reservation() {
+      std::lock_guard<std::mutex> lock(m.nodes_mu);
+      m.reserved.erase(key);
+    }
+  };
 
   // The job's observed state; the nodes only when it has no gang placed for its current attempt
   // (they are read only to place one).
@@ -255,6 +287,10 @@ struct KubeOperator::Impl {
         o = observe(*fresh);
       }
       const reconcile::Decision d = reconcile::reconcile(o, ro);
+      // The pods this decision creates hold their nodes' resources from now on (a reservation until
+      // the pods are in the cache), so the next placement can be decided while these are created.
+      Reservation held(*this, key, d);
+      if (placing.owns_lock()) placing.unlock();
       try {
         execute(o.job, d);
       } catch (const StatusConflict&) {
