@@ -44,12 +44,13 @@ run: build
 deps-bench: deps
 	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || apt-get install -y -q python3-torch
 
-bench: build deps-bench
+bench: build deps-bench cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json
 	$(BUILD_DIR)/bin/tessera-bench train --model cosmoflow --size 64 --threads 2 --json
 	$(BUILD_DIR)/bin/tessera-bench spatial --model cosmoflow --size 128 --splits 1,2,4 --json
 	$(BUILD_DIR)/bin/tessera-bench cache --remote-mbps 50 --json
 	$(BUILD_DIR)/bin/tessera-bench placement --workers 1024 --nodes 128 --json
+	$(BUILD_DIR)/bin/tessera-bench controller --nodes 1000 --jobs 100 --json
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done
