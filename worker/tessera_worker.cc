@@ -29,6 +29,7 @@
 #include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
@@ -131,8 +132,13 @@ int run_slots(int argc, char** argv, int slots) {
   std::signal(SIGINT, on_supervisor_signal);
   // The ranks end with this process, even when it is killed outright.
   setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
+  // Each rank writes why it failed to a file of its own; the first failure's reason is this pod's
+  // last line (its termination message), after whatever the stopped ranks print.
+  std::string errors = (std::filesystem::temp_directory_path() / "tessera-slots-XXXXXX").string();
+  if (!mkdtemp(errors.data())) throw Error(detail::concat("cannot create a directory in ", std::filesystem::temp_directory_path()));
   std::vector<pid_t> pids;
   for (int slot = 0; slot < slots; ++slot) {
+    setenv("TESSERA_ERROR_FILE", detail::concat(errors, "/slot-", slot).c_str(), 1);
     std::vector<std::string> args = {argv[0]};
     args.insert(args.end(), base.begin(), base.end());
     args.push_back("--slot");
@@ -149,7 +155,7 @@ int run_slots(int argc, char** argv, int slots) {
     for (pid_t p : pids)
       if (p > 0) kill(p, sig);
   };
-  int result = 0;
+  int result = 0, failed_slot = -1;
   size_t running = pids.size();
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   while (running > 0) {
@@ -165,17 +171,28 @@ int run_slots(int argc, char** argv, int slots) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    for (pid_t& p : pids)
-      if (p == done) p = -1, --running;
+    int slot = -1;
+    for (size_t i = 0; i < pids.size(); ++i)
+      if (pids[i] == done) pids[i] = -1, --running, slot = static_cast<int>(i);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code != 0 && result == 0) {
       // The first failure decides the pod's exit status; the other ranks are stopped.
       result = code;
-      std::fprintf(stderr, "tessera-worker: a rank of this pod ended with status %d; stopping the others\n", code);
+      failed_slot = slot;
+      std::fprintf(stderr, "tessera-worker: slot %d of this pod ended with status %d; stopping the others\n", slot, code);
       stop_all(SIGTERM);
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     }
   }
+  if (failed_slot >= 0) {
+    std::ifstream in(detail::concat(errors, "/slot-", failed_slot));
+    std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    if (why.empty()) why = result > 128 ? detail::concat("killed by signal ", result - 128, " (", strsignal(result - 128), ")")
+                                        : detail::concat("exited with status ", result);
+    std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
+  }
+  std::filesystem::remove_all(errors);
   return result;
 }
 
@@ -267,5 +284,13 @@ int run(int argc, char** argv) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  return tessera::run_command("tessera-worker", [&] { return tessera::run(argc, argv); });
+  return tessera::run_command("tessera-worker", [&] {
+    try {
+      return tessera::run(argc, argv);
+    } catch (const std::exception& e) {
+      // A rank of a pod tells its supervisor why it failed (see run_slots).
+      if (const char* file = std::getenv("TESSERA_ERROR_FILE"); file && *file) std::ofstream(file) << e.what() << "\n";
+      throw;
+    }
+  });
 }

@@ -9,9 +9,14 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
+#include <regex>
 #include <thread>
+#include <yaml-cpp/yaml.h>
 
 #include "controller/local/process.h"
+#include "controller/reconcile/reconciler.h"
 #include "controller/placement/gang_placer.h"
 #include "controller/placement/ring_planner.h"
 #include "controller/rendezvous/rendezvous_service.h"
@@ -23,15 +28,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using reconcile::Time;
 
 std::atomic<bool> g_interrupted{false};
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
-  return buf;
-}
 
 std::string clock_time() {
   std::time_t t = std::time(nullptr);
@@ -45,17 +44,37 @@ std::string duration(double seconds) {
   return s >= 60 ? detail::concat(s / 60, "m", s % 60 < 10 ? "0" : "", s % 60, "s") : detail::concat(s, "s");
 }
 
-// The training phase a job is in: hybrid jobs are sparse until the switch step.
-std::string training_phase(const api::CommunicationSpec& c, const RendezvousProgress& p) {
-  if (c.strategy == "hybrid") return p.switch_step >= 0 && p.step >= p.switch_step ? "dense" : "sparse";
-  return c.strategy == "topk" || c.strategy == "hitopk" ? "sparse" : "dense";
+// The manifest as JSON, as the API server would store it (quoted YAML scalars are strings).
+json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = yaml_to_json(it->second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& e : n) a.push_back(yaml_to_json(e));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string v = n.Scalar();
+      if (n.Tag() == "!") return v;
+      static const std::regex integer("[-+]?[0-9]+"), real("[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?");
+      if (v == "true" || v == "True") return true;
+      if (v == "false" || v == "False") return false;
+      if (v == "null" || v == "~") return nullptr;
+      try {
+        if (std::regex_match(v, integer)) return std::stoll(v);
+        if (std::regex_match(v, real)) return std::stod(v);
+      } catch (const std::exception&) {
+      }
+      return v;
+    }
+    default:
+      return nullptr;
+  }
 }
-
-struct Worker {
-  placement::RankAssignment at;
-  std::string log;
-  std::unique_ptr<Process> process;
-};
 
 // The last non-empty line of a log (a worker's error message when it failed).
 std::string last_line(const std::string& log) {
@@ -81,261 +100,343 @@ json read_summary(const std::string& log) {
   return last;
 }
 
-// How watching a gang ended.
-enum class Outcome {
-  kSucceeded,  // every worker exited 0
-  kRestart,    // a worker failed and the gang is to be started again
-  kEnded,      // the job ended (failed, interrupted, deadline): finish() has run
+// A pod of the local backend: one tessera-worker process per rank of its replica.
+struct LocalPod {
+  std::string name, node;
+  int replica = 0, attempt = 0;
+  struct Rank {
+    placement::RankAssignment at;
+    std::string log;
+    std::unique_ptr<Process> process;
+    std::optional<int> status;
+  };
+  std::vector<Rank> ranks;
+  std::optional<Time> finished;
 };
 
+// The reconcile's backend on this machine: pods are worker processes on virtual nodes, the job's
+// status lives in <workDir>/status.json, Events are printed.
 class Launch {
  public:
   Launch(const api::TrainingJob& job, const LocalOptions& options) : job_(job), options_(options), spec_(job.spec) {
     dir_ = spec_.local.work_dir;
     fs::create_directories(fs::path(dir_) / "logs");
-    status_["phase"] = "Pending";
-    status_["restarts"] = 0;
-    status_["startTime"] = utc_now();
-    status_["restartHistory"] = json::array();
-    status_["conditions"] = json::array();
+    json spec = json::object();
+    try {
+      const json manifest = yaml_to_json(YAML::LoadFile(options_.manifest));
+      if (manifest.contains("spec")) spec = manifest["spec"];
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(options_.manifest, e.what());
+    }
+    object_ = {{"apiVersion", api::kApiVersion},
+               {"kind", api::kKind},
+               {"metadata", {{"name", job_.name}, {"namespace", job_.namespace_}, {"uid", "local"}, {"generation", 1}}},
+               {"spec", spec},
+               {"status", json::object()}};
+    for (int i = 0; i < spec_.local.nodes; ++i) {
+      placement::NodeInfo n;
+      n.name = detail::concat("local-", i);
+      n.labels = {{"kubernetes.io/hostname", n.name}, {"topology.kubernetes.io/zone", "local"}};
+      n.allocatable.gpu = spec_.local.gpus_per_node;
+      nodes_.push_back(n);
+    }
+    const int cores = std::max(1u, std::thread::hardware_concurrency());
+    threads_ = spec_.training.threads > 0 ? spec_.training.threads : std::max(1, cores / spec_.workers());
   }
 
   LocalResult run() {
     start_ = Clock::now();
-    if (spec_.run_policy.suspend) return finish("Suspended", "", "spec.runPolicy.suspend is true: nothing runs");
-    status_["phase"] = "Placing";
-    write_status();
-    if (!place()) return result_;
-    status_["phase"] = "Running";
+    service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
+    options_reconcile_.rendezvous_address = service_->target();
+    options_reconcile_.status_interval = std::chrono::milliseconds(1000);
+    options_reconcile_.cluster = false;
+    options_reconcile_.token = new_job_token();
+    auto last_line_at = Clock::now();
     for (;;) {
-      service_->add_job(job_.name, token_, plan_, policy_);
-      if (!start_gang()) return result_;
-      const Outcome outcome = watch_gang();
-      if (outcome == Outcome::kSucceeded) return succeed();
-      if (outcome == Outcome::kEnded) return result_;
+      if (g_interrupted) {
+        stop_pods(all_pod_names());
+        return finish_local("Failed", "Interrupted", "interrupted; the workers were stopped");
+      }
+      reconcile::Observed o = observe();
+      const reconcile::Decision d = reconcile::reconcile(o, options_reconcile_);
+      try {
+        apply(d);
+      } catch (const Error& e) {
+        stop_pods(all_pod_names());
+        return finish_local("Failed", "StartFailed", e.what());
+      }
+      const std::string phase = status().value("phase", "");
+      if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && live_pods() == 0) return finish();
+      // The virtual cluster never grows: a gang that does not fit now never will.
+      if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") {
+        return finish_local("Failed", "Unschedulable",
+                            detail::concat("the gang of ", spec_.replicas, " replicas x ", spec_.ranks_per_replica,
+                                           " ranks does not fit ", spec_.local.nodes, " virtual nodes of ",
+                                           spec_.local.gpus_per_node, " GPU slots (spec.local): ", (*c).value("message", "")));
+      }
+      if (std::chrono::duration<double>(Clock::now() - last_line_at).count() >= options_.progress_seconds) {
+        progress_line();
+        last_line_at = Clock::now();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
   }
 
  private:
-  bool place() {
-    std::vector<placement::NodeInfo> nodes(spec_.local.nodes);
-    for (int i = 0; i < spec_.local.nodes; ++i) {
-      nodes[i].name = detail::concat("local-", i);
-      nodes[i].labels = {{"kubernetes.io/hostname", nodes[i].name}, {"topology.kubernetes.io/zone", "local"}};
-      nodes[i].allocatable.gpu = spec_.local.gpus_per_node;
-    }
-    placement::GangRequest request;
-    request.replicas = spec_.replicas;
-    request.per_pod.gpu = spec_.ranks_per_replica;  // one slot per rank
-    request.topology_keys = spec_.placement.topology_keys;
-    const placement::PlacementResult placed = placement::GangPlacer().place(request, nodes);
-    if (!placed.placed) {
-      set_condition("Placed", "False", "Unschedulable", placed.reason);
-      finish("Failed", "Unschedulable",
-             detail::concat("the gang of ", spec_.replicas, " replicas x ", spec_.ranks_per_replica, " ranks does not fit ",
-                            spec_.local.nodes, " virtual nodes of ", spec_.local.gpus_per_node,
-                            " GPU slots (spec.local): ", placed.reason));
-      return false;
-    }
-    set_condition("Placed", "True", "GangFits", detail::concat(spec_.replicas, " replicas on ", spec_.local.nodes, " virtual nodes"));
-    plan_ = placement::plan_ring(placed.nodes, spec_.ranks_per_replica, nodes, request.topology_keys);
-    service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
-    token_ = new_job_token();
-    if (spec_.communication.strategy == "hybrid") policy_.switch_at_epoch = spec_.communication.switch_at_epoch;
+  json& status() { return object_["status"]; }
+  const json* condition(const std::string& type) {
+    if (!status().contains("conditions")) return nullptr;
+    for (const auto& c : status()["conditions"])
+      if (c.value("type", "") == type) return &c;
+    return nullptr;
+  }
 
-    const int cores = std::max(1u, std::thread::hardware_concurrency());
-    threads_ = spec_.training.threads > 0 ? spec_.training.threads : std::max(1, cores / spec_.workers());
+  reconcile::Observed observe() {
+    reconcile::Observed o;
+    o.job = object_;
+    o.token = token_;
+    o.has_service = true;  // pods reach each other on loopback: nothing to create
+    o.config_map = config_map_;
+    o.now = std::chrono::system_clock::now();
+    o.nodes = nodes_;
+    for (auto& [name, pod] : pods_) {
+      reconcile::PodInfo p;
+      p.name = name;
+      p.node = pod.node;
+      p.replica = pod.replica;
+      p.attempt = pod.attempt;
+      int done = 0;
+      const LocalPod::Rank* failed = nullptr;
+      for (auto& r : pod.ranks) {
+        if (!r.status) r.status = r.process->poll();
+        if (!r.status) continue;
+        if (*r.status == 0) ++done;
+        else if (!failed || (*r.status > 128 && *failed->status <= 128)) failed = &r;
+      }
+      if (failed) {
+        if (!pod.finished) pod.finished = o.now;
+        p.phase = "Failed";
+        p.exit_code = *failed->status;
+        p.finished = pod.finished;
+        p.message = detail::concat("worker replica ", failed->at.replica, " slot ", failed->at.slot, " (rank ", failed->at.rank, ") ",
+                                   Process::describe(*failed->status));
+        const std::string last = last_line(failed->log);
+        if (!last.empty()) p.message += ": " + last;
+        p.message += "; see " + failed->log;
+      } else {
+        p.phase = done == static_cast<int>(pod.ranks.size()) ? "Succeeded" : "Running";
+        if (p.phase == "Succeeded") p.exit_code = 0;
+      }
+      o.pods.push_back(p);
+      if (p.phase == "Running")
+        for (auto& n : o.nodes)
+          if (n.name == pod.node) n.used.gpu += spec_.ranks_per_replica;
+    }
+    if (served_attempt_ >= 0 && served_attempt_ == status().value("restarts", 0)) {
+      const RendezvousProgress p = service_->progress(key());
+      o.progress = reconcile::Progress{p.step, p.first_step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
+      if (p.step >= 0) last_progress_ = p;
+    }
+    return o;
+  }
+
+  std::string key() const { return job_.namespace_ + "/" + job_.name; }
+
+  void apply(const reconcile::Decision& d) {
+    for (const auto& a : d.actions) {
+      switch (a.kind) {
+        case reconcile::Action::Kind::kPatchStatus:
+          for (auto it = a.object.begin(); it != a.object.end(); ++it) {
+            if (it.value().is_null()) status().erase(it.key());
+            else status()[it.key()] = it.value();
+          }
+          write_status();
+          break;
+        case reconcile::Action::Kind::kCreate:
+        case reconcile::Action::Kind::kUpdate:
+          if (a.resource == "secrets") token_ = a.object["stringData"].value("token", "");
+          else if (a.resource == "configmaps") config_map_ = a.object;
+          else if (a.resource == "pods") start_pod(a);
+          break;
+        case reconcile::Action::Kind::kDelete:
+          if (a.resource == "pods") stop_pods({a.name});
+          break;
+        case reconcile::Action::Kind::kEvent:
+          if (a.reason == "Placed") placed(a.message);
+          else if (a.reason == "GangRestart")
+            say(a.message);
+          else if (a.reason != "Completed" && a.reason != "PhaseSwitch")
+            say(detail::concat(job_.name, ": ", a.reason, ": ", a.message));
+          break;
+        case reconcile::Action::Kind::kDeleteJob:
+          break;  // ttlSecondsAfterFinished: nothing is stored locally but status.json
+      }
+    }
+  }
+
+  void placed(const std::string& where) {
     const auto& c = spec_.communication;
     std::string strategy = c.strategy;
     if (c.strategy == "hybrid") strategy = detail::concat("hybrid: ", c.sparse, " until epoch ", c.switch_at_epoch, ", then ", c.dense);
-    say(detail::concat("job ", job_.name, ": ", spec_.workers(), " workers (", spec_.replicas, " replicas x ",
-                       spec_.ranks_per_replica, " ranks) on ", spec_.local.nodes, " virtual nodes of ",
-                       spec_.local.gpus_per_node, " GPU slots; spatial ", spec_.parallelism.spatial_size(), " x data ",
-                       spec_.data_replicas(), "; ", strategy, "; ", threads_, " threads per worker"));
-    json placement = json::array();
-    for (int r = 0; r < spec_.replicas; ++r) {
-      json ranks = json::array();
-      for (const auto& a : plan_)
-        if (a.replica == r) ranks.push_back(a.rank);
-      placement.push_back({{"replica", r}, {"node", placed.nodes[r]}, {"ranks", ranks}});
-      say(detail::concat("  replica ", r, " on ", placed.nodes[r], ": ranks ", ranks.dump()));
+    if (!announced_) {
+      say(detail::concat("job ", job_.name, ": ", spec_.workers(), " workers (", spec_.replicas, " replicas x ",
+                         spec_.ranks_per_replica, " ranks) on ", spec_.local.nodes, " virtual nodes of ",
+                         spec_.local.gpus_per_node, " GPU slots; spatial ", spec_.parallelism.spatial_size(), " x data ",
+                         spec_.data_replicas(), "; ", strategy, "; ", threads_, " threads per worker"));
+      for (const auto& p : status().value("placement", json::array()))
+        say(detail::concat("  replica ", p["replica"].get<int>(), " on ", p["node"].get<std::string>(), ": ranks ", p["ranks"].dump()));
+      say(detail::concat("rendezvous on ", service_->target(), "; worker logs in ", dir_, "/logs"));
+      announced_ = true;
+    } else {
+      say(detail::concat(job_.name, ": placed again: ", where));
     }
-    status_["placement"] = placement;
-    say(detail::concat("rendezvous on ", service_->target(), "; worker logs in ", dir_, "/logs"));
-    return true;
   }
 
-  bool start_gang() {
-    workers_.clear();
-    json list = json::array();
-    for (const auto& a : plan_) {
-      Worker w;
-      w.at = a;
-      w.log = detail::concat(dir_, "/logs/worker-", a.replica, "-", a.slot, ".log");
+  // The ranks of a pod as worker processes (the pod's args, its --slots spread over processes).
+  void start_pod(const reconcile::Action& a) {
+    if (config_map_) {
+      auto plan = reconcile::rendezvous_target(observe_for_rendezvous());
+      if (plan && served_attempt_ != plan->attempt) {
+        RendezvousJobPolicy policy;
+        policy.switch_at_epoch = plan->switch_at_epoch;
+        policy.switch_step = plan->switch_step;
+        service_->add_job(key(), plan->token, plan->plan, policy);
+        served_attempt_ = plan->attempt;
+        plan_ = plan->plan;
+      }
+    }
+    LocalPod pod;
+    pod.name = a.name;
+    pod.node = a.object["spec"].value("nodeName", "");
+    pod.replica = std::stoi(a.object["metadata"]["labels"][reconcile::kReplicaLabel].get<std::string>());
+    pod.attempt = std::stoi(a.object["metadata"]["labels"][reconcile::kAttemptLabel].get<std::string>());
+    for (const auto& at : plan_) {
+      if (at.replica != pod.replica) continue;
+      LocalPod::Rank r;
+      r.at = at;
+      r.log = detail::concat(dir_, "/logs/worker-", at.replica, "-", at.slot, ".log");
       const std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
-                                             "grpc://" + service_->target(), "--replica", std::to_string(a.replica),
-                                             "--slot", std::to_string(a.slot), "--threads", std::to_string(threads_)};
-      try {
-        w.process = std::make_unique<Process>(argv, std::vector<std::string>{"TESSERA_JOB=" + job_.name,
-                                                                             "TESSERA_TOKEN=" + token_},
-                                              w.log);
-      } catch (const Error& e) {
-        stop_gang();
-        finish("Failed", "StartFailed", e.what());
-        return false;
-      }
-      list.push_back({{"replica", a.replica}, {"slot", a.slot}, {"rank", a.rank}, {"node", a.node},
-                      {"localRank", a.local_rank}, {"pid", w.process->pid()}, {"log", w.log}});
-      workers_.push_back(std::move(w));
+                                             "grpc://" + service_->target(), "--replica", std::to_string(at.replica),
+                                             "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_)};
+      r.process = std::make_unique<Process>(argv, std::vector<std::string>{"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_}, r.log);
+      pod.ranks.push_back(std::move(r));
     }
-    status_["workers"] = list;
+    pods_[pod.name] = std::move(pod);
     write_status();
-    return true;
   }
 
-  void stop_gang() {
-    for (auto& w : workers_)
-      if (w.process) w.process->terminate();
-    for (auto& w : workers_)
-      if (w.process) w.process->stop(std::chrono::milliseconds(3000));
+  reconcile::Observed observe_for_rendezvous() {
+    reconcile::Observed o;
+    o.job = object_;
+    o.token = token_;
+    o.config_map = config_map_;
+    return o;
   }
 
-  // Watches the gang until it succeeds, must restart or the job ends.
-  Outcome watch_gang() {
-    auto last_line = Clock::now(), last_status = Clock::now();
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      const RendezvousProgress p = service_->progress(job_.name);
-      if (!status_["restartHistory"].empty() && status_["restartHistory"].back()["resumedAtStep"] == -1 && p.step >= 0)
-        status_["restartHistory"].back()["resumedAtStep"] = p.step;
-      if (p.step >= 0) last_step_ = p.step;
+  void stop_pods(const std::vector<std::string>& names) {
+    for (const auto& n : names)
+      if (auto it = pods_.find(n); it != pods_.end())
+        for (auto& r : it->second.ranks) r.process->terminate();
+    for (const auto& n : names)
+      if (auto it = pods_.find(n); it != pods_.end()) {
+        for (auto& r : it->second.ranks) r.process->stop(std::chrono::milliseconds(3000));
+        pods_.erase(it);
+      }
+  }
+  std::vector<std::string> all_pod_names() const {
+    std::vector<std::string> out;
+    for (const auto& [n, p] : pods_) out.push_back(n);
+    return out;
+  }
+  int live_pods() {
+    int n = 0;
+    for (auto& [name, pod] : pods_)
+      for (auto& r : pod.ranks)
+        if (!r.status && !(r.status = r.process->poll())) {
+          ++n;
+          break;
+        }
+    return n;
+  }
 
-      if (g_interrupted) {
-        stop_gang();
-        finish("Failed", "Interrupted", "interrupted; the workers were stopped");
-        return Outcome::kEnded;
-      }
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-      if (spec_.run_policy.active_deadline_seconds > 0 && elapsed > spec_.run_policy.active_deadline_seconds) {
-        stop_gang();
-        finish("Failed", "DeadlineExceeded",
-               detail::concat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (",
-                              spec_.run_policy.active_deadline_seconds, " s)"));
-        return Outcome::kEnded;
-      }
+  void progress_line() {
+    const RendezvousProgress& p = last_progress_;
+    if (p.step < 0 || status().value("phase", "") != "Running") return;
+    const auto& c = spec_.communication;
+    const std::string phase = status().value("trainingPhase", "sparse");
+    const std::string used = c.strategy == "hybrid" ? (phase == "sparse" ? c.sparse : c.dense) : c.strategy;
+    say(detail::concat(job_.name, " Running  epoch ", p.epoch + 1, "/", spec_.training.epochs, "  step ", p.step, "  ",
+                       fixed(p.samples_per_second, 1), " samples/s  loss ", fixed(p.loss, 4), "  ", phase, " (", used,
+                       ")  restarts ", status().value("restarts", 0)));
+  }
 
-      int done = 0;
-      const Worker* failed = nullptr;
-      int failed_status = 0;
-      // The cause of a gang failure: a worker killed by a signal rather than its peers, which fail
-      // when it disappears.
-      for (auto& w : workers_) {
-        const auto st = w.process->poll();
-        if (!st) continue;
-        if (*st == 0) ++done;
-        else if (!failed || (*st > 128 && failed_status <= 128)) failed = &w, failed_status = *st;
-      }
-      if (failed) return restart_or_fail(*failed, failed_status);
-      if (done == static_cast<int>(workers_.size())) return Outcome::kSucceeded;
-
-      if (Clock::now() - last_status > std::chrono::seconds(1)) {
-        update_progress(p);
-        write_status();
-        last_status = Clock::now();
-      }
-      if (std::chrono::duration<double>(Clock::now() - last_line).count() >= options_.progress_seconds && p.step >= 0) {
-        const auto& c = spec_.communication;
-        const std::string phase = training_phase(c, p);
-        const std::string used = c.strategy == "hybrid" ? (phase == "sparse" ? c.sparse : c.dense) : c.strategy;
-        say(detail::concat(job_.name, " Running  epoch ", p.epoch + 1, "/", spec_.training.epochs, "  step ", p.step, "  ",
-                           fixed(p.samples_per_second, 1), " samples/s  loss ", fixed(p.loss, 4), "  ", phase, " (", used,
-                           ")  restarts ", restarts_));
-        last_line = Clock::now();
+  // The job ended as the reconcile decided: the summary of rank 0 completes a success.
+  LocalResult finish() {
+    const std::string phase = status().value("phase", "");
+    result_.phase = phase;
+    result_.reason = status().value("reason", "");
+    result_.message = status().value("message", "");
+    if (phase == "Suspended") result_.message = "spec.runPolicy.suspend is true: nothing runs";
+    if (phase == "Succeeded") {
+      const std::string log = detail::concat(dir_, "/logs/worker-", plan_rank0_replica(), "-", plan_rank0_slot(), ".log");
+      const json s = read_summary(log);
+      if (s.is_null()) return finish_local("Failed", "NoSummary", "rank 0 ended without a summary; see " + log);
+      result_.steps = s.value("steps", int64_t{0});
+      const int64_t first = s.value("first_step", int64_t{0});
+      if (first > 0 && status().value("restarts", 0) == 0)
+        say(detail::concat("the job resumed from its checkpoint at step ", first, " in ", spec_.checkpoint.path,
+                           first == result_.steps ? ": it had already finished" : ""));
+      result_.samples_per_second = s.value("samples_per_second", 0.0);
+      result_.switch_step = s.value("switch_step", int64_t{-1});
+      result_.val_loss = s.value("val_loss", 0.0);
+      result_.val_metric = s.value("val_metric", 0.0);
+      result_.baseline_loss = s.value("baseline_loss", 0.0);
+      status()["step"] = result_.steps;
+      status()["samplesPerSecond"] = result_.samples_per_second;  // over the whole run
+      status()["validation"] = {{"loss", result_.val_loss}, {"metric", result_.val_metric}, {"baselineLoss", result_.baseline_loss}};
+      if (result_.switch_step >= 0) {
+        status()["switchStep"] = result_.switch_step;
+        status()["trainingPhase"] = "dense";
       }
     }
+    return done();
   }
 
-  Outcome restart_or_fail(const Worker& failed, int status) {
-    std::string why = detail::concat("worker replica ", failed.at.replica, " slot ", failed.at.slot, " (rank ",
-                                     failed.at.rank, ") ", Process::describe(status));
-    const std::string last = last_line(failed.log);
-    if (!last.empty()) why += ": " + last;
-    stop_gang();
-    // Exit status 2 is a configuration error (a dataset that is not there, a split the model cannot
-    // take): the same gang would fail the same way, so it is not restarted.
-    if (status == 2) {
-      finish("Failed", "InvalidConfiguration", detail::concat(why, "; see ", failed.log));
-      return Outcome::kEnded;
-    }
-    if (restarts_ >= spec_.run_policy.backoff_limit) {
-      finish("Failed", "BackoffLimitExceeded",
-             detail::concat(why, "; the gang was restarted ", restarts_, " times (spec.runPolicy.backoffLimit ",
-                            spec_.run_policy.backoff_limit, "); see ", failed.log));
-      return Outcome::kEnded;
-    }
-    ++restarts_;
-    status_["restarts"] = restarts_;
-    status_["phase"] = "Restarting";
-    status_["restartHistory"].push_back({{"reason", why}, {"failedAtStep", last_step_}, {"resumedAtStep", -1}});
-    write_status();
-    say(detail::concat(why, " at step ", last_step_, "; restarting the gang from its last checkpoint (restart ", restarts_,
-                       " of at most ", spec_.run_policy.backoff_limit, ")"));
-    status_["phase"] = "Running";
-    return Outcome::kRestart;
-  }
-
-  void update_progress(const RendezvousProgress& p) {
-    if (p.step < 0) return;
-    status_["step"] = p.step;
-    status_["epoch"] = p.epoch;
-    status_["loss"] = p.loss;
-    status_["samplesPerSecond"] = p.samples_per_second;
-    status_["trainingPhase"] = training_phase(spec_.communication, p);
-    if (p.switch_step >= 0) status_["switchStep"] = p.switch_step;
-  }
-
-  LocalResult succeed() {
-    const auto rank0 = std::find_if(workers_.begin(), workers_.end(), [](const Worker& w) { return w.at.rank == 0; });
-    const json s = read_summary(rank0->log);
-    if (s.is_null()) return finish("Failed", "NoSummary", "rank 0 ended without a summary; see " + rank0->log);
-    result_.steps = s.value("steps", int64_t{0});
-    const int64_t first = s.value("first_step", int64_t{0});
-    if (first > 0 && restarts_ == 0)
-      say(detail::concat("the job resumed from its checkpoint at step ", first, " in ", spec_.checkpoint.path,
-                         first == result_.steps ? ": it had already finished" : ""));
-    result_.samples_per_second = s.value("samples_per_second", 0.0);
-    result_.switch_step = s.value("switch_step", int64_t{-1});
-    result_.val_loss = s.value("val_loss", 0.0);
-    result_.val_metric = s.value("val_metric", 0.0);
-    result_.baseline_loss = s.value("baseline_loss", 0.0);
-    status_["step"] = result_.steps;
-    status_["epoch"] = spec_.training.epochs;
-    status_["samplesPerSecond"] = result_.samples_per_second;  // over the whole run
-    status_["validation"] = {{"loss", result_.val_loss}, {"metric", result_.val_metric}, {"baselineLoss", result_.baseline_loss}};
-    if (result_.switch_step >= 0) status_["switchStep"] = result_.switch_step;
-    RendezvousProgress last;
-    last.step = result_.steps - 1;
-    last.switch_step = result_.switch_step;
-    status_["trainingPhase"] = training_phase(spec_.communication, last);
-    return finish("Succeeded", "", "");
-  }
-
-  LocalResult finish(const std::string& phase, const std::string& reason, const std::string& message) {
+  // An end the launcher decides itself (interrupted, a virtual cluster too small, ...).
+  LocalResult finish_local(const std::string& phase, const std::string& reason, const std::string& message) {
+    status()["phase"] = phase;
+    status()["reason"] = reason;
+    status()["message"] = message;
+    status()["completionTime"] = reconcile::format_time(std::chrono::system_clock::now());
+    json& conditions = status()["conditions"];
+    if (!conditions.is_array()) conditions = json::array();
+    conditions.push_back({{"type", phase}, {"status", "True"}, {"reason", reason}, {"message", message},
+                          {"lastTransitionTime", status()["completionTime"]}});
     result_.phase = phase;
     result_.reason = reason;
     result_.message = message;
+    return done();
+  }
+
+  LocalResult done() {
     result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    result_.restarts = restarts_;
-    for (const auto& r : status_["restartHistory"])
-      result_.restart_history.push_back({r["reason"], r["failedAtStep"], r["resumedAtStep"]});
-    status_["phase"] = phase;
-    if (phase == "Succeeded" || phase == "Failed") set_condition(phase, "True", reason.empty() ? phase : reason, message);
-    if (!reason.empty()) status_["reason"] = reason;
-    if (!message.empty()) status_["message"] = message;
-    status_["completionTime"] = utc_now();
+    result_.restarts = status().value("restarts", 0);
+    for (const auto& r : status().value("restartHistory", json::array()))
+      result_.restart_history.push_back({r.value("reason", ""), r.value("failedAtStep", int64_t{-1}), r.value("resumedAtStep", int64_t{-1})});
     write_status();
     report();
     return result_;
+  }
+
+  int plan_rank0_replica() const {
+    for (const auto& a : plan_)
+      if (a.rank == 0) return a.replica;
+    return 0;
+  }
+  int plan_rank0_slot() const {
+    for (const auto& a : plan_)
+      if (a.rank == 0) return a.slot;
+    return 0;
   }
 
   void report() {
@@ -369,31 +470,19 @@ class Launch {
     std::fflush(options_.out);
   }
 
-  // Sets the condition of `type` (as in a Kubernetes status), keeping its transition time when its
-  // status does not change.
-  void set_condition(const std::string& type, const std::string& value, const std::string& reason,
-                     const std::string& message) {
-    json* c = nullptr;
-    for (auto& existing : status_["conditions"])
-      if (existing["type"] == type) c = &existing;
-    if (!c) {
-      status_["conditions"].push_back({{"type", type}});
-      c = &status_["conditions"].back();
-    }
-    if (!c->contains("status") || (*c)["status"] != value) (*c)["lastTransitionTime"] = utc_now();
-    (*c)["status"] = value;
-    (*c)["reason"] = reason;
-    // Empty strings are left out, as Kubernetes API objects do (an empty string is not a valid value there).
-    if (message.empty()) c->erase("message");
-    else (*c)["message"] = message;
-  }
-
+  // status.json: the CRD's status, plus the worker processes of the current gang.
   void write_status() {
+    json list = json::array();
+    for (const auto& [name, pod] : pods_)
+      for (const auto& r : pod.ranks)
+        list.push_back({{"replica", r.at.replica}, {"slot", r.at.slot}, {"rank", r.at.rank}, {"node", r.at.node},
+                        {"localRank", r.at.local_rank}, {"pid", r.process->pid()}, {"log", r.log}});
+    status()["workers"] = list;
     const fs::path file = fs::path(dir_) / "status.json", tmp = fs::path(dir_) / "status.json.tmp";
     {
       std::ofstream out(tmp);
       out << json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", job_.name}}},
-                  {"status", status_}}
+                  {"status", status()}}
                  .dump(2)
           << "\n";
     }
@@ -404,14 +493,17 @@ class Launch {
   const LocalOptions& options_;
   const api::TrainingJobSpec& spec_;
   std::string dir_, token_;
-  Clock::time_point start_;
+  json object_;
+  std::optional<json> config_map_;
+  std::vector<placement::NodeInfo> nodes_;
+  std::map<std::string, LocalPod> pods_;
   std::vector<placement::RankAssignment> plan_;
   std::unique_ptr<RendezvousService> service_;
-  RendezvousJobPolicy policy_;
-  int threads_ = 1, restarts_ = 0;
-  int64_t last_step_ = -1;
-  std::vector<Worker> workers_;
-  json status_;
+  reconcile::ReconcileOptions options_reconcile_;
+  int served_attempt_ = -1, threads_ = 1;
+  bool announced_ = false;
+  RendezvousProgress last_progress_;
+  Clock::time_point start_;
   LocalResult result_;
 };
 

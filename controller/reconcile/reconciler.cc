@@ -374,7 +374,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
   std::vector<FieldProblem> problems = parsed.problems;
   const api::TrainingJobSpec& s = parsed.job.spec;
-  if (parsed.ok()) {
+  if (parsed.ok() && opt.cluster) {
     // What a cluster needs beyond the API's rules: volumes every pod mounts.
     if (!s.checkpoint.path.empty() && !s.checkpoint.volume.given())
       problems.push_back({"spec.checkpoint.volume", "required on a cluster: the volume every node mounts at spec.checkpoint.path "
@@ -489,7 +489,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     b.status.set("phase", "Restarting");
     b.status.condition("Restarting", true, "PodFailed", why);
     b.status.condition("Running", false, "Restarting", "");
-    b.event("Warning", "GangRestart", detail::concat(why, " at step ", at, "; restarting the gang from its newest checkpoint (restart ",
+    b.event("Warning", "GangRestart", detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
                                                      attempt + 1, " of at most ", rp.backoff_limit, ")"));
     b.delete_pods(current);
     return b.finish();
@@ -542,7 +542,8 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     }
     placement::GangRequest request;
     request.replicas = s.replicas;
-    request.per_pod.gpu = s.resources.gpu;
+    // A virtual node of `tessera run` has one GPU slot per rank, GPUs or not.
+    request.per_pod.gpu = opt.cluster ? s.resources.gpu : s.ranks_per_replica;
     request.per_pod.cpu = s.resources.cpu;
     request.per_pod.memory = s.resources.memory;
     request.node_selector = s.placement.node_selector;

@@ -75,10 +75,12 @@ TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   EXPECT_EQ(s["placement"][1]["ranks"], json::array({2, 3}));
   EXPECT_NE(s["placement"][0]["node"], s["placement"][1]["node"]);
   EXPECT_GT(s["validation"]["baselineLoss"].get<double>(), 0);
-  ASSERT_EQ(s["conditions"].size(), 2u);
+  ASSERT_EQ(s["conditions"].size(), 3u);  // as on a cluster: Placed, Running (False once completed), Succeeded
   EXPECT_EQ(s["conditions"][0]["type"], "Placed");
   EXPECT_EQ(s["conditions"][0]["reason"], "GangFits");
-  EXPECT_EQ(s["conditions"][1]["type"], "Succeeded");
+  EXPECT_EQ(s["conditions"][1]["type"], "Running");
+  EXPECT_EQ(s["conditions"][1]["reason"], "Completed");
+  EXPECT_EQ(s["conditions"][2]["type"], "Succeeded");
   // Every rank read its blocks through the SSD tier.
   EXPECT_FALSE(std::filesystem::is_empty(dir + "/state/ssd"));
   std::filesystem::remove_all(dir);
