@@ -337,6 +337,32 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   EXPECT_EQ(reconcile(o, options()).actions[0].object["step"], 44);
 }
 
+TEST(ReconcileTest, TheRestartRecordsWhereTheNewGangResumed) {
+  Observed o = running(1);
+  o.job["status"]["restartHistory"] = json::array({{{"reason", "r"}, {"failedAtStep", 23}, {"resumedAtStep", -1}}});
+  o.progress = Progress{26, 20, 0, 0.5, 10, -1};  // the new gang started at its checkpoint, step 20
+  const Decision d = reconcile(o, options());
+  ASSERT_FALSE(d.actions.empty());
+  EXPECT_EQ(d.actions[0].object["restartHistory"][0]["resumedAtStep"], 20);
+}
+
+TEST(ReconcileTest, LocallyEveryRankTakesAGpuSlotAndNoVolumeIsNeeded) {
+  Observed o;
+  o.job = job({{"resources", {{"gpu", 0}}}, {"checkpoint", {{"path", "/tmp/ckpt"}, {"everySteps", 5}}}});
+  o.nodes = {node("local-0", "local", 2), node("local-1", "local", 2)};
+  o.now = kNow;
+  ReconcileOptions local = options();
+  local.cluster = false;
+  const Decision d = reconcile(o, local);
+  std::vector<std::string> nodes;
+  for (const auto& a : d.actions)
+    if (a.kind == Action::Kind::kCreate && a.resource == "pods") nodes.push_back(a.object["spec"]["nodeName"]);
+  EXPECT_EQ(nodes, (std::vector<std::string>{"local-0", "local-1"}));  // 2 slots each: one replica per node
+  // On a cluster the same CPU job packs (no GPU requested) but needs a checkpoint volume.
+  const Decision cluster = reconcile(o, options());
+  EXPECT_EQ(describe(cluster)[0], "status phase=Failed reason=InvalidSpec");
+}
+
 TEST(ReconcileTest, TheRendezvousServesTheCurrentGangWithItsSwitchStep) {
   Observed o = running(1);
   o.job["status"]["switchStep"] = 64;
