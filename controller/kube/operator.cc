@@ -231,7 +231,16 @@ struct KubeOperator::Impl {
             informer_of(a.resource)->remember(created);
             if (a.resource == "pods") log_info(key, ": ", a.describe());
           } catch (const ApiError& e) {
-            if (!e.already_exists()) throw;
+            if (e.already_exists()) break;
+            if (!e.transient()) {
+              Action failed;
+              failed.kind = Action::Kind::kEvent;
+              failed.event_type = "Warning";
+              failed.reason = "FailedCreate";
+              failed.message = detail::concat("creating ", a.describe().substr(7), ": ", e.what());
+              record_event(job, failed);
+            }
+            throw;
           }
           break;
         }

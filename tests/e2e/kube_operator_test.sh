@@ -4,7 +4,8 @@
 # kubectl as a user would. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
-# Scenarios: example conflict kill apiserver controller leader gang lifecycle
+# Scenarios: example conflict kill apiserver controller leader gang lifecycle (the start-up errors of
+# tessera-controller are checked first, always; `startup` runs only those).
 set -euo pipefail
 bin=$1
 src=$2
@@ -30,7 +31,36 @@ fail() {
 
 bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 4 --gpus 2 --zones 2 --agent "$bin/tessera-node-agent" --bin-dir "$bin"
 export KUBECONFIG=$dir/cluster/kubeconfig
+
+# Start-up errors a user can act on: no CRD, no permission, no API server.
+out=$("$bin/tessera-controller" --kubeconfig "$KUBECONFIG" --rendezvous-listen 127.0.0.1:0 2>&1) && fail "started without the CRD"
+[[ $out == *"TrainingJob CRD (trainingjobs.tessera.dev) is not installed"*"kubectl apply -f crds/"* ]] || fail "no-CRD message: $out"
 kubectl apply -f "$src/crds/" >/dev/null
+kubectl create serviceaccount nobody >/dev/null
+for _ in $(seq 1 60); do
+  secret=$(kubectl get serviceaccount nobody -o jsonpath='{.secrets[0].name}' 2>/dev/null)
+  [ -n "$secret" ] && break
+  sleep 0.5
+done
+[ -n "$secret" ] || fail "no token for service account nobody"
+server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+cat >"$dir/nobody.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "$server", insecure-skip-tls-verify: true}}]
+users: [{name: nobody, user: {token: $(kubectl get secret "$secret" -o jsonpath='{.data.token}' | base64 -d)}}]
+contexts: [{name: test, context: {cluster: test, user: nobody}}]
+current-context: test
+EOF
+out=$("$bin/tessera-controller" --kubeconfig "$dir/nobody.kubeconfig" --rendezvous-listen 127.0.0.1:0 2>&1) && fail "started without permissions"
+[[ $out == *"no permission to list trainingjobs, watch trainingjobs, update trainingjobs/status"*"create pods"* ]] ||
+  fail "no-permission message: $out"
+sed "s#$server#https://127.0.0.1:1#" "$KUBECONFIG" >"$dir/unreachable.kubeconfig"
+timeout 3 "$bin/tessera-controller" --kubeconfig "$dir/unreachable.kubeconfig" --rendezvous-listen 127.0.0.1:0 >"$dir/unreachable.log" 2>&1 || true
+grep -q "cannot reach the API server https://127.0.0.1:1.*retrying in" "$dir/unreachable.log" ||
+  fail "unreachable message: $(cat "$dir/unreachable.log")"
+echo "PASS start-up errors"
+
 kubectl wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null
 rendezvous_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 
@@ -239,6 +269,7 @@ for s in $scenarios; do
         [ -z "$left" ] || fail "children left behind in $ns: $left"
       done
       ;;
+    startup) ;;  # only the start-up errors above
     *) fail "unknown scenario $s" ;;
   esac
   echo "PASS $s ($(($(date +%s) - t0)) s)"
