@@ -191,6 +191,8 @@ int run_slots(int argc, char** argv, int slots) {
     if (why.empty()) why = result > 128 ? detail::concat("killed by signal ", result - 128, " (", strsignal(result - 128), ")")
                                         : detail::concat("exited with status ", result);
     std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
+    if (const char* file = std::getenv("TESSERA_TERMINATION_LOG"); file && *file)
+      std::ofstream(file) << "slot " << failed_slot << ": " << why << "\n";
   }
   std::filesystem::remove_all(errors);
   return result;
@@ -270,12 +272,17 @@ int run(int argc, char** argv) {
   };
   TrainSummary s = trainer.run();
   if (o.rank == 0) {
-    std::printf("{\"type\":\"summary\",\"job\":\"%s\",\"steps\":%lld,\"first_step\":%lld,\"seconds\":%.3f,"
-                "\"samples_per_second\":%.3f,\"switch_step\":%lld,\"val_loss\":%.9g,\"val_metric\":%.9g,"
-                "\"baseline_loss\":%.9g}\n",
-                job.name.c_str(), static_cast<long long>(s.steps), static_cast<long long>(s.first_step), s.seconds,
-                s.samples_per_second, static_cast<long long>(s.switch_step), s.last_epoch.val_loss,
-                s.last_epoch.val_metric, s.last_epoch.baseline_loss);
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "{\"type\":\"summary\",\"job\":\"%s\",\"steps\":%lld,\"first_step\":%lld,\"seconds\":%.3f,"
+                  "\"samples_per_second\":%.3f,\"switch_step\":%lld,\"val_loss\":%.9g,\"val_metric\":%.9g,"
+                  "\"baseline_loss\":%.9g}\n",
+                  job.name.c_str(), static_cast<long long>(s.steps), static_cast<long long>(s.first_step), s.seconds,
+                  s.samples_per_second, static_cast<long long>(s.switch_step), s.last_epoch.val_loss,
+                  s.last_epoch.val_metric, s.last_epoch.baseline_loss);
+    std::fputs(line, stdout);
+    // In a pod: the summary is the container's termination message, which the controller reads.
+    if (const char* file = std::getenv("TESSERA_TERMINATION_LOG"); file && *file) std::ofstream(file) << line;
   }
   return 0;
 }

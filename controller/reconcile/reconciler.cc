@@ -518,6 +518,17 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     if (p->phase == "Running") ++running;
   }
   if (succeeded == s.replicas) {
+    // Rank 0's summary, from its pod's termination message.
+    for (const PodInfo* p : current) {
+      if (p->message.rfind("{\"type\":\"summary\"", 0) != 0) continue;
+      const json summary = json::parse(p->message, nullptr, false);
+      if (summary.is_discarded()) continue;
+      b.status.set("step", summary.value("steps", int64_t{0}));
+      b.status.set("samplesPerSecond", summary.value("samples_per_second", 0.0));  // over the whole run
+      b.status.set("validation", {{"loss", summary.value("val_loss", 0.0)},
+                                  {"metric", summary.value("val_metric", 0.0)},
+                                  {"baselineLoss", summary.value("baseline_loss", 0.0)}});
+    }
     b.status.set("phase", "Succeeded");
     b.status.set("completionTime", format_time(o.now));
     b.status.set("epoch", s.training.epochs);
@@ -612,7 +623,8 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                             {{"name", "TESSERA_TOKEN"},
                              {"valueFrom", {{"secretKeyRef", {{"name", token_secret_name(b.name)}, {"key", "token"}}}}}},
                             {{"name", "TESSERA_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-                            {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}}});
+                            {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
+                            {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}}});
     json requests = json::object(), limits = json::object();
     if (s.resources.gpu > 0) requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = std::to_string(s.resources.gpu);
     if (s.resources.cpu > 0) requests["cpu"] = std::to_string(static_cast<int64_t>(s.resources.cpu * 1000)) + "m";
@@ -651,6 +663,9 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                       {"args", args},
                       {"env", env},
                       {"volumeMounts", mounts},
+                      // Rank 0's summary, or why the pod failed: the controller reads it from the pod's status.
+                      {"terminationMessagePath", "/dev/termination-log"},
+                      {"terminationMessagePolicy", "FallbackToLogsOnError"},
                       {"resources", {{"requests", requests}, {"limits", limits}}}};
     json pod_spec = {{"nodeName", node_of[r]},
                      {"restartPolicy", "Never"},

@@ -133,6 +133,10 @@ for s in $scenarios; do
       [ "$(field example cosmoflow-k8s .status.switchStep)" -gt 0 ] || fail "no switch step"
       [ "$(pods_of example)" = 4 ] || fail "expected exactly 4 pods (one per replica): $(kubectl get pods -n example)"
       [ "$(field example cosmoflow-k8s .status.restarts)" = 0 ] || fail "restarts"
+      [ "$(field example cosmoflow-k8s .status.step)" = 192 ] || fail "step is not 192 (3 epochs x 64)"
+      python3 -c "import sys; v=float(sys.argv[1]); b=float(sys.argv[2]); print('validation MSE %.4f vs predict-the-mean %.4f' % (v, b)); sys.exit(0 if 0 < v and 0 < b else 1)" \
+        "$(field example cosmoflow-k8s .status.validation.loss)" "$(field example cosmoflow-k8s .status.validation.baselineLoss)" ||
+        fail "no validation result in the status"
       kubectl get events -n example --no-headers | grep -q PhaseSwitch || fail "no PhaseSwitch event"
       ;;
     conflict)

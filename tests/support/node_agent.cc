@@ -53,7 +53,7 @@ struct RunningPod {
   std::string uid, node, name, ns;
   int gpus = 0;
   std::vector<std::unique_ptr<local::Process>> processes;
-  std::vector<std::string> containers, logs;
+  std::vector<std::string> containers, logs, messages;  // messages: terminationMessagePath's file
   std::vector<int> exits;  // -1 while running
   std::string started_at, finished_at;
   std::string reported;    // the phase last written to the API
@@ -307,6 +307,9 @@ class Agent {
         const std::string exe = resolve_command(argv[0]);
         if (exe.empty()) return fail_pod(pod, "CreateContainerError", "command '" + argv[0] + "' is not in --bin-dir or on PATH");
         argv[0] = exe;
+        // The termination message file: a file of the pod's, wherever the container names it.
+        const std::string message_path = c.value("terminationMessagePath", "/dev/termination-log");
+        const std::string message_file = (pod_dir / (cname + ".termination-log")).string();
         std::vector<std::string> env;
         for (const auto& e : c.value("env", json::array())) {
           std::string value = e.value("value", "");
@@ -338,12 +341,13 @@ class Agent {
               value = data[ref.value("key", "")].get<std::string>();
             }
           }
-          env.push_back(e.value("name", "") + "=" + rewrite(value));
+          env.push_back(e.value("name", "") + "=" + (value == message_path ? message_file : rewrite(value)));
         }
         const std::string log = (pod_dir / (cname + ".log")).string();
         rp->processes.push_back(std::make_unique<local::Process>(argv, env, log));
         rp->containers.push_back(cname);
         rp->logs.push_back(log);
+        rp->messages.push_back(message_file);
         rp->exits.push_back(-1);
       }
     }
@@ -360,11 +364,13 @@ class Agent {
         json t = {{"exitCode", p.exits[i]}, {"reason", p.exits[i] == 0 ? "Completed" : "Error"}, {"startedAt", p.started_at},
                   {"finishedAt", p.finished_at.empty() ? p.started_at : p.finished_at}};
         if (p.exits[i] > 128) t["signal"] = p.exits[i] - 128;
-        // terminationMessagePolicy FallbackToLogsOnError: the end of the log of a failed container.
-        if (p.exits[i] != 0) {
-          const std::string m = last_lines(p.logs[i], 1024);
-          if (!m.empty()) t["message"] = m;
-        }
+        // The termination message file; with FallbackToLogsOnError, the end of a failed container's log.
+        std::ifstream in(p.messages[i]);
+        std::string m((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (m.size() > 4096) m = m.substr(0, 4096);
+        if (m.empty() && p.exits[i] != 0) m = last_lines(p.logs[i], 1024);
+        while (!m.empty() && m.back() == '\n') m.pop_back();
+        if (!m.empty()) t["message"] = m;
         st = {{"terminated", t}};
       }
       out.push_back({{"name", p.containers[i]}, {"ready", p.exits[i] < 0}, {"restartCount", 0}, {"image", ""}, {"imageID", ""},
