@@ -110,11 +110,6 @@ void Informer::remember(const json& object) {
   if (it == objects_.end() || resource_version(object) > resource_version(it->second)) put_locked(key, object);
 }
 
-std::string Informer::last_error() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return last_error_;
-}
-
 void Informer::apply(const std::string& type, const json& object) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -162,7 +157,6 @@ void Informer::relist() {
     objects_.clear();
     by_index_.clear();
     for (const auto& [k, v] : fresh) put_locked(k, v);
-    last_error_.clear();
   }
   version_ = version;
   synced_ = true;
@@ -206,10 +200,6 @@ void Informer::run() {
       if (e.gone()) {
         need_list = true;
         continue;
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        last_error_ = e.what();
       }
       if (!said) log_warn(e.what(), "; retrying with backoff");
       said = true;

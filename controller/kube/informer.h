@@ -59,8 +59,6 @@ class Informer {
   // Stores an object this process just wrote, when it is newer than the cached one, so that the
   // next reconcile sees its own write before the watch delivers it.
   void remember(const json& object);
-  // The most recent failure to reach the server ("" when none since the last success).
-  std::string last_error() const;
 
  private:
   void run();
@@ -78,7 +76,6 @@ class Informer {
   std::atomic<uint64_t> generation_{0};
   void put_locked(const std::string& key, const json& object);
   void erase_locked(const std::string& key);
-  std::string last_error_;               // GUARDED_BY(mu_)
   uint64_t version_ = 0;                 // the newest resourceVersion seen; informer thread only
   std::atomic<bool> synced_{false}, stop_{false};
   std::thread thread_;

@@ -35,29 +35,28 @@ bool LeaderElector::try_acquire_or_renew() {
   const std::string path = group_path("coordination.k8s.io/v1", options_.lease_namespace, "leases", options_.lease_name);
   const int duration_s = static_cast<int>(std::max<int64_t>(1, options_.lease_duration.count() / 1000));
   const std::string now = micro_time_now();
-  Response r = client_.request("GET", path);
-  if (r.code == 404) {
-    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
-                  {"kind", "Lease"},
-                  {"metadata", {{"name", options_.lease_name}, {"namespace", options_.lease_namespace}}},
-                  {"spec",
-                   {{"holderIdentity", options_.identity},
-                    {"leaseDurationSeconds", duration_s},
-                    {"acquireTime", now},
-                    {"renewTime", now},
-                    {"leaseTransitions", 0}}}};
+  json lease;
+  try {
+    lease = client_.get(path);
+  } catch (const ApiError& e) {
+    if (!e.not_found()) throw;
+    lease = {{"apiVersion", "coordination.k8s.io/v1"},
+             {"kind", "Lease"},
+             {"metadata", {{"name", options_.lease_name}, {"namespace", options_.lease_namespace}}},
+             {"spec",
+              {{"holderIdentity", options_.identity},
+               {"leaseDurationSeconds", duration_s},
+               {"acquireTime", now},
+               {"renewTime", now},
+               {"leaseTransitions", 0}}}};
     try {
       client_.create(group_path("coordination.k8s.io/v1", options_.lease_namespace, "leases"), lease);
       return true;
-    } catch (const ApiError& e) {
-      if (e.conflict()) return false;  // another candidate created it first
+    } catch (const ApiError& c) {
+      if (c.conflict()) return false;  // another candidate created it first
       throw;
     }
   }
-  if (r.code / 100 != 2)
-    throw ApiError(r.code, r.body.is_object() ? r.body.value("reason", "") : "",
-                   "get lease " + path + ": " + (r.body.is_object() ? r.body.value("message", "") : std::to_string(r.code)));
-  json lease = r.body;
   json& spec = lease["spec"];
   const std::string holder = spec.value("holderIdentity", "");
   const std::string version = lease["metadata"].value("resourceVersion", "");
@@ -109,7 +108,6 @@ bool LeaderElector::run(const std::function<void()>& on_started, const std::func
     sleep(options_.retry_period);
   }
   if (stop->load()) return false;
-  leader_ = true;
   log_info("leader election: ", options_.identity, " leads (lease ", options_.lease_namespace, "/", options_.lease_name, ")");
   on_started();
   auto last_renew = std::chrono::steady_clock::now();
@@ -124,13 +122,11 @@ bool LeaderElector::run(const std::function<void()>& on_started, const std::func
     }
     if (renewed) last_renew = std::chrono::steady_clock::now();
     else if (std::chrono::steady_clock::now() - last_renew > options_.renew_deadline) {
-      leader_ = false;
       log_warn("leader election: could not renew the lease for ", options_.renew_deadline.count(), " ms; leadership lost");
       on_stopped();
       return true;
     }
   }
-  leader_ = false;
   on_stopped();
   return false;
 }

@@ -3,7 +3,7 @@
 // leaseDurationSeconds (timed by this process's clock, from when it last saw the lease change);
 // the leader renews it every retry period, and gives up leadership when it could not renew for
 // the renew deadline. Writes carry the lease's resourceVersion, so two candidates never both win.
-// run() blocks; is_leader() is thread-safe.
+// run() blocks.
 #pragma once
 
 #include <atomic>
@@ -31,7 +31,6 @@ class LeaderElector {
   // (then on_stopped is called). Returns whether leadership ended by loss (true) or by stop (false).
   bool run(const std::function<void()>& on_started, const std::function<void()>& on_stopped,
            const std::atomic<bool>* stop);
-  bool is_leader() const { return leader_; }
   const LeaderElectionOptions& options() const { return options_; }
 
  private:
@@ -39,7 +38,6 @@ class LeaderElector {
   bool try_acquire_or_renew();
   const KubeClient& client_;
   LeaderElectionOptions options_;
-  std::atomic<bool> leader_{false};
   std::string observed_version_, observed_holder_;
   std::chrono::steady_clock::time_point observed_at_;
 };

@@ -17,16 +17,7 @@ namespace {
 
 using reconcile::Action;
 const char* kGroupVersion = "tessera.dev/v1alpha1";
-
-// status merged with a top-level merge patch (null removes a key).
-json merged(json status, const json& patch) {
-  if (!status.is_object()) status = json::object();
-  for (auto it = patch.begin(); it != patch.end(); ++it) {
-    if (it.value().is_null()) status.erase(it.key());
-    else status[it.key()] = it.value();
-  }
-  return status;
-}
+constexpr size_t kReconcileSamples = 100000;
 
 std::string job_of(const json& object) {
   const json labels = object["metadata"].value("labels", json::object());
@@ -35,8 +26,8 @@ std::string job_of(const json& object) {
   return object["metadata"].value("namespace", "") + "/" + it->get<std::string>();
 }
 
-// A status write that met a newer version of the job.
-struct StatusConflict {};
+// A write (the status, a ConfigMap) that met a newer version of its object.
+struct WriteConflict {};
 
 }  // namespace
 
@@ -120,9 +111,8 @@ struct KubeOperator::Impl {
     }
   };
 
-  // The job's observed state; the nodes only when it has no gang placed for its current attempt
-  // (they are read only to place one).
-  reconcile::Observed observe(const json& job) const {
+  // The job's observed state; the nodes (read only to place a gang) when with_nodes.
+  reconcile::Observed observe(const json& job, bool with_nodes) const {
     reconcile::Observed o;
     o.job = job;
     o.now = std::chrono::system_clock::now();
@@ -135,7 +125,7 @@ struct KubeOperator::Impl {
         o.token = base64_decode((*s)["data"]["token"].get<std::string>(), "secret token");
     o.has_service = services->get(key).has_value();
     o.config_map = configmaps->get(key + "-config");
-    if (needs_placement(o)) o.nodes = node_infos();
+    if (with_nodes) o.nodes = node_infos();
     {
       std::lock_guard<std::mutex> lock(mu);
       auto it = served.find(key);
@@ -156,7 +146,7 @@ struct KubeOperator::Impl {
   void ensure_rendezvous(const std::string& key) {
     const auto job = jobs->get(key);
     std::optional<reconcile::RendezvousTarget> target;
-    if (job) target = reconcile::rendezvous_target(observe(*job));
+    if (job) target = reconcile::rendezvous_target(observe(*job, false));
     std::lock_guard<std::mutex> lock(mu);
     auto it = served.find(key);
     if (!target) {
@@ -210,15 +200,15 @@ struct KubeOperator::Impl {
       switch (a.kind) {
         case Action::Kind::kPatchStatus: {
           json updated = job;
-          updated["status"] = merged(job.contains("status") ? job["status"] : json::object(), a.object);
-          Response r = client.request("PUT", path("trainingjobs", ns, name) + "/status", &updated);
-          if (r.code == 409) throw StatusConflict{};
-          if (r.code == 404) return;  // the job is gone
-          if (r.code / 100 != 2)
-            throw ApiError(r.code, r.body.is_object() ? r.body.value("reason", "") : "",
-                           "update " + path("trainingjobs", ns, name) + "/status: " +
-                               (r.body.is_object() ? r.body.value("message", "") : std::to_string(r.code)));
-          jobs->remember(r.body);
+          updated["status"] = reconcile::apply_status_patch(job.contains("status") ? job["status"] : json(), a.object);
+          try {
+            // A PUT with the resourceVersion the decision was made on: 409 when the job changed since.
+            jobs->remember(client.replace(path("trainingjobs", ns, name) + "/status", updated));
+          } catch (const ApiError& e) {
+            if (e.conflict()) throw WriteConflict{};
+            if (e.not_found()) return;  // the job is gone
+            throw;
+          }
           break;
         }
         case Action::Kind::kCreate: {
@@ -244,19 +234,15 @@ struct KubeOperator::Impl {
           }
           break;
         }
-        case Action::Kind::kUpdate: {
-          Response r = client.request("PUT", path(a.resource, ns, a.name), &a.object);
-          if (r.code == 409) {
+        case Action::Kind::kUpdate:
+          try {
+            informer_of(a.resource)->remember(client.replace(path(a.resource, ns, a.name), a.object));
+          } catch (const ApiError& e) {
+            if (!e.conflict()) throw;
             informer_of(a.resource)->remember(client.get(path(a.resource, ns, a.name)));
-            throw StatusConflict{};
+            throw WriteConflict{};
           }
-          if (r.code / 100 != 2)
-            throw ApiError(r.code, r.body.is_object() ? r.body.value("reason", "") : "",
-                           "update " + path(a.resource, ns, a.name) + ": " +
-                               (r.body.is_object() ? r.body.value("message", "") : std::to_string(r.code)));
-          informer_of(a.resource)->remember(r.body);
           break;
-        }
         case Action::Kind::kDelete:
           client.remove(path(a.resource, ns, a.name));
           log_info(key, ": ", a.describe());
@@ -286,14 +272,14 @@ struct KubeOperator::Impl {
         return;
       }
       ro.token = new_job_token();
-      reconcile::Observed o = observe(*job);
+      reconcile::Observed o = observe(*job, false);
       // Placements are made one at a time, each on a snapshot that holds the pods of the last one.
       std::unique_lock<std::mutex> placing(placement_mu, std::defer_lock);
       if (needs_placement(o)) {
         placing.lock();
         const auto fresh = jobs->get(key);
         if (!fresh) continue;
-        o = observe(*fresh);
+        o = observe(*fresh, true);
       }
       const reconcile::Decision d = reconcile::reconcile(o, ro);
       // The pods this decision creates hold their nodes' resources from now on (a reservation until
@@ -302,7 +288,7 @@ struct KubeOperator::Impl {
       if (placing.owns_lock()) placing.unlock();
       try {
         execute(o.job, d);
-      } catch (const StatusConflict&) {
+      } catch (const WriteConflict&) {
         // Someone wrote the job since the cache saw it: decide again on a fresh read.
         log_info(key, ": the write met a newer version (409 Conflict); reconciling again on a fresh read");
         {
@@ -310,8 +296,11 @@ struct KubeOperator::Impl {
           ++stats.status_conflicts;
         }
         const auto slash = key.find('/');
-        Response fresh = client.request("GET", path("trainingjobs", key.substr(0, slash), key.substr(slash + 1)));
-        if (fresh.code == 200) jobs->remember(fresh.body);
+        try {
+          jobs->remember(client.get(path("trainingjobs", key.substr(0, slash), key.substr(slash + 1))));
+        } catch (const ApiError& e) {
+          if (!e.not_found()) throw;  // gone: the next attempt finds no job
+        }
         if (attempt < 5) continue;
         queue.add_rate_limited(key);
         return;
@@ -320,8 +309,11 @@ struct KubeOperator::Impl {
       queue.forget(key);
       if (d.requeue_after.count() > 0) queue.add_after(key, d.requeue_after);
       std::lock_guard<std::mutex> lock(mu);
+      const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // The newest kReconcileSamples durations, in a ring: a controller runs for months.
+      if (stats.reconcile_seconds.size() < kReconcileSamples) stats.reconcile_seconds.push_back(seconds);
+      else stats.reconcile_seconds[stats.reconciles % kReconcileSamples] = seconds;
       ++stats.reconciles;
-      stats.reconcile_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
       return;
     }
   }
@@ -368,7 +360,6 @@ OperatorStats KubeOperator::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   OperatorStats s = impl_->stats;
   s.api_requests = impl_->client.requests();
-  s.queue_depth = impl_->queue.depth();
   return s;
 }
 

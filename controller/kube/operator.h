@@ -29,11 +29,10 @@ struct OperatorOptions {
   int workers = 4;                           // reconcile threads
 };
 
-// What the operator measured, for benchmarks and /readyz.
+// What the operator measured, for benchmarks.
 struct OperatorStats {
   int64_t reconciles = 0, status_conflicts = 0, api_requests = 0;
-  std::vector<double> reconcile_seconds;     // every reconcile's duration (observe + decide + act)
-  size_t queue_depth = 0;
+  std::vector<double> reconcile_seconds;     // the newest 100,000 reconciles' durations (observe + decide + act)
 };
 
 class KubeOperator {

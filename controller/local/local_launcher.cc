@@ -246,10 +246,7 @@ class Launch {
     for (const auto& a : d.actions) {
       switch (a.kind) {
         case reconcile::Action::Kind::kPatchStatus:
-          for (auto it = a.object.begin(); it != a.object.end(); ++it) {
-            if (it.value().is_null()) status().erase(it.key());
-            else status()[it.key()] = it.value();
-          }
+          status() = reconcile::apply_status_patch(status(), a.object);
           write_status();
           break;
         case reconcile::Action::Kind::kCreate:
@@ -314,7 +311,7 @@ class Launch {
       if (at.replica != pod.replica) continue;
       LocalPod::Rank r;
       r.at = at;
-      r.log = detail::concat(dir_, "/logs/worker-", at.replica, "-", at.slot, ".log");
+      r.log = worker_log(at.replica, at.slot);
       const std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
                                              "grpc://" + service_->target(), "--replica", std::to_string(at.replica),
                                              "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_)};
@@ -378,7 +375,7 @@ class Launch {
     result_.message = status().value("message", "");
     if (phase == "Suspended") result_.message = "spec.runPolicy.suspend is true: nothing runs";
     if (phase == "Succeeded") {
-      const std::string log = detail::concat(dir_, "/logs/worker-", plan_rank0_replica(), "-", plan_rank0_slot(), ".log");
+      const std::string log = rank0_log();
       const json s = read_summary(log);
       if (s.is_null()) return finish_local("Failed", "NoSummary", "rank 0 ended without a summary; see " + log);
       result_.steps = s.value("steps", int64_t{0});
@@ -428,15 +425,11 @@ class Launch {
     return result_;
   }
 
-  int plan_rank0_replica() const {
+  std::string worker_log(int replica, int slot) const { return detail::concat(dir_, "/logs/worker-", replica, "-", slot, ".log"); }
+  std::string rank0_log() const {
     for (const auto& a : plan_)
-      if (a.rank == 0) return a.replica;
-    return 0;
-  }
-  int plan_rank0_slot() const {
-    for (const auto& a : plan_)
-      if (a.rank == 0) return a.slot;
-    return 0;
+      if (a.rank == 0) return worker_log(a.replica, a.slot);
+    return worker_log(0, 0);
   }
 
   void report() {

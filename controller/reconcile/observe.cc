@@ -3,59 +3,34 @@
 #include <cmath>
 #include <map>
 
+#include "worker/core/config_node.h"
+
 namespace tessera::reconcile {
 namespace {
 
-std::string quantity(const json& v) {
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_number()) return v.dump();
-  return "";
+// A quantity of an API object (a string, or a bare number); unparsable values count as 0.
+double quantity(const json& v) {
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string()) return 0;
+  return parse_quantity(v.get<std::string>()).value_or(0);
 }
 
+// The container's requests; a resource with a limit but no request requests its limit, as the API
+// server defaults it.
 void add_requests(const json& container, placement::Resources* r) {
   if (!container.contains("resources")) return;
   const json& res = container["resources"];
-  // A limit without a request requests the limit (the API server's defaulting).
-  for (const char* kind : {"limits", "requests"}) {
-    if (!res.contains(kind)) continue;
-    const json& q = res[kind];
-    if (kind == std::string("limits") && res.contains("requests")) continue;
-    if (q.contains("nvidia.com/gpu")) r->gpu += static_cast<int>(parse_bytes(quantity(q["nvidia.com/gpu"])));
-    if (q.contains("cpu")) r->cpu += parse_cpu(quantity(q["cpu"]));
-    if (q.contains("memory")) r->memory += parse_bytes(quantity(q["memory"]));
-  }
-  if (res.contains("requests") && res.contains("limits") && !res["requests"].contains("nvidia.com/gpu") &&
-      res["limits"].contains("nvidia.com/gpu"))
-    r->gpu += static_cast<int>(parse_bytes(quantity(res["limits"]["nvidia.com/gpu"])));
+  auto amount = [&](const char* name) {
+    for (const char* kind : {"requests", "limits"})
+      if (res.contains(kind) && res[kind].contains(name)) return quantity(res[kind][name]);
+    return 0.0;
+  };
+  r->gpu += static_cast<int>(std::llround(amount("nvidia.com/gpu")));
+  r->cpu += amount("cpu");
+  r->memory += std::llround(amount("memory"));
 }
 
 }  // namespace
-
-double parse_cpu(const std::string& q) {
-  if (q.empty()) return 0;
-  try {
-    if (q.back() == 'm') return std::stod(q.substr(0, q.size() - 1)) / 1000.0;
-    return std::stod(q);
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
-
-int64_t parse_bytes(const std::string& q) {
-  static const std::map<std::string, double> units = {
-      {"", 1},     {"k", 1e3},           {"M", 1e6},           {"G", 1e9},           {"T", 1e12},          {"P", 1e15},
-      {"E", 1e18}, {"Ki", 1024.0},       {"Mi", 1048576.0},    {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-      {"Pi", 1125899906842624.0},        {"Ei", 1152921504606846976.0},          {"m", 1e-3}};
-  size_t i = 0;
-  while (i < q.size() && (std::isdigit(static_cast<unsigned char>(q[i])) || q[i] == '.' || q[i] == '-' || q[i] == '+')) ++i;
-  auto it = units.find(q.substr(i));
-  if (i == 0 || it == units.end()) return 0;
-  try {
-    return static_cast<int64_t>(std::llround(std::stod(q.substr(0, i)) * it->second));
-  } catch (const std::exception&) {
-    return 0;
-  }
-}
 
 PodInfo pod_info(const json& pod) {
   PodInfo p;
@@ -141,27 +116,15 @@ placement::NodeInfo node_info(const json& n) {
   const char* which = st.contains("allocatable") ? "allocatable" : "capacity";
   if (st.contains(which)) {
     const json& alloc = st[which];
-    if (alloc.contains("nvidia.com/gpu")) info.allocatable.gpu = static_cast<int>(parse_bytes(quantity(alloc["nvidia.com/gpu"])));
-    if (alloc.contains("cpu")) info.allocatable.cpu = parse_cpu(quantity(alloc["cpu"]));
-    if (alloc.contains("memory")) info.allocatable.memory = parse_bytes(quantity(alloc["memory"]));
+    if (alloc.contains("nvidia.com/gpu")) info.allocatable.gpu = static_cast<int>(std::llround(quantity(alloc["nvidia.com/gpu"])));
+    if (alloc.contains("cpu")) info.allocatable.cpu = quantity(alloc["cpu"]);
+    if (alloc.contains("memory")) info.allocatable.memory = std::llround(quantity(alloc["memory"]));
   }
   info.ready = false;
   if (st.contains("conditions"))
     for (const auto& c : st["conditions"])
       if (c.value("type", "") == "Ready") info.ready = c.value("status", "") == "True";
   return info;
-}
-
-std::vector<placement::NodeInfo> node_infos(const std::vector<json>& nodes, const std::vector<json>& pods) {
-  std::map<std::string, placement::Resources> used;
-  for (const auto& p : pods) add_usage(p, &used);
-  std::vector<placement::NodeInfo> out;
-  for (const auto& n : nodes) {
-    out.push_back(node_info(n));
-    auto it = used.find(out.back().name);
-    if (it != used.end()) out.back().used = it->second;
-  }
-  return out;
 }
 
 }  // namespace tessera::reconcile

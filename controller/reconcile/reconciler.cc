@@ -156,11 +156,6 @@ struct Builder {
       if (p.phase != "Succeeded" && p.phase != "Failed") out.push_back(&p);
     return out;
   }
-  std::vector<const PodInfo*> all_pods() const {
-    std::vector<const PodInfo*> out;
-    for (const auto& p : o.pods) out.push_back(&p);
-    return out;
-  }
 
   // Ends the job: phase, reason, message, the final condition, an Event; the running pods are stopped.
   Decision fail(const std::string& reason, const std::string& message) {
@@ -276,8 +271,13 @@ std::string Action::describe() const {
 
 std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
 std::string token_secret_name(const std::string& job) { return job + "-token"; }
-std::string rendezvous_job(const json& job) {
-  return job["metadata"].value("namespace", "default") + "/" + job["metadata"].value("name", "");
+json apply_status_patch(json status, const json& patch) {
+  if (!status.is_object()) status = json::object();
+  for (auto it = patch.begin(); it != patch.end(); ++it) {
+    if (it.value().is_null()) status.erase(it.key());
+    else status[it.key()] = it.value();
+  }
+  return status;
 }
 
 std::string format_time(Time t) {
@@ -343,14 +343,18 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     else spec["runPolicy"] = run_policy;
   }
 
+  json doc = {{"apiVersion", job.value("apiVersion", api::kApiVersion)},
+              {"kind", job.value("kind", api::kKind)},
+              {"metadata", {{"name", b.name}, {"namespace", b.ns}}},
+              {"spec", spec}};
+  const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
+  const api::TrainingJobSpec& s = parsed.job.spec;
+  const auto& rp = s.run_policy;
+
   // Finished jobs: nothing runs; the TTL deletes them.
   if (phase == "Succeeded" || phase == "Failed") {
-    const api::ParsedJob parsed = [&] {
-      json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", b.name}}}, {"spec", spec}};
-      return api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
-    }();
     b.delete_pods(b.live_pods());
-    const int64_t ttl = parsed.job.spec.run_policy.ttl_seconds_after_finished;
+    const int64_t ttl = rp.ttl_seconds_after_finished;
     const auto done = parse_time(b.status.s.value("completionTime", ""));
     if (ttl >= 0 && done) {
       const auto expiry = *done + seconds(ttl);
@@ -367,13 +371,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   }
 
   // An invalid spec fails the job once, naming the fields; it is not retried.
-  json doc = {{"apiVersion", job.value("apiVersion", api::kApiVersion)},
-              {"kind", job.value("kind", api::kKind)},
-              {"metadata", {{"name", b.name}, {"namespace", b.ns}}},
-              {"spec", spec}};
-  api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
   std::vector<FieldProblem> problems = parsed.problems;
-  const api::TrainingJobSpec& s = parsed.job.spec;
   if (parsed.ok() && opt.cluster) {
     // What a cluster needs beyond the API's rules: volumes every pod mounts.
     if (!s.checkpoint.path.empty() && !s.checkpoint.volume.given())
@@ -388,7 +386,6 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     for (const auto& p : problems) message += (message.empty() ? "" : "; ") + p.field + ": " + p.reason;
     return b.fail("InvalidSpec", message);
   }
-  const auto& rp = s.run_policy;
 
   // Children every job has: the rendezvous token and the headless Service of its pods.
   if (o.token.empty()) {

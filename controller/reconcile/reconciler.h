@@ -102,13 +102,13 @@ struct RendezvousTarget {
 };
 
 Decision reconcile(const Observed& observed, const ReconcileOptions& options);
+// The status a kPatchStatus action leaves: `status` with the patch's top-level keys set (null removes one).
+json apply_status_patch(json status, const json& patch);
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
 
 // Names of the job's children.
 std::string pod_name(const std::string& job, int attempt, int replica);
 std::string token_secret_name(const std::string& job);
-// The job's identity at the rendezvous (and TESSERA_JOB of its workers): "namespace/name".
-std::string rendezvous_job(const json& job);
 
 // RFC 3339 (seconds), as Kubernetes Time, and back.
 std::string format_time(Time t);

@@ -256,7 +256,9 @@ for s in $scenarios; do
 
       job deadline -e 's/epochs: 3/epochs: 20/' -e 's/backoffLimit: 3/backoffLimit: 3, activeDeadlineSeconds: 8/'
       wait_for deadline cosmoflow-k8s .status.reason DeadlineExceeded 60
-      for _ in $(seq 1 60); do [ "$(kubectl get pods -n deadline --no-headers 2>/dev/null | grep -c Running)" = 0 ] && break; sleep 0.5; done
+      running_pods() { kubectl get pods -n deadline --no-headers 2>/dev/null | grep -c Running || true; }
+      for _ in $(seq 1 60); do [ "$(running_pods)" = 0 ] && break; sleep 0.5; done
+      [ "$(running_pods)" = 0 ] || fail "pods still running after the deadline: $(kubectl get pods -n deadline)"
 
       job ttl -e 's/epochs: 3/epochs: 2/' -e 's/ttlSecondsAfterFinished: 3600/ttlSecondsAfterFinished: 2/'
       wait_for ttl cosmoflow-k8s .status.phase Succeeded 120

@@ -4,6 +4,7 @@
 
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
+#include "worker/core/config_node.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -133,7 +134,7 @@ TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
   // Apply its status patch, then reconcile the same world again: only the periodic requeue is left.
   for (const auto& a : first.actions)
     if (a.kind == Action::Kind::kPatchStatus)
-      for (auto it = a.object.begin(); it != a.object.end(); ++it) o.job["status"][it.key()] = it.value();
+      o.job["status"] = apply_status_patch(o.job["status"], a.object);
   const Decision again = reconcile(o, options());
   EXPECT_TRUE(again.actions.empty()) << describe(again)[0];
   EXPECT_GT(again.requeue_after.count(), 0);
@@ -161,7 +162,7 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
 
   // Next: the restart is recorded; the old gang's pods go before the new one is placed.
   Observed next = o;
-  for (auto it = status.begin(); it != status.end(); ++it) next.job["status"][it.key()] = it.value();
+  next.job["status"] = apply_status_patch(next.job["status"], status);
   next.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
   next.pods[0].terminating = true;
   EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{"delete pod j-0-1"}));
@@ -259,7 +260,6 @@ TEST(ReconcileTest, ADeletedJobLeavesItsChildrenToTheGarbageCollector) {
   Observed o = running();
   o.job["metadata"]["deletionTimestamp"] = format_time(kNow);
   EXPECT_TRUE(reconcile(o, options()).actions.empty());
-  EXPECT_FALSE(rendezvous_target(o).has_value() && false);
 }
 
 TEST(ReconcileTest, AGangThatDoesNotFitStaysPendingAndSaysWhatIsMissing) {
@@ -280,7 +280,7 @@ TEST(ReconcileTest, AGangThatDoesNotFitStaysPendingAndSaysWhatIsMissing) {
       << c["message"];
   EXPECT_GT(d.requeue_after.count(), 0);
   // The same world again: no second Event.
-  for (auto it = d.actions[0].object.begin(); it != d.actions[0].object.end(); ++it) o.job["status"][it.key()] = it.value();
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
   EXPECT_TRUE(reconcile(o, options()).actions.empty());
   // A node more: the gang starts.
   o.nodes.push_back(node("n4", "b", 2));
@@ -310,7 +310,7 @@ TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidSpec", "event Warning InvalidSpec"}));
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.parallelism.spatial.d"), std::string::npos);
-  for (auto it = d.actions[0].object.begin(); it != d.actions[0].object.end(); ++it) o.job["status"][it.key()] = it.value();
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
   EXPECT_TRUE(reconcile(o, options()).actions.empty());
   // A cluster needs a volume for the checkpoints.
   Observed c;
@@ -330,7 +330,7 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   EXPECT_EQ(s["trainingPhase"], "dense");
   EXPECT_EQ(s["switchStep"], 32);
   // Two seconds later with new progress: not yet.
-  for (auto it = s.begin(); it != s.end(); ++it) o.job["status"][it.key()] = it.value();
+  o.job["status"] = apply_status_patch(o.job["status"], s);
   o.now = kNow + seconds(2);
   o.progress->step = 44;
   const Decision later = reconcile(o, options());
@@ -385,11 +385,9 @@ TEST(ObserveTest, PodsAndNodesFromApiObjects) {
                   {"spec", {{"nodeName", "n0"}, {"containers", json::array({{{"resources", {{"limits", {{"nvidia.com/gpu", "2"}}},
                                                                                               {"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}}}}}})}}},
                   {"status", {{"phase", "Failed"}, {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 137}}}}}}})}}}};
-  SCOPED_TRACE(p.dump());
   const PodInfo info = pod_info(p);
   EXPECT_EQ(info.attempt, 1);
   EXPECT_EQ(info.exit_code, 137);
-  SCOPED_TRACE("requests");
   const auto r = pod_requests(p);
   EXPECT_EQ(r.gpu, 2);
   EXPECT_DOUBLE_EQ(r.cpu, 0.5);
@@ -399,14 +397,16 @@ TEST(ObserveTest, PodsAndNodesFromApiObjects) {
   const json n = {{"metadata", {{"name", "n0"}, {"labels", {{"kubernetes.io/hostname", "n0"}}}}},
                   {"status", {{"allocatable", {{"nvidia.com/gpu", "4"}, {"cpu", "8"}}},
                               {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
-  SCOPED_TRACE(n.dump());
-  const auto nodes = node_infos({n}, {p, running_pod});
-  ASSERT_EQ(nodes.size(), 1u);
-  EXPECT_TRUE(nodes[0].ready);
-  EXPECT_EQ(nodes[0].allocatable.gpu, 4);
-  EXPECT_EQ(nodes[0].used.gpu, 2);  // the failed pod holds nothing
-  EXPECT_EQ(parse_bytes("64Mi"), int64_t{64} << 20);
-  EXPECT_DOUBLE_EQ(parse_cpu("1500m"), 1.5);
+  const placement::NodeInfo node = node_info(n);
+  EXPECT_TRUE(node.ready);
+  EXPECT_EQ(node.allocatable.gpu, 4);
+  std::map<std::string, placement::Resources> used;
+  add_usage(p, &used);
+  add_usage(running_pod, &used);
+  EXPECT_EQ(used["n0"].gpu, 2);  // the failed pod holds nothing
+  EXPECT_EQ(*parse_quantity("64Mi"), double(int64_t{64} << 20));
+  EXPECT_DOUBLE_EQ(*parse_quantity("1500m"), 1.5);
+  EXPECT_FALSE(parse_quantity("1.5 cores").has_value());
 }
 
 }  // namespace

@@ -254,14 +254,23 @@ bool ConfigNode::quantity(const std::string& key, const std::regex& form, const 
   return true;
 }
 
+std::optional<double> parse_quantity(const std::string& q) {
+  static const std::regex form("([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([a-zA-Z]*)");
+  static const std::map<std::string, double> units = {
+      {"", 1},     {"m", 1e-3}, {"k", 1e3},        {"K", 1e3},          {"M", 1e6},          {"G", 1e9},
+      {"T", 1e12}, {"P", 1e15}, {"E", 1e18},       {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0},
+      {"Ti", 1099511627776.0},  {"Pi", 1125899906842624.0},             {"Ei", 1152921504606846976.0}};
+  std::smatch m;
+  if (!std::regex_match(q, m, form)) return std::nullopt;
+  auto unit = units.find(m[3].str());
+  if (unit == units.end()) return std::nullopt;
+  return std::stod(m[1].str()) * unit->second;
+}
+
 int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
   std::string number, unit;
   if (!has(key) || !quantity(key, kBytes, "512Mi or 10G", &number, &unit)) return def;
-  static const std::map<std::string, double> units = {
-      {"", 1},          {"K", 1e3},         {"M", 1e6},         {"G", 1e9},         {"T", 1e12},        {"P", 1e15},
-      {"E", 1e18},      {"Ki", 1024.0},     {"Mi", 1048576.0},  {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-      {"Pi", 1125899906842624.0}, {"Ei", 1152921504606846976.0}};
-  const double v = std::stod(number) * units.at(unit);
+  const double v = *parse_quantity(number + unit);
   if (v >= 9.2e18) {
     problem(key, number + unit + " is too large");
     return def;
@@ -272,7 +281,7 @@ int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
 double ConfigNode::cpu(const std::string& key, double def) const {
   std::string number, unit;
   if (!has(key) || !quantity(key, kCpu, "\"1.5\" or 500m", &number, &unit)) return def;
-  return std::stod(number) / (unit.empty() ? 1.0 : 1000.0);
+  return *parse_quantity(number + unit);
 }
 
 void ConfigNode::allow_only(std::initializer_list<const char*> known) const {

@@ -12,6 +12,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -32,6 +33,10 @@ struct Interval {
   }
   std::string str() const;
 };
+
+// A Kubernetes quantity ("64Mi", "10G", "1.5", "500m", "2k") as a number of base units (bytes,
+// cores, devices); nothing when it is not one. The one table of quantity suffixes.
+std::optional<double> parse_quantity(const std::string& quantity);
 
 class ConfigNode {
  public:
