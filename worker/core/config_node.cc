@@ -255,16 +255,19 @@ bool ConfigNode::quantity(const std::string& key, const std::regex& form, const 
 }
 
 std::optional<double> parse_quantity(const std::string& q) {
-  static const std::regex form("([0-9]+(\\.[0-9]*)?|\\.[0-9]+)([a-zA-Z]*)");
+  // Read by hand (no std::regex): the controller parses every node's and pod's quantities often.
   static const std::map<std::string, double> units = {
       {"", 1},     {"m", 1e-3}, {"k", 1e3},        {"K", 1e3},          {"M", 1e6},          {"G", 1e9},
       {"T", 1e12}, {"P", 1e15}, {"E", 1e18},       {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0},
       {"Ti", 1099511627776.0},  {"Pi", 1125899906842624.0},             {"Ei", 1152921504606846976.0}};
-  std::smatch m;
-  if (!std::regex_match(q, m, form)) return std::nullopt;
-  auto unit = units.find(m[3].str());
+  size_t i = 0, digits = 0;
+  while (i < q.size() && std::isdigit(static_cast<unsigned char>(q[i]))) ++i, ++digits;
+  if (i < q.size() && q[i] == '.')
+    for (++i; i < q.size() && std::isdigit(static_cast<unsigned char>(q[i])); ++i) ++digits;
+  if (digits == 0) return std::nullopt;
+  const auto unit = units.find(q.substr(i));
   if (unit == units.end()) return std::nullopt;
-  return std::stod(m[1].str()) * unit->second;
+  return std::stod(q.substr(0, i)) * unit->second;
 }
 
 int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
