@@ -3,8 +3,11 @@
 //   tessera validate JOB.yaml... [--json]
 //       checks TrainingJob manifests: every problem with its field path and reason
 //   tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--worker PATH] [--progress SECONDS]
+//                        [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]
 //       runs the job on this machine (controller/local): virtual nodes from spec.local or the flags,
-//       gang placement, rendezvous, workers as processes, gang restart from the last checkpoint
+//       gang placement, rendezvous, workers as processes, gang restart from the last checkpoint;
+//       the controller's metrics and the workers' list on --metrics-addr (default a free loopback
+//       port); --prometheus starts Debian's Prometheus scraping them (default 127.0.0.1:9090)
 //   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32]
 //       writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv
 //   tessera data verify DIR
@@ -36,6 +39,7 @@ int usage(int code) {
                "usage:\n"
                "  tessera validate JOB.yaml... [--json]\n"
                "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--worker PATH] [--progress SECONDS]\n"
+               "                       [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32]\n"
                "  tessera data verify DIR\n");
   return code;
@@ -148,8 +152,13 @@ int run_job(int argc, char** argv) {
     else if (a == "--work-dir") work_dir = value();
     else if (a == "--worker") options.worker_bin = value();
     else if (a == "--progress") options.progress_seconds = positive();
+    else if (a == "--metrics-addr") options.metrics_addr = value();
+    else if (a == "--prometheus") options.prometheus_addr = "127.0.0.1:9090";
+    else if (a.rfind("--prometheus=", 0) == 0) options.prometheus_addr = a.substr(13);
     else throw ConfigError(a, "unknown flag");
   }
+  if (!options.prometheus_addr.empty() && std::system("command -v prometheus >/dev/null 2>&1") != 0)
+    throw ConfigError("--prometheus", "no prometheus command on PATH (Debian: apt-get install prometheus)");
   api::ParsedJob p = check(file);
   if (!p.ok()) throw ConfigError(p.problems);
   if (nodes) p.job.spec.local.nodes = nodes;

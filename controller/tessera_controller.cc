@@ -4,20 +4,21 @@
 //                      [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]
 //                      [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]
 //                      [--status-interval SECONDS] [--workers N]
+//   tessera-controller --print-permissions [--leader-elect]
 //
 // Without --kubeconfig (or KUBECONFIG) it uses the pod's service account. It reconciles the
 // TrainingJobs of one namespace (default: all), serves the workers' gRPC rendezvous on
 // --rendezvous-listen (default 0.0.0.0:7070) and tells pods to reach it at --rendezvous-advertise
 // (default: the listen address; in a cluster, the controller Service's DNS name and port).
-// --health-addr serves /healthz (the process runs) and /readyz (this process leads, with
-// --leader-elect, and its caches are synced: the controller Service sends workers to it alone). Exit status: 0 stopped by SIGTERM or
+// --health-addr serves /healthz (the process runs), /readyz (this process leads, with
+// --leader-elect, and its caches are synced: the controller Service sends workers to it alone),
+// /metrics (the controller's Prometheus metrics) and /targets (the running workers' metrics
+// endpoints, for Prometheus' http_sd_configs). --print-permissions prints the RBAC rules the
+// controller needs, as JSON, and exits. Exit status: 0 stopped by SIGTERM or
 // SIGINT, 1 leadership lost or a failure, 2 bad flags.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <atomic>
+#include <map>
+#include <tuple>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -28,6 +29,8 @@
 #include "controller/kube/client.h"
 #include "controller/kube/leader_election.h"
 #include "controller/kube/operator.h"
+#include "controller/metrics/controller_metrics.h"
+#include "worker/metrics/http_server.h"
 #include "worker/core/error.h"
 #include "worker/core/log.h"
 
@@ -42,64 +45,13 @@ const char* kUsage =
     "usage: tessera-controller [--kubeconfig FILE] [--namespace NS] [--leader-elect] [--lease-namespace NS]\n"
     "                          [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]\n"
     "                          [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]\n"
-    "                          [--status-interval SECONDS] [--workers N]\n";
+    "                          [--status-interval SECONDS] [--workers N]\n"
+    "       tessera-controller --print-permissions [--leader-elect]\n";
 
 struct Options {
   std::string kubeconfig, health_addr, lease_namespace;
-  bool leader_elect = false;
+  bool leader_elect = false, print_permissions = false;
   kube::OperatorOptions op;
-};
-
-// A minimal HTTP server for the kubelet's probes: GET /healthz and /readyz.
-class HealthServer {
- public:
-  HealthServer(const std::string& address, std::function<bool()> ready) : ready_(std::move(ready)) {
-    const auto colon = address.rfind(':');
-    if (colon == std::string::npos) throw ConfigError("--health-addr", "'" + address + "' is not HOST:PORT");
-    std::string host = address.substr(0, colon);
-    const int port = std::atoi(address.c_str() + colon + 1);
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (host.empty() || host == "0.0.0.0") a.sin_addr.s_addr = INADDR_ANY;
-    else if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1)
-      throw ConfigError("--health-addr", "'" + host + "' is not an IPv4 address");
-    if (bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(fd_, 16) != 0)
-      throw ConfigError("--health-addr", "cannot listen on " + address + ": " + std::strerror(errno));
-    thread_ = std::thread([this] { serve(); });
-  }
-  ~HealthServer() {
-    shutdown(fd_, SHUT_RDWR);
-    close(fd_);
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  void serve() {
-    for (;;) {
-      const int c = accept(fd_, nullptr, nullptr);
-      if (c < 0) return;
-      char buf[1024];
-      const ssize_t n = read(c, buf, sizeof(buf) - 1);
-      std::string req(buf, n > 0 ? static_cast<size_t>(n) : 0);
-      std::string code = "404 Not Found", body = "not found\n";
-      if (req.rfind("GET /healthz", 0) == 0) code = "200 OK", body = "ok\n";
-      else if (req.rfind("GET /readyz", 0) == 0) {
-        if (ready_()) code = "200 OK", body = "ok\n";
-        else code = "503 Service Unavailable", body = "caches not synced\n";
-      }
-      const std::string resp = "HTTP/1.1 " + code + "\r\nContent-Type: text/plain\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-      [[maybe_unused]] ssize_t w = write(c, resp.data(), resp.size());
-      close(c);
-    }
-  }
-  int fd_ = -1;
-  std::function<bool()> ready_;
-  std::thread thread_;
 };
 
 Options parse(int argc, char** argv) {
@@ -117,6 +69,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--kubeconfig") o.kubeconfig = value();
     else if (a == "--namespace") o.op.namespace_ = value();
     else if (a == "--leader-elect") o.leader_elect = true;
+    else if (a == "--print-permissions") o.print_permissions = true;
     else if (a == "--lease-namespace") o.lease_namespace = value();
     else if (a == "--health-addr") o.health_addr = value();
     else if (a == "--rendezvous-listen") o.op.rendezvous_listen = value();
@@ -141,8 +94,28 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+// The RBAC rules of required_permissions(), one per (group, resource, scope), as JSON.
+void print_permissions(bool leader_election) {
+  nlohmann::json rules = nlohmann::json::array();
+  std::map<std::tuple<std::string, std::string, bool>, nlohmann::json> by;
+  std::vector<std::tuple<std::string, std::string, bool>> order;
+  for (const auto& p : kube::required_permissions(leader_election)) {
+    const auto k = std::make_tuple(p.group, p.subresource.empty() ? p.resource : p.resource + "/" + p.subresource, p.namespaced);
+    if (!by.count(k)) order.push_back(k);
+    by[k].push_back(p.verb);
+  }
+  for (const auto& k : order)
+    rules.push_back({{"apiGroups", {std::get<0>(k)}}, {"resources", {std::get<1>(k)}}, {"verbs", by[k]},
+                     {"scope", std::get<2>(k) ? "namespace" : "cluster"}});
+  std::printf("%s\n", rules.dump(2).c_str());
+}
+
 int run(int argc, char** argv) {
   Options o = parse(argc, argv);
+  if (o.print_permissions) {
+    print_permissions(o.leader_elect);
+    return 0;
+  }
   set_log_tag("controller");
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
@@ -159,8 +132,25 @@ int run(int argc, char** argv) {
     std::lock_guard<std::mutex> lock(op_mu);
     return op && op->ready();
   };
-  std::unique_ptr<HealthServer> health;
-  if (!o.health_addr.empty()) health = std::make_unique<HealthServer>(o.health_addr, ready);
+  ControllerMetrics metrics;
+  metrics.set_leader(false);
+  o.op.metrics = &metrics;
+  std::unique_ptr<HttpServer> http;
+  if (!o.health_addr.empty()) {
+    http = std::make_unique<HttpServer>(o.health_addr, "--health-addr");
+    http->handle("/healthz", [] { return HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}; });
+    http->handle("/readyz", [&] {
+      return ready() ? HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}
+                     : HttpResponse{503, "text/plain; charset=utf-8", "not leading, or caches not synced\n"};
+    });
+    http->handle("/metrics", [&] { return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.text()}; });
+    http->handle("/targets", [&] {
+      std::lock_guard<std::mutex> lock(op_mu);
+      return HttpResponse{200, "application/json", http_sd_targets(op ? op->metrics_targets() : std::vector<MetricsTarget>{})};
+    });
+    log_info("serving /healthz, /readyz, /metrics and /targets on ", o.health_addr.substr(0, o.health_addr.rfind(':')), ":",
+             http->port());
+  }
   auto make_operator = [&] {
     auto made = std::make_unique<kube::KubeOperator>(client, o.op);
     log_info("rendezvous on ", o.op.rendezvous_listen, ", advertised to workers as ", made->rendezvous_address());

@@ -6,11 +6,12 @@ packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
-  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev libcurl4-openssl-dev
+  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev libcurl4-openssl-dev prometheus-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
+  prometheus python3-matplotlib unzip npm          # the dashboard's test and pictures; helm (scripts/helm.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

@@ -2,7 +2,7 @@
 //
 //   tessera-worker --config job.yaml [--rank R --world-size N --node NAME --local-rank L]
 //                  [--rendezvous DIR | --rendezvous grpc://HOST:PORT --replica P --slot S]
-//                  [--metrics FILE] [--threads T]
+//                  [--metrics FILE] [--metrics-addr HOST:PORT] [--threads T]
 //   tessera-worker --slots N --replica P ...   (a pod's entrypoint: the N ranks of pod P)
 //
 // With a rendezvous directory (a file store shared by all ranks), rank, world size, node and local
@@ -12,7 +12,10 @@
 // TESSERA_TOKEN and gets its rank, node and local rank from the job's ring plan. The rendezvous
 // also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. With --slots N the
 // process starts N workers (slots 0..N-1, the other flags passed on), forwards SIGTERM and SIGINT to
-// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch. Exit status: 0 done, 2 bad
+// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch.
+// --metrics-addr (or TESSERA_METRICS_ADDR) serves the rank's Prometheus metrics at /metrics there
+// (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
+// at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
 // configuration, 1 any other failure.
 #include <omp.h>
 #include <spawn.h>
@@ -38,13 +41,15 @@
 #include "worker/comm/grpc_store.h"
 #include "worker/core/error.h"
 #include "worker/core/log.h"
+#include "worker/metrics/http_server.h"
+#include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 
 namespace tessera {
 namespace {
 
 struct Options {
-  std::string config, rendezvous, metrics, node;
+  std::string config, rendezvous, metrics, metrics_addr, node;
   int rank = 0, world = 1, local_rank = -1, threads = 0;
   int replica = 0, slot = 0;  // with the rendezvous service
   bool service() const { return rendezvous.rfind("grpc://", 0) == 0; }
@@ -73,6 +78,7 @@ Options parse(int argc, char** argv) {
   o.rendezvous = env_str("TESSERA_RENDEZVOUS", "");
   o.replica = env_int("TESSERA_REPLICA", 0);
   o.slot = env_int("TESSERA_SLOT", 0);
+  o.metrics_addr = env_str("TESSERA_METRICS_ADDR", "");
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -93,6 +99,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--node") o.node = value();
     else if (a == "--rendezvous") o.rendezvous = value();
     else if (a == "--metrics") o.metrics = value();
+    else if (a == "--metrics-addr") o.metrics_addr = value();
     else if (a == "--threads") o.threads = number();
     else if (a == "--replica") o.replica = number();
     else if (a == "--slot") o.slot = number();
@@ -120,14 +127,19 @@ void on_supervisor_signal(int sig) { g_forward_signal = sig; }
 // --slots N: the ranks of one pod, as child processes of this one.
 int run_slots(int argc, char** argv, int slots) {
   std::vector<std::string> base;
+  std::string metrics_addr = env_str("TESSERA_METRICS_ADDR", "");
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--slots" || a == "--slot") {
+    if (a == "--slots" || a == "--slot" || a == "--metrics-addr") {
+      if (a == "--metrics-addr" && i + 1 < argc) metrics_addr = argv[i + 1];
       ++i;
       continue;
     }
     base.push_back(a);
   }
+  // Slot S serves its metrics on the pod's port + S (the ports the pod declares).
+  const auto colon = metrics_addr.rfind(':');
+  const int metrics_port = colon == std::string::npos ? 0 : std::atoi(metrics_addr.c_str() + colon + 1);
   std::signal(SIGTERM, on_supervisor_signal);
   std::signal(SIGINT, on_supervisor_signal);
   // The ranks end with this process, even when it is killed outright.
@@ -143,6 +155,10 @@ int run_slots(int argc, char** argv, int slots) {
     args.insert(args.end(), base.begin(), base.end());
     args.push_back("--slot");
     args.push_back(std::to_string(slot));
+    if (!metrics_addr.empty()) {
+      args.push_back("--metrics-addr");
+      args.push_back(metrics_port > 0 ? metrics_addr.substr(0, colon + 1) + std::to_string(metrics_port + slot) : metrics_addr);
+    }
     std::vector<char*> cargv;
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -219,12 +235,15 @@ int run(int argc, char** argv) {
   std::unique_ptr<Store> store;
   std::unique_ptr<CommGroups> groups;
   const Millis timeout(job.communication.timeout_ms);
+  // The exporter listens before registration, which announces its port.
+  std::unique_ptr<HttpServer> exporter;
+  if (!o.metrics_addr.empty()) exporter = std::make_unique<HttpServer>(o.metrics_addr, "--metrics-addr");
   if (o.service()) {
     auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), env_str("TESSERA_JOB", job.name),
                                             env_str("TESSERA_TOKEN", ""));
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    const auto a = grpc->register_worker(o.replica, o.slot, host, timeout);
+    const auto a = grpc->register_worker(o.replica, o.slot, host, exporter ? exporter->port() : 0, timeout);
     o.rank = a.rank;
     o.world = a.world_size;
     o.node = a.node;
@@ -245,12 +264,37 @@ int run(int argc, char** argv) {
                                              env_str("TESSERA_TOKEN", ""), o.rank, timeout);
     trainer.set_control(control.get());
   }
+  std::unique_ptr<WorkerMetrics> exported;
+  if (exporter) {
+    // TESSERA_JOB is the job's key, "namespace/name", under a controller.
+    WorkerIdentity who;
+    const std::string key = env_str("TESSERA_JOB", "");
+    const auto slash = key.find('/');
+    who.job = slash == std::string::npos ? job.name : key.substr(slash + 1);
+    who.namespace_ = slash == std::string::npos ? env_str("TESSERA_NAMESPACE", "default") : key.substr(0, slash);
+    who.rank = o.rank;
+    who.node = o.node;
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    who.pod = env_str("TESSERA_POD", host);
+    exported = std::make_unique<WorkerMetrics>(who);
+    exporter->handle("/metrics", [m = exported.get()] {
+      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", m->text()};
+    });
+    log_info("metrics at http://", o.metrics_addr.substr(0, o.metrics_addr.rfind(':')), ":", exporter->port(), "/metrics");
+  }
+  const double rank_samples = static_cast<double>(job.training.batch_size) / o.world;
   std::ofstream metrics;
   if (!o.metrics.empty()) {
     metrics.open(o.metrics, std::ios::app);
     if (!metrics) throw Error("cannot open metrics file '" + o.metrics + "'");
   }
   trainer.on_step = [&](const StepRecord& r) {
+    if (exported) {
+      exported->observe_step(r, rank_samples, r.density, r.dense);
+      if (r.checkpoint_s > 0) exported->observe_checkpoint(r.checkpoint_s);
+      if (const TieredCache* c = trainer.cache()) exported->observe_cache(c->counters(), c->memory_bytes_used(), c->ssd_bytes_used());
+    }
     if (!metrics.is_open()) return;
     char line[512];
     std::snprintf(line, sizeof(line),

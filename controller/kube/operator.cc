@@ -7,6 +7,7 @@
 #include "api/training_job.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/work_queue.h"
+#include "controller/metrics/controller_metrics.h"
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
@@ -28,6 +29,8 @@ std::string job_of(const json& object) {
 
 // A write (the status, a ConfigMap) that met a newer version of its object.
 struct WriteConflict {};
+// The job was deleted while its decision was carried out: the rest of the decision is moot.
+struct JobGone {};
 
 }  // namespace
 
@@ -195,8 +198,22 @@ struct KubeOperator::Impl {
     const std::string ns = job["metadata"].value("namespace", "");
     const std::string name = job["metadata"].value("name", "");
     const std::string key = ns + "/" + name;
-    bool rendezvous_ready = false;
+    const json status_before = job.contains("status") ? job["status"] : json();
     for (const Action& a : d.actions) {
+      try {
+        act(job, key, a);
+      } catch (const JobGone&) {
+        return;
+      }
+      if (opt.metrics) opt.metrics->observe_action(ns, name, status_before, a);
+    }
+  }
+
+  // Carries out one action of a decision for `job`; throws WriteConflict or ApiError.
+  void act(const json& job, const std::string& key, const Action& a) {
+    const std::string ns = job["metadata"].value("namespace", "");
+    const std::string name = job["metadata"].value("name", "");
+    {
       switch (a.kind) {
         case Action::Kind::kPatchStatus: {
           json updated = job;
@@ -206,16 +223,13 @@ struct KubeOperator::Impl {
             jobs->remember(client.replace(path("trainingjobs", ns, name) + "/status", updated));
           } catch (const ApiError& e) {
             if (e.conflict()) throw WriteConflict{};
-            if (e.not_found()) return;  // the job is gone
+            if (e.not_found()) throw JobGone{};
             throw;
           }
           break;
         }
         case Action::Kind::kCreate: {
-          if (a.resource == "pods" && !rendezvous_ready) {
-            ensure_rendezvous(key);  // the workers must find their job when they start
-            rendezvous_ready = true;
-          }
+          if (a.resource == "pods") ensure_rendezvous(key);  // the workers must find their job when they start
           try {
             const json created = client.create(path(a.resource, ns), a.object);
             informer_of(a.resource)->remember(created);
@@ -260,6 +274,8 @@ struct KubeOperator::Impl {
 
   void sync(const std::string& key) {
     const auto start = std::chrono::steady_clock::now();
+    const auto slash = key.find('/');
+    const std::string ns = key.substr(0, slash), name = key.substr(slash + 1);
     reconcile::ReconcileOptions ro;
     ro.rendezvous_address = opt.rendezvous_advertise;
     ro.worker_image = opt.worker_image;
@@ -269,12 +285,14 @@ struct KubeOperator::Impl {
       if (!job) {
         ensure_rendezvous(key);
         queue.forget(key);
+        if (opt.metrics) opt.metrics->forget_job(ns, name);
         return;
       }
       ro.token = new_job_token();
       reconcile::Observed o = observe(*job, false);
       // Placements are made one at a time, each on a snapshot that holds the pods of the last one.
       std::unique_lock<std::mutex> placing(placement_mu, std::defer_lock);
+      const auto placement_start = std::chrono::steady_clock::now();
       if (needs_placement(o)) {
         placing.lock();
         const auto fresh = jobs->get(key);
@@ -282,6 +300,8 @@ struct KubeOperator::Impl {
         o = observe(*fresh, true);
       }
       const reconcile::Decision d = reconcile::reconcile(o, ro);
+      if (placing.owns_lock() && opt.metrics)
+        opt.metrics->observe_placement(std::chrono::duration<double>(std::chrono::steady_clock::now() - placement_start).count());
       // The pods this decision creates hold their nodes' resources from now on (a reservation until
       // the pods are in the cache), so the next placement can be decided while these are created.
       Reservation held(*this, key, d);
@@ -295,9 +315,8 @@ struct KubeOperator::Impl {
           std::lock_guard<std::mutex> lock(mu);
           ++stats.status_conflicts;
         }
-        const auto slash = key.find('/');
         try {
-          jobs->remember(client.get(path("trainingjobs", key.substr(0, slash), key.substr(slash + 1))));
+          jobs->remember(client.get(path("trainingjobs", ns, name)));
         } catch (const ApiError& e) {
           if (!e.not_found()) throw;  // gone: the next attempt finds no job
         }
@@ -308,8 +327,12 @@ struct KubeOperator::Impl {
       ensure_rendezvous(key);
       queue.forget(key);
       if (d.requeue_after.count() > 0) queue.add_after(key, d.requeue_after);
-      std::lock_guard<std::mutex> lock(mu);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (opt.metrics) {
+        opt.metrics->observe_reconcile(seconds);
+        if (const auto now = jobs->get(key)) opt.metrics->observe_job(ns, name, now->contains("status") ? (*now)["status"] : json());
+      }
+      std::lock_guard<std::mutex> lock(mu);
       // The newest kReconcileSamples durations, in a ring: a controller runs for months.
       if (stats.reconcile_seconds.size() < kReconcileSamples) stats.reconcile_seconds.push_back(seconds);
       else stats.reconcile_seconds[stats.reconciles % kReconcileSamples] = seconds;
@@ -350,17 +373,49 @@ KubeOperator::KubeOperator(const KubeClient& client, OperatorOptions options)
     if (host == "0.0.0.0" || host == "[::]" || host.empty()) host = "127.0.0.1";
     o.rendezvous_advertise = host + ":" + std::to_string(impl_->rendezvous->port());
   }
+  if (o.metrics) {
+    o.metrics->on_scrape([m = impl_.get()](ControllerMetrics& cm) {
+      cm.set_queue_depth(m->queue.depth());
+      cm.set_rendezvous(m->rendezvous->counters());
+    });
+    o.metrics->set_leader(true);
+  }
 }
 
-KubeOperator::~KubeOperator() = default;
+KubeOperator::~KubeOperator() {
+  if (impl_->opt.metrics) {
+    impl_->opt.metrics->on_scrape(nullptr);
+    impl_->opt.metrics->set_leader(false);
+  }
+}
 
 std::string KubeOperator::rendezvous_address() const { return impl_->opt.rendezvous_advertise; }
+
+std::vector<MetricsTarget> KubeOperator::metrics_targets() const { return impl_->rendezvous->metrics_targets(); }
 
 OperatorStats KubeOperator::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   OperatorStats s = impl_->stats;
   s.api_requests = impl_->client.requests();
   return s;
+}
+
+std::vector<Permission> required_permissions(bool leader_election) {
+  std::vector<Permission> p;
+  auto add = [&](const char* group, const char* resource, std::initializer_list<const char*> verbs, bool namespaced = true,
+                 const char* subresource = "") {
+    for (const char* v : verbs) p.push_back({v, group, resource, subresource, namespaced});
+  };
+  add("tessera.dev", "trainingjobs", {"get", "list", "watch", "delete"});  // get: a fresh read after a 409
+  add("tessera.dev", "trainingjobs", {"update"}, true, "status");
+  add("", "pods", {"list", "watch", "create", "delete"});
+  add("", "secrets", {"list", "watch", "create"});
+  add("", "services", {"list", "watch", "create"});
+  add("", "configmaps", {"get", "list", "watch", "create", "update"});  // get: a fresh read after a 409
+  add("", "events", {"create"});
+  add("", "nodes", {"list", "watch"}, false);
+  if (leader_election) add("coordination.k8s.io", "leases", {"get", "create", "update"});
+  return p;
 }
 
 void KubeOperator::preflight(const std::atomic<bool>& stop) {
@@ -384,31 +439,20 @@ void KubeOperator::preflight(const std::atomic<bool>& stop) {
   if (crd.code == 404)
     throw Error("the TrainingJob CRD (trainingjobs.tessera.dev) is not installed on " + c.config().server +
                 ": kubectl apply -f crds/ (or helm install tessera charts/tessera)");
-  // What the controller does, asked of the API server's authorizer.
-  struct Need {
-    const char *verb, *group, *resource, *subresource;
-    bool namespaced;
-  };
-  const Need needs[] = {
-      {"list", "tessera.dev", "trainingjobs", "", true},   {"watch", "tessera.dev", "trainingjobs", "", true},
-      {"update", "tessera.dev", "trainingjobs", "status", true}, {"delete", "tessera.dev", "trainingjobs", "", true},
-      {"list", "", "pods", "", true},     {"watch", "", "pods", "", true},     {"create", "", "pods", "", true},
-      {"delete", "", "pods", "", true},   {"list", "", "secrets", "", true},   {"create", "", "secrets", "", true},
-      {"list", "", "services", "", true}, {"create", "", "services", "", true}, {"list", "", "configmaps", "", true},
-      {"create", "", "configmaps", "", true}, {"update", "", "configmaps", "", true}, {"create", "", "events", "", true},
-      {"list", "", "nodes", "", false},   {"watch", "", "nodes", "", false}};
+  // What the controller does, asked of the API server's authorizer (leases: by the elector, which
+  // reports its own errors).
   std::string missing;
   const std::string& ns = impl_->opt.namespace_;
-  for (const Need& n : needs) {
+  for (const Permission& n : required_permissions(false)) {
     json attrs = {{"verb", n.verb}, {"group", n.group}, {"resource", n.resource}};
-    if (*n.subresource) attrs["subresource"] = n.subresource;
+    if (!n.subresource.empty()) attrs["subresource"] = n.subresource;
     if (n.namespaced && !ns.empty()) attrs["namespace"] = ns;
     const json review = c.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
                                  {{"apiVersion", "authorization.k8s.io/v1"},
                                   {"kind", "SelfSubjectAccessReview"},
                                   {"spec", {{"resourceAttributes", attrs}}}});
     if (!review.value("status", json::object()).value("allowed", false))
-      missing += detail::concat(missing.empty() ? "" : ", ", n.verb, " ", n.resource, *n.subresource ? "/" : "", n.subresource);
+      missing += detail::concat(missing.empty() ? "" : ", ", n.verb, " ", n.resource, n.subresource.empty() ? "" : "/", n.subresource);
   }
   if (!missing.empty())
     throw Error(detail::concat("no permission to ", missing, ns.empty() ? " in all namespaces" : " in namespace " + ns,

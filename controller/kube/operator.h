@@ -17,6 +17,11 @@
 #include <vector>
 
 #include "controller/kube/client.h"
+#include "controller/rendezvous/rendezvous_service.h"
+
+namespace tessera {
+class ControllerMetrics;
+}
 
 namespace tessera::kube {
 
@@ -27,6 +32,7 @@ struct OperatorOptions {
   std::string worker_image;                  // image of jobs that leave spec.image at its default
   std::chrono::milliseconds status_interval{5000};
   int workers = 4;                           // reconcile threads
+  ControllerMetrics* metrics = nullptr;      // not owned; null: none kept
 };
 
 // What the operator measured, for benchmarks.
@@ -35,10 +41,20 @@ struct OperatorStats {
   std::vector<double> reconcile_seconds;     // the newest 100,000 reconciles' durations (observe + decide + act)
 };
 
+// One RBAC grant the controller needs: `verb` on `resource` (with its subresource) of API group
+// `group` ("" for core). namespaced: in the namespaces it watches; else cluster-wide.
+struct Permission {
+  std::string verb, group, resource, subresource;
+  bool namespaced = true;
+};
+// Exactly what the controller does against the API server (the Helm chart's RBAC is checked
+// against this list): with leader election, the Lease verbs in its lease namespace too.
+std::vector<Permission> required_permissions(bool leader_election);
+
 class KubeOperator {
  public:
   KubeOperator(const KubeClient& client, OperatorOptions options);
-  ~KubeOperator();
+  ~KubeOperator();  // clears its scrape hook and leadership in the metrics
 
   // Checks that the API server is reachable (retrying with backoff, saying so), that the
   // TrainingJob CRD is installed and that this identity may list and watch what it needs; throws
@@ -49,6 +65,8 @@ class KubeOperator {
   bool ready() const { return ready_; }
   OperatorStats stats() const;
   std::string rendezvous_address() const;
+  // The workers' metrics endpoints, for Prometheus' service discovery.
+  std::vector<MetricsTarget> metrics_targets() const;
 
  private:
   struct Impl;

@@ -16,11 +16,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include "controller/local/process.h"
-#include "controller/reconcile/reconciler.h"
+#include "controller/metrics/controller_metrics.h"
 #include "controller/placement/gang_placer.h"
 #include "controller/placement/ring_planner.h"
+#include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "worker/core/error.h"
+#include "worker/metrics/http_server.h"
 
 namespace tessera::local {
 namespace {
@@ -74,6 +76,16 @@ json yaml_to_json(const YAML::Node& n) {
     default:
       return nullptr;
   }
+}
+
+// Prometheus scraping the local controller at `controller` and, through its /targets, the workers.
+std::string prometheus_config(const std::string& controller) {
+  return detail::concat("# Written by tessera run.\n",
+                        "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n",
+                        "scrape_configs:\n",
+                        "  - job_name: tessera-controller\n    static_configs:\n      - targets: ['", controller, "']\n",
+                        "  - job_name: tessera-workers\n    honor_labels: true\n    http_sd_configs:\n",
+                        "      - url: http://", controller, "/targets\n        refresh_interval: 2s\n");
 }
 
 // The last non-empty line of a log (a worker's error message when it failed).
@@ -144,9 +156,20 @@ class Launch {
     threads_ = spec_.training.threads > 0 ? spec_.training.threads : std::max(1, cores / spec_.workers());
   }
 
+  ~Launch() {
+    metrics_.on_scrape(nullptr);
+    if (prometheus_) {
+      prometheus_->stop(std::chrono::milliseconds(10000));
+      say(detail::concat("Prometheus stopped; its data stays in ", dir_, "/prometheus: `", options_.prometheus_bin,
+                         " --config.file=", dir_, "/prometheus/prometheus.yml --storage.tsdb.path=", dir_,
+                         "/prometheus/data` serves it again"));
+    }
+  }
+
   LocalResult run() {
     start_ = Clock::now();
     service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
+    serve_metrics();
     options_reconcile_.rendezvous_address = service_->target();
     options_reconcile_.status_interval = std::chrono::milliseconds(1000);
     options_reconcile_.cluster = false;
@@ -157,6 +180,7 @@ class Launch {
         stop_pods(all_pod_names());
         return finish_local("Failed", "Interrupted", "interrupted; the workers were stopped");
       }
+      const auto reconcile_start = Clock::now();
       reconcile::Observed o = observe();
       const reconcile::Decision d = reconcile::reconcile(o, options_reconcile_);
       try {
@@ -165,6 +189,11 @@ class Launch {
         stop_pods(all_pod_names());
         return finish_local("Failed", "StartFailed", e.what());
       }
+      const double took = std::chrono::duration<double>(Clock::now() - reconcile_start).count();
+      metrics_.observe_reconcile(took);
+      for (const auto& a : d.actions)  // the reconcile that placed the gang (or found it does not fit)
+        if (a.kind == reconcile::Action::Kind::kEvent && (a.reason == "Placed" || a.reason == "Unschedulable")) metrics_.observe_placement(took);
+      metrics_.observe_job(job_.namespace_, job_.name, status());
       const std::string phase = status().value("phase", "");
       if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && live_pods() == 0) return finish();
       // The virtual cluster never grows: a gang that does not fit now never will.
@@ -242,8 +271,30 @@ class Launch {
 
   std::string key() const { return job_.namespace_ + "/" + job_.name; }
 
+  // The controller's endpoints (and Prometheus, when asked for) on loopback.
+  void serve_metrics() {
+    metrics_.set_leader(true);
+    metrics_.on_scrape([this](ControllerMetrics& m) { m.set_rendezvous(service_->counters()); });
+    http_ = std::make_unique<HttpServer>(options_.metrics_addr, "--metrics-addr");
+    http_->handle("/metrics", [this] { return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()}; });
+    http_->handle("/targets", [this] { return HttpResponse{200, "application/json", http_sd_targets(service_->metrics_targets())}; });
+    const std::string at = detail::concat("127.0.0.1:", http_->port());
+    say(detail::concat("metrics: the controller's at http://", at, "/metrics; the workers' are listed at http://", at, "/targets"));
+    if (options_.prometheus_addr.empty()) return;
+    const fs::path dir = fs::path(dir_) / "prometheus";
+    fs::create_directories(dir / "data");
+    std::ofstream(dir / "prometheus.yml") << prometheus_config(at);
+    prometheus_ = std::make_unique<Process>(
+        std::vector<std::string>{options_.prometheus_bin, "--config.file=" + (dir / "prometheus.yml").string(),
+                                 "--storage.tsdb.path=" + (dir / "data").string(), "--web.listen-address=" + options_.prometheus_addr},
+        std::vector<std::string>{}, (dir / "prometheus.log").string());
+    say(detail::concat("Prometheus at http://", options_.prometheus_addr, " (log ", (dir / "prometheus.log").string(), ")"));
+  }
+
   void apply(const reconcile::Decision& d) {
+    const json before = status();
     for (const auto& a : d.actions) {
+      metrics_.observe_action(job_.namespace_, job_.name, before, a);
       switch (a.kind) {
         case reconcile::Action::Kind::kPatchStatus:
           status() = reconcile::apply_status_patch(status(), a.object);
@@ -314,8 +365,10 @@ class Launch {
       r.log = worker_log(at.replica, at.slot);
       const std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
                                              "grpc://" + service_->target(), "--replica", std::to_string(at.replica),
-                                             "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_)};
-      r.process = std::make_unique<Process>(argv, std::vector<std::string>{"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_}, r.log);
+                                             "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_),
+                                             "--metrics-addr", "127.0.0.1:0"};
+      r.process = std::make_unique<Process>(
+          argv, std::vector<std::string>{"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name}, r.log);
       pod.ranks.push_back(std::move(r));
     }
     pods_[pod.name] = std::move(pod);
@@ -492,6 +545,9 @@ class Launch {
   std::map<std::string, LocalPod> pods_;
   std::vector<placement::RankAssignment> plan_;
   std::unique_ptr<RendezvousService> service_;
+  ControllerMetrics metrics_;
+  std::unique_ptr<HttpServer> http_;
+  std::unique_ptr<Process> prometheus_;
   reconcile::ReconcileOptions options_reconcile_;
   int served_attempt_ = -1, threads_ = 1;
   bool announced_ = false;

@@ -7,7 +7,8 @@
 // spec.runPolicy.backoffLimit times; a worker that exits with status 2 (a configuration error)
 // fails the job at once. A progress line is printed as the job runs; the job's status
 // (the TrainingJob status fields, plus worker pids and the restart history) is kept in
-// <workDir>/status.json, and each worker's output in <workDir>/logs/.
+// <workDir>/status.json, and each worker's output in <workDir>/logs/. The controller's and the
+// workers' Prometheus metrics are served on loopback, and where is printed.
 #pragma once
 
 #include <cstdio>
@@ -23,6 +24,13 @@ struct LocalOptions {
   std::string worker_bin;    // the tessera-worker executable
   double progress_seconds = 5;
   std::FILE* out = stdout;   // progress and summary
+  // The controller's /metrics and /targets (the workers' metrics endpoints, for Prometheus'
+  // http_sd_configs) on loopback; port 0: a free one. The workers serve theirs on free ports.
+  std::string metrics_addr = "127.0.0.1:0";
+  // Non-empty: start Debian's Prometheus listening there, scraping the controller and the workers
+  // every 2 s into <workDir>/prometheus, and stop it when the job ends (its data stays).
+  std::string prometheus_addr;
+  std::string prometheus_bin = "prometheus";
 };
 
 // One gang restart: the furthest step rank 0 reported before the failure, and where the new gang

@@ -29,7 +29,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>
   for (auto& e : envs) envp.push_back(e.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &fa, nullptr, args.data(), envp.data());
+  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), envp.data());  // a bare name is looked up on PATH
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw Error("cannot start '" + argv[0] + "': " + std::strerror(rc));
   return pid;

@@ -622,6 +622,12 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                             {{"name", "TESSERA_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
                             {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
                             {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}}});
+    json ports = json::array();
+    if (opt.metrics_port > 0) {
+      env.push_back({{"name", "TESSERA_METRICS_ADDR"}, {"value", "0.0.0.0:" + std::to_string(opt.metrics_port)}});
+      for (int slot = 0; slot < s.ranks_per_replica; ++slot)
+        ports.push_back({{"name", "metrics-" + std::to_string(slot)}, {"containerPort", opt.metrics_port + slot}, {"protocol", "TCP"}});
+    }
     json requests = json::object(), limits = json::object();
     if (s.resources.gpu > 0) requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = std::to_string(s.resources.gpu);
     if (s.resources.cpu > 0) requests["cpu"] = std::to_string(static_cast<int64_t>(s.resources.cpu * 1000)) + "m";
@@ -659,6 +665,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                       {"command", {"tessera-worker"}},
                       {"args", args},
                       {"env", env},
+                      {"ports", ports},
                       {"volumeMounts", mounts},
                       // Rank 0's summary, or why the pod failed: the controller reads it from the pod's status.
                       {"terminationMessagePath", "/dev/termination-log"},

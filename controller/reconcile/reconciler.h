@@ -87,6 +87,8 @@ struct ReconcileOptions {
   std::string worker_image;            // used when spec.image is the API default
   std::chrono::milliseconds status_interval{5000};  // progress is written at most this often
   std::string token;                   // the token of a Secret created now (random per job, from the backend)
+  int metrics_port = 9400;             // slot S of a pod serves /metrics on this port + S (declared as the
+                                       // pod's ports metrics-S); 0: the workers serve no metrics
   bool cluster = true;                 // Kubernetes: pods mount named volumes. false (tessera run): no
                                        // volumes, and every rank takes one GPU slot of its virtual node
 };

@@ -24,12 +24,22 @@ struct JobState {
   std::vector<placement::RankAssignment> plan;
   std::map<std::string, std::string> kv;
   std::map<int, int64_t> registrations;                // rank -> times registered
+  std::map<int, std::string> metrics;                  // rank -> "host:port" of its /metrics
   std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
   std::map<std::string, int64_t> barrier_generation;   // completed rounds per name
   RendezvousService::JobPolicy policy;
   RendezvousService::Progress progress;                // of rank 0
   int64_t furthest_step = -1;
 };
+
+// The host of a gRPC peer ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "ipv6:%5B::1%5D:41234").
+std::string peer_host(std::string peer) {
+  for (std::string::size_type at; (at = peer.find("%5B")) != std::string::npos;) peer.replace(at, 3, "[");
+  for (std::string::size_type at; (at = peer.find("%5D")) != std::string::npos;) peer.replace(at, 3, "]");
+  const auto scheme = peer.find(':'), port = peer.rfind(':');
+  if (scheme == std::string::npos || port == scheme) return peer;
+  return peer.substr(scheme + 1, port - scheme - 1);
+}
 
 }  // namespace
 
@@ -39,6 +49,7 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
   std::map<std::string, JobState> jobs;  // GUARDED_BY(mu)
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  RendezvousCounters counters;  // GUARDED_BY(mu)
 
   // The job named in auth, checking the token; REQUIRES: mu held.
   Status find(const v1::JobAuth& auth, JobState** out) {
@@ -50,12 +61,15 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     return Status::OK;
   }
 
-  Status Register(ServerContext*, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
+  Status Register(ServerContext* ctx, const v1::RegisterRequest* req, v1::RegisterResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu);
+    ++counters.registrations;
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
     for (const auto& a : job->plan) {
       if (a.replica == req->replica() && a.slot == req->slot()) {
+        if (req->metrics_port() > 0 && req->metrics_port() < 65536)
+          job->metrics[a.rank] = peer_host(ctx->peer()) + ":" + std::to_string(req->metrics_port());
         resp->set_rank(a.rank);
         resp->set_world_size(static_cast<int>(job->plan.size()));
         resp->set_node(a.node);
@@ -101,6 +115,7 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
 
   Status Heartbeat(ServerContext*, const v1::HeartbeatRequest* req, v1::HeartbeatResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu);
+    ++counters.heartbeats;
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
     job->furthest_step = std::max(job->furthest_step, req->step());
@@ -201,6 +216,24 @@ RendezvousService::Progress RendezvousService::progress(const std::string& job) 
 bool RendezvousService::has_job(const std::string& job) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->jobs.count(job) > 0;
+}
+
+std::vector<MetricsTarget> RendezvousService::metrics_targets() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<MetricsTarget> out;
+  for (const auto& [key, job] : impl_->jobs)
+    for (const auto& [rank, address] : job.metrics) {
+      MetricsTarget t{key, rank, "", address};
+      for (const auto& a : job.plan)
+        if (a.rank == rank) t.node = a.node;
+      out.push_back(t);
+    }
+  return out;
+}
+
+RendezvousCounters RendezvousService::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->counters;
 }
 
 void RendezvousService::remove_job(const std::string& job) {

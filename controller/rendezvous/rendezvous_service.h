@@ -31,6 +31,19 @@ struct RendezvousProgress {
   int64_t switch_step = -1;
 };
 
+// Where a registered rank serves its metrics: the address the controller saw it connect from and
+// the port it announced.
+struct MetricsTarget {
+  std::string job;  // the job's key
+  int rank = 0;
+  std::string node, address;  // address: "host:port"
+};
+
+// What the service has answered since it started.
+struct RendezvousCounters {
+  int64_t registrations = 0, heartbeats = 0;
+};
+
 // A new random job token (128 bits, hex).
 std::string new_job_token();
 
@@ -52,6 +65,9 @@ class RendezvousService {
   Progress progress(const std::string& job) const;
   void remove_job(const std::string& job);
   bool has_job(const std::string& job) const;
+  // The metrics endpoints of the registered ranks of every job, by job and rank.
+  std::vector<MetricsTarget> metrics_targets() const;
+  RendezvousCounters counters() const;
 
  private:
   struct Impl;

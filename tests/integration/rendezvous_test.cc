@@ -30,30 +30,30 @@ TEST(RendezvousTest, WrongTokenAndUnknownWorkerAreRefused) {
   service.add_job("job", "secret", two_by_two());
   GrpcStore bad(service.target(), "job", "guess");
   try {
-    bad.register_worker(0, 0, "h", Millis(5000));
+    bad.register_worker(0, 0, "h", 0, Millis(5000));
     FAIL();
   } catch (const CommError& e) {
     EXPECT_NE(std::string(e.what()).find("wrong token for job 'job'"), std::string::npos) << e.what();
   }
   EXPECT_THROW(bad.set("k", "v"), CommError);
   GrpcStore good(service.target(), "job", "secret");
-  EXPECT_THROW(good.register_worker(5, 0, "h", Millis(5000)), CommError);
+  EXPECT_THROW(good.register_worker(5, 0, "h", 0, Millis(5000)), CommError);
   GrpcStore other(service.target(), "nojob", "secret");
-  EXPECT_THROW(other.register_worker(0, 0, "h", Millis(5000)), CommError);
+  EXPECT_THROW(other.register_worker(0, 0, "h", 0, Millis(5000)), CommError);
 }
 
 TEST(RendezvousTest, RestartedWorkerGetsItsRankBack) {
   RendezvousService service;
   service.add_job("job", "t", two_by_two());
   GrpcStore s(service.target(), "job", "t");
-  auto first = s.register_worker(0, 1, "h", Millis(5000));
+  auto first = s.register_worker(0, 1, "h", 0, Millis(5000));
   // Pod 0 runs on n1, which comes second in the ring: ranks 2 and 3.
   EXPECT_EQ(first.rank, 3);
   EXPECT_EQ(first.node, "n1");
   EXPECT_EQ(first.local_rank, 1);
   EXPECT_EQ(first.world_size, 4);
   EXPECT_EQ(first.generation, 1);
-  auto again = s.register_worker(0, 1, "h", Millis(5000));
+  auto again = s.register_worker(0, 1, "h", 0, Millis(5000));
   EXPECT_EQ(again.rank, 3);
   EXPECT_EQ(again.generation, 2);
 }
@@ -64,7 +64,7 @@ TEST(RendezvousTest, WorkersBootstrapGlooThroughTheService) {
   std::vector<float> results(4, 0.0f);
   rethrow_first(run_ranks(4, [&](int i) {
     GrpcStore store(service.target(), "job", "t");
-    auto a = store.register_worker(i / 2, i % 2, "h", Millis(5000));
+    auto a = store.register_worker(i / 2, i % 2, "h", 0, Millis(5000));
     Topology topo = Topology::discover(store, a.rank, a.world_size, {a.node, a.local_rank}, Millis(10000));
     CommGroups g = connect_groups(store, std::move(topo), a.rank, gloo_factory(Millis(10000)));
     EXPECT_EQ(g.intra->size(), 2);
@@ -81,7 +81,7 @@ TEST(RendezvousTest, MissingWorkerTimesOutNamingIt) {
   service.add_job("job", "t", two_by_two());
   auto errors = run_ranks(3, [&](int i) {
     GrpcStore store(service.target(), "job", "t");
-    auto a = store.register_worker(i / 2, i % 2, "h", Millis(5000));
+    auto a = store.register_worker(i / 2, i % 2, "h", 0, Millis(5000));
     GlooCommunicator::Options o;
     o.timeout = Millis(1000);
     GlooCommunicator::connect(store, a.rank, {0, 1, 2, 3}, o);

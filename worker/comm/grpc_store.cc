@@ -42,12 +42,13 @@ GrpcStore::GrpcStore(const std::string& target, std::string job, std::string tok
 
 GrpcStore::~GrpcStore() = default;
 
-GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const std::string& host, Millis timeout) {
+GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const std::string& host, int metrics_port, Millis timeout) {
   v1::RegisterRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_replica(replica);
   req.set_slot(slot);
   req.set_host(host);
+  req.set_metrics_port(metrics_port);
   v1::RegisterResponse resp;
   // The controller may be starting, or rebuilding its jobs after a restart: wait for it.
   const auto deadline = std::chrono::system_clock::now() + timeout;

@@ -23,8 +23,9 @@ class GrpcStore : public Store {
     std::string node;
     int64_t generation = 0;
   };
-  // Registers process `slot` of pod `replica`; returns its place in the job.
-  Assignment register_worker(int replica, int slot, const std::string& host, Millis timeout);
+  // Registers process `slot` of pod `replica`, serving /metrics on `metrics_port` (0: none);
+  // returns its place in the job.
+  Assignment register_worker(int replica, int slot, const std::string& host, int metrics_port, Millis timeout);
 
   void set(const std::string& key, const std::string& value) override;
   std::optional<std::string> try_get(const std::string& key) override;

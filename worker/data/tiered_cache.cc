@@ -211,6 +211,11 @@ size_t TieredCache::ssd_entries() const {
   return ssd_index_.size();
 }
 
+int64_t TieredCache::memory_bytes_used() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mem_used_;
+}
+
 int64_t TieredCache::ssd_bytes_used() const {
   std::lock_guard<std::mutex> lock(mu_);
   return ssd_used_;

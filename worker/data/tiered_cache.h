@@ -48,6 +48,7 @@ class TieredCache {
   // Keys in the memory tier, most recently used first; and the number of SSD entries.
   std::vector<std::string> memory_keys() const;
   size_t ssd_entries() const;
+  int64_t memory_bytes_used() const;
   int64_t ssd_bytes_used() const;
 
  private:

@@ -186,6 +186,8 @@ void Trainer::exchange_gradients(StepRecord& rec) {
   const bool dense_phase = dense_ && switch_step_ >= 0 && step_ >= switch_step_;
   GradientExchange& ex = dense_phase ? *dense_ : *sparse_;
   rec.strategy = ex.name();
+  rec.dense = rec.strategy == "dense" || rec.strategy == "torus";
+  rec.density = rec.dense ? 1.0 : config_.communication.density;
   for (size_t b = 0; b < buckets_->data.size(); ++b) {
     buckets_->fuse(b);
     std::span<float> bucket(buckets_->data[b]);
@@ -377,7 +379,6 @@ TrainSummary Trainer::run() {
     if (!std::isfinite(rec.loss))
       throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
                                         " (lower spec.training.optimizer.learningRate or set gradClip)"));
-    if (on_step) on_step(rec);
     last_loss = rec.loss;
     last_sps = tr.batch_size / std::max(1e-9, rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s);
     ++step_;
@@ -402,8 +403,12 @@ TrainSummary Trainer::run() {
     }
     const bool epoch_end = step_ % steps_per_epoch_ == 0;
     if (!config_.checkpoint.path.empty() &&
-        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_))
+        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_)) {
+      const auto t_save = Clock::now();
       save(step_);
+      rec.checkpoint_s = seconds_since(t_save);
+    }
+    if (on_step) on_step(rec);
     if (epoch_end) {
       summary.last_epoch = validate(epoch + 1);
       if (on_epoch) on_epoch(summary.last_epoch);

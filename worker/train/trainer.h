@@ -30,6 +30,9 @@ struct StepRecord {
   std::string strategy;        // exchange strategy used this step
   double data_s = 0, forward_s = 0, backward_s = 0, comm_s = 0, update_s = 0;
   uint64_t bytes_intra = 0, bytes_inter = 0;  // this rank, this step
+  bool dense = true;           // the exchange was dense (dense, torus or a single process)
+  double density = 1;          // fraction of gradient entries the exchange sent
+  double checkpoint_s = 0;     // writing this rank's checkpoint after the step (0: none)
 };
 
 struct EpochRecord {
@@ -59,6 +62,7 @@ class Trainer {
   // Lets the controller decide (the hybrid switch step) and see progress; not owned.
   void set_control(ControlAgent* agent);
 
+  // Called after each step (and its checkpoint, if one was written).
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const EpochRecord&)> on_epoch;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
