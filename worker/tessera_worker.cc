@@ -235,7 +235,9 @@ int run(int argc, char** argv) {
   std::unique_ptr<Store> store;
   std::unique_ptr<CommGroups> groups;
   const Millis timeout(job.communication.timeout_ms);
-  // The exporter listens before registration, which announces its port.
+  // The exporter listens before registration, which announces its port; it is destroyed (its
+  // thread joined) before the metrics it serves.
+  std::unique_ptr<WorkerMetrics> exported;
   std::unique_ptr<HttpServer> exporter;
   if (!o.metrics_addr.empty()) exporter = std::make_unique<HttpServer>(o.metrics_addr, "--metrics-addr");
   if (o.service()) {
@@ -264,7 +266,6 @@ int run(int argc, char** argv) {
                                              env_str("TESSERA_TOKEN", ""), o.rank, timeout);
     trainer.set_control(control.get());
   }
-  std::unique_ptr<WorkerMetrics> exported;
   if (exporter) {
     // TESSERA_JOB is the job's key, "namespace/name", under a controller.
     WorkerIdentity who;

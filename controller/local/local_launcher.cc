@@ -79,11 +79,12 @@ json yaml_to_json(const YAML::Node& n) {
 }
 
 // Prometheus scraping the local controller at `controller` and, through its /targets, the workers.
+// honor_labels: the series' own job and namespace labels (the TrainingJob's) are kept.
 std::string prometheus_config(const std::string& controller) {
   return detail::concat("# Written by tessera run.\n",
                         "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n",
                         "scrape_configs:\n",
-                        "  - job_name: tessera-controller\n    static_configs:\n      - targets: ['", controller, "']\n",
+                        "  - job_name: tessera-controller\n    honor_labels: true\n    static_configs:\n      - targets: ['", controller, "']\n",
                         "  - job_name: tessera-workers\n    honor_labels: true\n    http_sd_configs:\n",
                         "      - url: http://", controller, "/targets\n        refresh_interval: 2s\n");
 }
