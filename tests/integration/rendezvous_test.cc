@@ -58,6 +58,26 @@ TEST(RendezvousTest, RestartedWorkerGetsItsRankBack) {
   EXPECT_EQ(again.generation, 2);
 }
 
+TEST(RendezvousTest, RegisteredRanksAreListedForPrometheus) {
+  RendezvousService service;
+  service.add_job("ns/job", "t", two_by_two());
+  GrpcStore s(service.target(), "ns/job", "t");
+  s.register_worker(0, 1, "h", 9401, Millis(5000));
+  s.register_worker(1, 0, "h", 0, Millis(5000));  // serves no metrics: not listed
+  const auto targets = service.metrics_targets();
+  ASSERT_EQ(targets.size(), 1u);
+  EXPECT_EQ(targets[0].job, "ns/job");
+  EXPECT_EQ(targets[0].rank, 3);
+  EXPECT_EQ(targets[0].node, "n1");
+  EXPECT_EQ(targets[0].address, "127.0.0.1:9401");  // the address the worker connected from
+  EXPECT_EQ(service.counters().registrations, 2);
+  // A restarted gang registers again: the old endpoints are gone.
+  service.add_job("ns/job", "t2", two_by_two());
+  EXPECT_TRUE(service.metrics_targets().empty());
+  service.remove_job("ns/job");
+  EXPECT_TRUE(service.metrics_targets().empty());
+}
+
 TEST(RendezvousTest, WorkersBootstrapGlooThroughTheService) {
   RendezvousService service;
   service.add_job("job", "t", two_by_two());
