@@ -3,7 +3,7 @@
 //   tessera-controller [--kubeconfig FILE] [--namespace NS] [--leader-elect] [--lease-namespace NS]
 //                      [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]
 //                      [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]
-//                      [--status-interval SECONDS] [--workers N]
+//                      [--status-interval SECONDS] [--workers N] [--job-defaults FILE]
 //   tessera-controller --print-permissions [--leader-elect]
 //
 // Without --kubeconfig (or KUBECONFIG) it uses the pod's service account. It reconciles the
@@ -14,7 +14,9 @@
 // --leader-elect, and its caches are synced: the controller Service sends workers to it alone),
 // /metrics (the controller's Prometheus metrics) and /targets (the running workers' metrics
 // endpoints, for Prometheus' http_sd_configs). --print-permissions prints the RBAC rules the
-// controller needs, as JSON, and exits. Exit status: 0 stopped by SIGTERM or
+// controller needs, as JSON, and exits. --job-defaults names a YAML file of TrainingJob spec fields
+// (the cluster's GPU node pools: placement.nodeSelector, tolerations, topologyKeys; the local-SSD
+// path: cache.localSSD.path; ...) that every job gets where its own spec leaves them unset. Exit status: 0 stopped by SIGTERM or
 // SIGINT, 1 leadership lost or a failure, 2 bad flags.
 #include <atomic>
 #include <map>
@@ -26,10 +28,15 @@
 #include <mutex>
 #include <thread>
 
+#include <yaml-cpp/yaml.h>
+
+#include "api/training_job.h"
 #include "controller/kube/client.h"
 #include "controller/kube/leader_election.h"
 #include "controller/kube/operator.h"
 #include "controller/metrics/controller_metrics.h"
+#include "controller/reconcile/reconciler.h"
+#include "worker/core/config_node.h"
 #include "worker/metrics/http_server.h"
 #include "worker/core/error.h"
 #include "worker/core/log.h"
@@ -45,7 +52,7 @@ const char* kUsage =
     "usage: tessera-controller [--kubeconfig FILE] [--namespace NS] [--leader-elect] [--lease-namespace NS]\n"
     "                          [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]\n"
     "                          [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]\n"
-    "                          [--status-interval SECONDS] [--workers N]\n"
+    "                          [--status-interval SECONDS] [--workers N] [--job-defaults FILE]\n"
     "       tessera-controller --print-permissions [--leader-elect]\n";
 
 struct Options {
@@ -53,6 +60,26 @@ struct Options {
   bool leader_elect = false, print_permissions = false;
   kube::OperatorOptions op;
 };
+
+// The spec fields every job gets where it leaves them unset, checked as a job's spec would be.
+nlohmann::json load_job_defaults(const std::string& file) {
+  nlohmann::json spec;
+  try {
+    spec = reconcile::yaml_to_json(YAML::LoadFile(file));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError("--job-defaults", file + ": " + e.what());
+  }
+  if (spec.is_null()) return nlohmann::json::object();
+  if (!spec.is_object()) throw ConfigError("--job-defaults", file + ": must be a mapping of TrainingJob spec fields");
+  const nlohmann::json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "defaults"}}}, {"spec", spec}};
+  const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), file));
+  if (!parsed.ok()) {
+    std::vector<FieldProblem> problems = parsed.problems;
+    for (auto& p : problems) p.field = file + ": " + p.field;
+    throw ConfigError(problems);
+  }
+  return spec;
+}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -75,6 +102,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--rendezvous-listen") o.op.rendezvous_listen = value();
     else if (a == "--rendezvous-advertise") o.op.rendezvous_advertise = value();
     else if (a == "--worker-image") o.op.worker_image = value();
+    else if (a == "--job-defaults") o.op.spec_defaults = load_job_defaults(value());
     else if (a == "--status-interval") {
       const std::string v = value();
       char* end = nullptr;

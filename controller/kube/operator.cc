@@ -280,6 +280,7 @@ struct KubeOperator::Impl {
     ro.rendezvous_address = opt.rendezvous_advertise;
     ro.worker_image = opt.worker_image;
     ro.status_interval = opt.status_interval;
+    ro.spec_defaults = opt.spec_defaults;
     for (int attempt = 0;; ++attempt) {
       const auto job = jobs->get(key);
       if (!job) {

@@ -33,6 +33,7 @@ struct OperatorOptions {
   std::chrono::milliseconds status_interval{5000};
   int workers = 4;                           // reconcile threads
   ControllerMetrics* metrics = nullptr;      // not owned; null: none kept
+  nlohmann::json spec_defaults = nlohmann::json::object();  // spec fields of jobs that leave them unset
 };
 
 // What the operator measured, for benchmarks.

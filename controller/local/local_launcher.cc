@@ -46,38 +46,6 @@ std::string duration(double seconds) {
   return s >= 60 ? detail::concat(s / 60, "m", s % 60 < 10 ? "0" : "", s % 60, "s") : detail::concat(s, "s");
 }
 
-// The manifest as JSON, as the API server would store it (quoted YAML scalars are strings).
-json yaml_to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = yaml_to_json(it->second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& e : n) a.push_back(yaml_to_json(e));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string v = n.Scalar();
-      if (n.Tag() == "!") return v;
-      static const std::regex integer("[-+]?[0-9]+"), real("[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?");
-      if (v == "true" || v == "True") return true;
-      if (v == "false" || v == "False") return false;
-      if (v == "null" || v == "~") return nullptr;
-      try {
-        if (std::regex_match(v, integer)) return std::stoll(v);
-        if (std::regex_match(v, real)) return std::stod(v);
-      } catch (const std::exception&) {
-      }
-      return v;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 // Prometheus scraping the local controller at `controller` and, through its /targets, the workers.
 // honor_labels: the series' own job and namespace labels (the TrainingJob's) are kept.
 std::string prometheus_config(const std::string& controller) {
@@ -136,7 +104,7 @@ class Launch {
     fs::create_directories(fs::path(dir_) / "logs");
     json spec = json::object();
     try {
-      const json manifest = yaml_to_json(YAML::LoadFile(options_.manifest));
+      const json manifest = reconcile::yaml_to_json(YAML::LoadFile(options_.manifest));
       if (manifest.contains("spec")) spec = manifest["spec"];
     } catch (const YAML::Exception& e) {
       throw ConfigError(options_.manifest, e.what());

@@ -4,7 +4,9 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
+#include <yaml-cpp/yaml.h>
 
 #include "api/training_job.h"
 #include "worker/core/config_node.h"
@@ -321,7 +323,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   // The spec to run: the one the job started with, with the current runPolicy (the only part that
   // may change once it has started).
   const std::optional<json> frozen = frozen_spec(o.config_map);
-  json spec = job.contains("spec") ? job["spec"] : json::object();
+  json spec = with_defaults(job.contains("spec") ? job["spec"] : json::object(), opt.spec_defaults);
   if (frozen) {
     std::vector<std::string> changed;
     differing(without_run_policy(*frozen), without_run_policy(spec), "spec", &changed);
@@ -725,6 +727,47 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   }
   if (running == s.replicas) b.requeue(opt.status_interval);
   return b.finish();
+}
+
+json yaml_to_json(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = yaml_to_json(it->second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& e : n) a.push_back(yaml_to_json(e));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string v = n.Scalar();
+      if (n.Tag() == "!") return v;
+      static const std::regex integer("[-+]?[0-9]+"), real("[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?");
+      if (v == "true" || v == "True") return true;
+      if (v == "false" || v == "False") return false;
+      if (v == "null" || v == "~") return nullptr;
+      try {
+        if (std::regex_match(v, integer)) return std::stoll(v);
+        if (std::regex_match(v, real)) return std::stod(v);
+      } catch (const std::exception&) {
+      }
+      return v;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+
+json with_defaults(json spec, const json& defaults) {
+  if (!spec.is_object() || !defaults.is_object()) return spec;
+  for (auto it = defaults.begin(); it != defaults.end(); ++it) {
+    if (!spec.contains(it.key())) spec[it.key()] = it.value();
+    else if (spec[it.key()].is_object()) spec[it.key()] = with_defaults(spec[it.key()], it.value());
+  }
+  return spec;
 }
 
 }  // namespace tessera::reconcile

@@ -24,6 +24,10 @@
 #include "controller/placement/gang_placer.h"
 #include "controller/placement/ring_planner.h"
 
+namespace YAML {
+class Node;
+}
+
 namespace tessera::reconcile {
 
 using json = nlohmann::json;
@@ -87,6 +91,8 @@ struct ReconcileOptions {
   std::string worker_image;            // used when spec.image is the API default
   std::chrono::milliseconds status_interval{5000};  // progress is written at most this often
   std::string token;                   // the token of a Secret created now (random per job, from the backend)
+  json spec_defaults = json::object();  // spec fields of every job that leaves them unset
+                                       // (tessera-controller --job-defaults: node pools, topology keys, SSD path)
   int metrics_port = 9400;             // slot S of a pod serves /metrics on this port + S (declared as the
                                        // pod's ports metrics-S); 0: the workers serve no metrics
   bool cluster = true;                 // Kubernetes: pods mount named volumes. false (tessera run): no
@@ -104,6 +110,12 @@ struct RendezvousTarget {
 };
 
 Decision reconcile(const Observed& observed, const ReconcileOptions& options);
+// A YAML document as JSON, as the API server would store it (quoted YAML scalars are strings).
+json yaml_to_json(const YAML::Node& node);
+// `spec` with every field of `defaults` it does not set (objects merged field by field; a list or
+// value the spec sets is kept whole).
+json with_defaults(json spec, const json& defaults);
+
 // The status a kPatchStatus action leaves: `status` with the patch's top-level keys set (null removes one).
 json apply_status_patch(json status, const json& patch);
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);

@@ -127,6 +127,44 @@ TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
   EXPECT_EQ(status["startTime"], format_time(kNow));
 }
 
+TEST(ReconcileTest, PodsDeclareAMetricsPortPerRank) {
+  Observed o;
+  o.job = job();
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2)};
+  o.now = kNow;
+  const json c = find(reconcile(o, options()), Action::Kind::kCreate, "pods")->object["spec"]["containers"][0];
+  EXPECT_EQ(c["ports"], (json::array({{{"name", "metrics-0"}, {"containerPort", 9400}, {"protocol", "TCP"}},
+                                      {{"name", "metrics-1"}, {"containerPort", 9401}, {"protocol", "TCP"}}})));
+  bool addr = false;
+  for (const auto& e : c["env"]) addr |= e["name"] == "TESSERA_METRICS_ADDR" && e["value"] == "0.0.0.0:9400";
+  EXPECT_TRUE(addr) << c["env"];
+}
+
+TEST(ReconcileTest, TheControllersJobDefaultsFillWhatTheSpecLeavesUnset) {
+  Observed o;
+  o.job = job({{"cache", {{"memory", "1Gi"}}}});
+  placement::NodeInfo gpu_pool = node("n2", "a", 2), gpu_pool2 = node("n3", "a", 2);
+  gpu_pool.labels["pool"] = gpu_pool2.labels["pool"] = "gpu";
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2), gpu_pool, gpu_pool2};
+  o.now = kNow;
+  ReconcileOptions opt = options();
+  opt.spec_defaults = {{"placement", {{"nodeSelector", {{"pool", "gpu"}}}}},
+                       {"cache", {{"memory", "2Gi"}, {"localSSD", {{"path", "/mnt/ssd"}}}}}};
+  const Decision d = reconcile(o, opt);
+  // Placed on the node pool of the defaults only.
+  EXPECT_EQ(describe(d).back(), "create pod j-0-1 on n3");
+  const json cm = find(d, Action::Kind::kCreate, "configmaps")->object;
+  const json frozen = json::parse(cm["data"]["job.yaml"].get<std::string>());
+  EXPECT_EQ(frozen["spec"]["cache"]["localSSD"]["path"], "/mnt/ssd");
+  EXPECT_EQ(frozen["spec"]["cache"]["memory"], "1Gi");  // the job's own value wins
+  // The running job, reconciled again with the same defaults, is not a spec change.
+  Observed again = running();
+  again.job = job({{"cache", {{"memory", "1Gi"}}}}, again.job["status"]);
+  again.config_map = cm;
+  again.config_map->at("metadata")["resourceVersion"] = "7";
+  for (const auto& a : reconcile(again, opt).actions) EXPECT_NE(a.reason, "SpecChangeRejected") << a.message;
+}
+
 TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
   Observed o = running();
   o.job["status"]["placement"] = json::array();
