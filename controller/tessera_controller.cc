@@ -6,6 +6,8 @@
 //                      [--status-interval SECONDS] [--workers N] [--job-defaults FILE]
 //   tessera-controller --print-permissions [--leader-elect]
 //
+// Every --flag VALUE may also be written --flag=VALUE.
+//
 // Without --kubeconfig (or KUBECONFIG) it uses the pod's service account. It reconciles the
 // TrainingJobs of one namespace (default: all), serves the workers' gRPC rendezvous on
 // --rendezvous-listen (default 0.0.0.0:7070) and tells pods to reach it at --rendezvous-advertise
@@ -84,11 +86,24 @@ nlohmann::json load_job_defaults(const std::string& file) {
 Options parse(int argc, char** argv) {
   Options o;
   if (const char* k = std::getenv("KUBECONFIG"); k && *k) o.kubeconfig = k;
+  // --flag=value is --flag value.
+  std::vector<std::string> args;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    const auto eq = a.find('=');
+    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      args.push_back(a.substr(0, eq));
+      args.push_back(a.substr(eq + 1));
+    } else {
+      args.push_back(a);
+    }
+  }
+  const int n = static_cast<int>(args.size());
+  for (int i = 0; i < n; ++i) {
+    const std::string a = args[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
+      if (i + 1 >= n) throw ConfigError(a, "needs a value");
+      return args[++i];
     };
     if (a == "--help" || a == "-h") {
       std::fputs(kUsage, stdout);

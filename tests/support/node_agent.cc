@@ -6,7 +6,10 @@
 // (a mountPath that is not the directory itself is rewritten in args and env). It admits a pod
 // only when its node has the GPUs it requests (else the pod fails with OutOfnvidia.com/gpu, as a
 // kubelet's admission does), reports phase, conditions and container exit codes through the API,
-// and stops the processes of a pod being deleted before it removes the pod. With --simulate it runs
+// and stops the processes of a pod being deleted before it removes the pod. Every pod shares this
+// machine's network (there are no pod network namespaces), so the Tessera workers' metrics
+// address (TESSERA_METRICS_ADDR) becomes a free loopback port: the workers announce the port they
+// got to the controller, which lists it for Prometheus. With --simulate it runs
 // nothing: bound pods are marked Running (for scale benchmarks).
 //
 //   tessera-node-agent --kubeconfig FILE --nodes N [--first K] [--gpus G] [--zones Z] [--cpus C]
@@ -341,6 +344,7 @@ class Agent {
               value = data[ref.value("key", "")].get<std::string>();
             }
           }
+          if (e.value("name", "") == "TESSERA_METRICS_ADDR") value = "127.0.0.1:0";  // one network for all pods
           env.push_back(e.value("name", "") + "=" + (value == message_path ? message_file : rewrite(value)));
         }
         const std::string log = (pod_dir / (cname + ".log")).string();
