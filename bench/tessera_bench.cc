@@ -20,6 +20,9 @@
 //       the operator against the test cluster (scripts/test-cluster.sh) with N simulated nodes: J
 //       gangs of P pods created at once; time until all are Running, reconcile latency p50/p99, API
 //       requests per job, peak RSS (this process: the operator runs in it).
+//   tessera-bench metrics [--size W] [--rounds R] [--scrape-ms M] [--json]
+//       the cost of the worker's Prometheus metrics: step time with the exporter (and a scraper)
+//       against without, in interleaved rounds of one run.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -52,9 +55,15 @@
 #include "controller/kube/operator.h"
 #include "controller/placement/ring_planner.h"
 #include "worker/data/h5_dataset.h"
+#include "worker/metrics/http_server.h"
+#include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include "worker/comm/exchange.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/compress/topk.h"
@@ -826,6 +835,112 @@ int cmd_controller(Flags& f) {
   return running_jobs == n_jobs ? 0 : 1;
 }
 
+// GET http://127.0.0.1:port/path; the body's size, or -1.
+long http_get_size(int port, const char* path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  long n = -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+    const std::string req = std::string("GET ") + path + " HTTP/1.1\r\nHost: bench\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      n = 0;
+      char buf[65536];
+      for (ssize_t r; (r = read(fd, buf, sizeof(buf))) > 0;) n += r;
+    }
+  }
+  close(fd);
+  return n;
+}
+
+// The cost of the worker's metrics: the same training run with and without the exporter (its
+// updates every step and a scraper reading /metrics every --scrape-ms), interleaved round by
+// round so the machine's noise falls on both.
+int cmd_metrics(Flags& f) {
+  const int size = static_cast<int>(f.integer("size", 32, 8));
+  const int samples = static_cast<int>(f.integer("samples", 128, 8));
+  const int rounds = static_cast<int>(f.integer("rounds", 8, 2));
+  const int batch = static_cast<int>(f.integer("batch", 4, 1));
+  const int threads = static_cast<int>(f.integer("threads", 2, 1));
+  const int scrape_ms = static_cast<int>(f.integer("scrape-ms", 100, 1));
+  const bool json = f.has("json");
+  f.check_all_used();
+  const std::string dir = testing::make_temp_dir("tessera-metrics-bench");
+  set_log_level(LogLevel::kWarn);
+  generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
+  generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
+  JobConfig job;
+  job.model.input_size = size;
+  job.data.format = "hdf5";
+  job.data.path = dir + "/train";
+  job.data.validation_path = dir + "/val";
+  job.data.cache.ssd_dir = dir + "/ssd";
+  job.training.batch_size = batch;
+  job.training.threads = threads;
+  job.training.epochs = 1;
+  job.training.log_every_seconds = 1e9;
+  job.training.optimizer.name = "adam";
+  job.training.schedule.base_lr = 1e-4;
+  job.checkpoint.path = dir + "/checkpoints";
+  job.checkpoint.every_steps = 8;
+  // Mean seconds per step (the stages' sum) of one round.
+  auto round = [&](bool exporter, long* scrapes) {
+    std::filesystem::remove_all(job.checkpoint.path);
+    Trainer trainer(job, nullptr);
+    std::unique_ptr<WorkerMetrics> m;
+    std::unique_ptr<HttpServer> http;
+    std::atomic<bool> stop{false};
+    std::thread scraper;
+    if (exporter) {
+      m = std::make_unique<WorkerMetrics>(WorkerIdentity{"bench", "default", "local-0", "bench-0-0", 0});
+      http = std::make_unique<HttpServer>("127.0.0.1:0", "--metrics-addr");
+      http->handle("/metrics", [&] { return HttpResponse{200, "text/plain; version=0.0.4", m->text()}; });
+      scraper = std::thread([&, port = http->port()] {
+        while (!stop) {
+          if (http_get_size(port, "/metrics") > 0) ++*scrapes;
+          std::this_thread::sleep_for(std::chrono::milliseconds(scrape_ms));
+        }
+      });
+    }
+    double total = 0;
+    int64_t steps = 0;
+    trainer.on_step = [&](const StepRecord& r) {
+      const auto t0 = Clock::now();
+      if (m) m->observe(r, batch, trainer.cache());
+      total += r.data_s + r.forward_s + r.backward_s + r.comm_s + r.update_s + r.checkpoint_s + ms_since(t0) / 1e3;
+      ++steps;
+    };
+    trainer.run();
+    stop = true;
+    if (scraper.joinable()) scraper.join();
+    return total / std::max<int64_t>(1, steps);
+  };
+  long scrapes = 0;
+  round(false, &scrapes);  // warm-up: the SSD tier and the page cache
+  std::vector<double> with, without;
+  for (int r = 0; r < rounds; ++r) {
+    const bool on = r % 2 == 0;
+    (on ? with : without).push_back(round(on, &scrapes));
+  }
+  std::filesystem::remove_all(dir);
+  const double a = median(with), b = median(without);
+  const double overhead = (a - b) / b;
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"bench", "metrics"}, {"size", size}, {"batch", batch}, {"threads", threads},
+                                        {"rounds", rounds}, {"scrape_ms", scrape_ms}, {"scrapes", scrapes},
+                                        {"step_seconds_with", a}, {"step_seconds_without", b}, {"overhead", overhead}}
+                              .dump()
+                              .c_str());
+  } else {
+    std::printf("metrics: step %.2f ms with the exporter (%ld scrapes, every %d ms), %.2f ms without: overhead %+.2f%% "
+                "(median of %d interleaved rounds each)\n",
+                a * 1e3, scrapes, scrape_ms, b * 1e3, 100 * overhead, rounds / 2);
+  }
+  return 0;
+}
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: tessera-bench <command> [flags]\n"
@@ -836,6 +951,7 @@ int usage(int code) {
                "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
                "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
+               "  metrics  [--size W --samples N --rounds R --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
@@ -860,6 +976,7 @@ int main(int argc, char** argv) {
     if (cmd == "cache") return cmd_cache(f);
     if (cmd == "placement") return cmd_placement(f);
     if (cmd == "controller") return cmd_controller(f);
+    if (cmd == "metrics") return cmd_metrics(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   });

@@ -291,11 +291,7 @@ int run(int argc, char** argv) {
     if (!metrics) throw Error("cannot open metrics file '" + o.metrics + "'");
   }
   trainer.on_step = [&](const StepRecord& r) {
-    if (exported) {
-      exported->observe_step(r, rank_samples, r.density, r.dense);
-      if (r.checkpoint_s > 0) exported->observe_checkpoint(r.checkpoint_s);
-      if (const TieredCache* c = trainer.cache()) exported->observe_cache(c->counters(), c->memory_bytes_used(), c->ssd_bytes_used());
-    }
+    if (exported) exported->observe(r, rank_samples, trainer.cache());
     if (!metrics.is_open()) return;
     char line[512];
     std::snprintf(line, sizeof(line),

@@ -53,7 +53,7 @@ contexts: [{name: test, context: {cluster: test, user: nobody}}]
 current-context: test
 EOF
 out=$("$bin/tessera-controller" --kubeconfig "$dir/nobody.kubeconfig" --rendezvous-listen 127.0.0.1:0 2>&1) && fail "started without permissions"
-[[ $out == *"no permission to list trainingjobs, watch trainingjobs, update trainingjobs/status"*"create pods"* ]] ||
+[[ $out == *"no permission to get trainingjobs, list trainingjobs, watch trainingjobs, delete trainingjobs, update trainingjobs/status"*"create pods"* ]] ||
   fail "no-permission message: $out"
 sed "s#$server#https://127.0.0.1:1#" "$KUBECONFIG" >"$dir/unreachable.kubeconfig"
 timeout 3 "$bin/tessera-controller" --kubeconfig "$dir/unreachable.kubeconfig" --rendezvous-listen 127.0.0.1:0 >"$dir/unreachable.log" 2>&1 || true

@@ -120,6 +120,12 @@ void WorkerMetrics::observe_cache(const TieredCache::Counters& c, int64_t memory
   held_bytes_[1]->Set(static_cast<double>(ssd_bytes));
 }
 
+void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache) {
+  observe_step(step, samples, step.density, step.dense);
+  if (step.checkpoint_s > 0) observe_checkpoint(step.checkpoint_s);
+  if (cache) observe_cache(cache->counters(), cache->memory_bytes_used(), cache->ssd_bytes_used());
+}
+
 std::string WorkerMetrics::text() const {
   std::ostringstream out;
   prometheus::TextSerializer().Serialize(out, registry_->Collect());

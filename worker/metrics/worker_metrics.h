@@ -40,6 +40,8 @@ class WorkerMetrics {
   void observe_checkpoint(double seconds);
   // The data cache's counters and the bytes held in its memory and SSD tiers.
   void observe_cache(const TieredCache::Counters& c, int64_t memory_bytes, int64_t ssd_bytes);
+  // All of a Trainer's step record: the step, its checkpoint, and the cache (null: none).
+  void observe(const StepRecord& step, double samples, const TieredCache* cache);
 
   // The Prometheus text exposition of every series.
   std::string text() const;
