@@ -35,12 +35,14 @@ test-asan: deps cluster-tools
 
 # CosmoFlow on 4 local workers (examples/cosmoflow-local.yaml) on a generated dataset; each run
 # trains from scratch (its checkpoints are cleared) and reuses the SSD cache of the last one.
+# RUN_ARGS: more flags of `tessera run` (--prometheus starts Prometheus scraping the job).
 DATA_DIR ?= data/cosmoflow-32
+RUN_ARGS ?=
 run: build
 	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
 	rm -rf .tessera/cosmoflow-local/checkpoints
-	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml
+	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml $(RUN_ARGS)
 
 # The PyTorch baseline of `tessera-bench train` needs python3-torch (not needed by the tests).
 deps-bench: deps
@@ -53,6 +55,7 @@ bench: build deps-bench cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench cache --remote-mbps 50 --json
 	$(BUILD_DIR)/bin/tessera-bench placement --workers 1024 --nodes 128 --json
 	$(BUILD_DIR)/bin/tessera-bench controller --nodes 1000 --jobs 100 --json
+	$(BUILD_DIR)/bin/tessera-bench metrics --json
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done

