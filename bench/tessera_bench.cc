@@ -582,6 +582,26 @@ int cmd_spatial(Flags& f) {
 
 // ---- cache ----
 
+// CosmoFlow on a generated HDF5 dataset of `samples` size^3 fields in dir (validation: one batch),
+// read through the memory cache and an SSD tier in dir/ssd; Adam, quiet.
+JobConfig hdf5_job(const std::string& dir, int samples, int size, int batch, int threads) {
+  set_log_level(LogLevel::kWarn);
+  generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
+  generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
+  JobConfig job;
+  job.model.input_size = size;
+  job.data.format = "hdf5";
+  job.data.path = dir + "/train";
+  job.data.validation_path = dir + "/val";
+  job.data.cache.ssd_dir = dir + "/ssd";
+  job.training.batch_size = batch;
+  job.training.threads = threads;
+  job.training.log_every_seconds = 1e9;
+  job.training.optimizer.name = "adam";
+  job.training.schedule.base_lr = 1e-4;
+  return job;
+}
+
 int cmd_cache(Flags& f) {
   const double mbps = f.num("remote-mbps", 50);
   const int size = static_cast<int>(f.integer("size", 64, 8));
@@ -593,24 +613,10 @@ int cmd_cache(Flags& f) {
   f.check_all_used();
   if (!(mbps > 0)) throw ConfigError("--remote-mbps", "must be positive");
   const std::string dir = testing::make_temp_dir("tessera-cache-bench");
-  set_log_level(LogLevel::kWarn);
-  generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
-  generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
-
-  JobConfig job;
-  job.model.input_size = size;
-  job.data.format = "hdf5";
-  job.data.path = dir + "/train";
-  job.data.validation_path = dir + "/val";
+  JobConfig job = hdf5_job(dir, samples, size, batch, threads);
   job.data.remote_mbps = mbps;
   job.data.remote_latency_ms = 2;
   job.data.cache.memory_bytes = int64_t{4} << 30;
-  job.data.cache.ssd_dir = dir + "/ssd";
-  job.training.batch_size = batch;
-  job.training.threads = threads;
-  job.training.log_every_seconds = 1e9;
-  job.training.optimizer.name = "adam";
-  job.training.schedule.base_lr = 1e-4;
 
   nlohmann::json rows = nlohmann::json::array();
   auto run = [&](int n_epochs, const std::string& label) {
@@ -868,21 +874,8 @@ int cmd_metrics(Flags& f) {
   const bool json = f.has("json");
   f.check_all_used();
   const std::string dir = testing::make_temp_dir("tessera-metrics-bench");
-  set_log_level(LogLevel::kWarn);
-  generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
-  generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
-  JobConfig job;
-  job.model.input_size = size;
-  job.data.format = "hdf5";
-  job.data.path = dir + "/train";
-  job.data.validation_path = dir + "/val";
-  job.data.cache.ssd_dir = dir + "/ssd";
-  job.training.batch_size = batch;
-  job.training.threads = threads;
+  JobConfig job = hdf5_job(dir, samples, size, batch, threads);
   job.training.epochs = 1;
-  job.training.log_every_seconds = 1e9;
-  job.training.optimizer.name = "adam";
-  job.training.schedule.base_lr = 1e-4;
   job.checkpoint.path = dir + "/checkpoints";
   job.checkpoint.every_steps = 8;
   // Mean seconds per step (the stages' sum) of one round.

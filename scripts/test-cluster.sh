@@ -15,6 +15,9 @@
 #   scripts/test-cluster.sh stop DIR     stops everything started in DIR
 #   scripts/test-cluster.sh restart-apiserver DIR
 #                                        stops and starts kube-apiserver alone (same port, same etcd)
+#   scripts/test-cluster.sh account-kubeconfig DIR NAMESPACE ACCOUNT
+#                                        prints a kubeconfig that authenticates as service account
+#                                        NAMESPACE/ACCOUNT (its token, not the admin's)
 set -euo pipefail
 
 CACHE=${TESSERA_CACHE:-$HOME/.cache/tessera}
@@ -218,6 +221,27 @@ stop() {
   for name in node-agent controller-manager apiserver etcd; do stop_one "$dir" "$name"; done
 }
 
+account_kubeconfig() {
+  local dir=$1 ns=$2 account=$3 secret= server
+  export KUBECONFIG=$dir/kubeconfig
+  # kube-controller-manager's token controller writes the account's token Secret.
+  for _ in $(seq 1 60); do
+    secret=$(kubectl get serviceaccount "$account" -n "$ns" -o jsonpath='{.secrets[0].name}' 2>/dev/null)
+    [ -n "$secret" ] && break
+    sleep 0.5
+  done
+  [ -n "$secret" ] || { echo "test-cluster: no token for service account $ns/$account" >&2; exit 1; }
+  server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "$server", insecure-skip-tls-verify: true}}]
+users: [{name: $account, user: {token: $(kubectl get secret "$secret" -n "$ns" -o jsonpath='{.data.token}' | base64 -d)}}]
+contexts: [{name: test, context: {cluster: test, user: $account}}]
+current-context: test
+EOF
+}
+
 case "${1:-}" in
   build) build ;;
   start) start "${2:?start needs a directory}" "${@:3}" ;;
@@ -226,5 +250,6 @@ case "${1:-}" in
     stop_one "${2:?restart-apiserver needs a directory}" apiserver
     start_apiserver "$2"
     ;;
-  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
+  account-kubeconfig) account_kubeconfig "${2:?account-kubeconfig needs a directory}" "${3:?and a namespace}" "${4:?and an account}" ;;
+  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
 esac

@@ -199,7 +199,12 @@ struct KubeOperator::Impl {
     const std::string name = job["metadata"].value("name", "");
     const std::string key = ns + "/" + name;
     const json status_before = job.contains("status") ? job["status"] : json();
+    bool rendezvous_ready = false;
     for (const Action& a : d.actions) {
+      if (a.kind == Action::Kind::kCreate && a.resource == "pods" && !rendezvous_ready) {
+        ensure_rendezvous(key);  // the workers must find their job when they start
+        rendezvous_ready = true;
+      }
       try {
         act(job, key, a);
       } catch (const JobGone&) {
@@ -229,7 +234,6 @@ struct KubeOperator::Impl {
           break;
         }
         case Action::Kind::kCreate: {
-          if (a.resource == "pods") ensure_rendezvous(key);  // the workers must find their job when they start
           try {
             const json created = client.create(path(a.resource, ns), a.object);
             informer_of(a.resource)->remember(created);

@@ -107,21 +107,8 @@ echo "PASS kubectl explain trainingjob.spec.training.optimizer shows the field d
 
 # The controller as the Deployment runs it: the chart's arguments and job defaults, the chart's
 # service account's token.
-for _ in $(seq 1 60); do
-  secret=$(kubectl get serviceaccount tessera -n $ns -o jsonpath='{.secrets[0].name}' 2>/dev/null)
-  [ -n "$secret" ] && break
-  sleep 0.5
-done
-[ -n "$secret" ] || fail "no token for the chart's service account"
-server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
-cat >"$dir/chart-sa.kubeconfig" <<EOF2
-apiVersion: v1
-kind: Config
-clusters: [{name: test, cluster: {server: "$server", insecure-skip-tls-verify: true}}]
-users: [{name: tessera, user: {token: $(kubectl get secret "$secret" -n $ns -o jsonpath='{.data.token}' | base64 -d)}}]
-contexts: [{name: test, context: {cluster: test, user: tessera}}]
-current-context: test
-EOF2
+bash "$src/scripts/test-cluster.sh" account-kubeconfig "$dir/cluster" "$ns" tessera >"$dir/chart-sa.kubeconfig" ||
+  fail "no kubeconfig for the chart's service account"
 kubectl get configmap tessera-job-defaults -n $ns -o jsonpath='{.data.job-defaults\.yaml}' >"$dir/job-defaults.yaml"
 port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 health=$(port)

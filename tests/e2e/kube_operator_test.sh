@@ -37,21 +37,9 @@ out=$("$bin/tessera-controller" --kubeconfig "$KUBECONFIG" --rendezvous-listen 1
 [[ $out == *"TrainingJob CRD (trainingjobs.tessera.dev) is not installed"*"kubectl apply -f crds/"* ]] || fail "no-CRD message: $out"
 kubectl apply -f "$src/crds/" >/dev/null
 kubectl create serviceaccount nobody >/dev/null
-for _ in $(seq 1 60); do
-  secret=$(kubectl get serviceaccount nobody -o jsonpath='{.secrets[0].name}' 2>/dev/null)
-  [ -n "$secret" ] && break
-  sleep 0.5
-done
-[ -n "$secret" ] || fail "no token for service account nobody"
+bash "$src/scripts/test-cluster.sh" account-kubeconfig "$dir/cluster" default nobody >"$dir/nobody.kubeconfig" ||
+  fail "no kubeconfig for service account nobody"
 server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
-cat >"$dir/nobody.kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters: [{name: test, cluster: {server: "$server", insecure-skip-tls-verify: true}}]
-users: [{name: nobody, user: {token: $(kubectl get secret "$secret" -o jsonpath='{.data.token}' | base64 -d)}}]
-contexts: [{name: test, context: {cluster: test, user: nobody}}]
-current-context: test
-EOF
 out=$("$bin/tessera-controller" --kubeconfig "$dir/nobody.kubeconfig" --rendezvous-listen 127.0.0.1:0 2>&1) && fail "started without permissions"
 [[ $out == *"no permission to get trainingjobs, list trainingjobs, watch trainingjobs, delete trainingjobs, update trainingjobs/status"*"create pods"* ]] ||
   fail "no-permission message: $out"
