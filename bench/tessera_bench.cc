@@ -20,9 +20,9 @@
 //       the operator against the test cluster (scripts/test-cluster.sh) with N simulated nodes: J
 //       gangs of P pods created at once; time until all are Running, reconcile latency p50/p99, API
 //       requests per job, peak RSS (this process: the operator runs in it).
-//   tessera-bench metrics [--size W] [--rounds R] [--scrape-ms M] [--json]
+//   tessera-bench metrics [--size W] [--epochs E] [--block K] [--scrape-ms M] [--json]
 //       the cost of the worker's Prometheus metrics: step time with the exporter (and a scraper)
-//       against without, in interleaved rounds of one run.
+//       against without, alternating every K steps of one training run.
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <algorithm>
@@ -861,13 +861,15 @@ long http_get_size(int port, const char* path) {
   return n;
 }
 
-// The cost of the worker's metrics: the same training run with and without the exporter (its
-// updates every step and a scraper reading /metrics every --scrape-ms), interleaved round by
-// round so the machine's noise falls on both.
+// The cost of the worker's metrics, in one training run: the exporter (its updates every step, a
+// scraper reading /metrics every --scrape-ms) is on for --block steps, off for the next --block,
+// and so on, so drift and the machine's noise fall on both; the median step time of each, and
+// the exporter's own work timed directly (updates per step, serialisation per scrape).
 int cmd_metrics(Flags& f) {
   const int size = static_cast<int>(f.integer("size", 32, 8));
-  const int samples = static_cast<int>(f.integer("samples", 128, 8));
-  const int rounds = static_cast<int>(f.integer("rounds", 8, 2));
+  const int samples = static_cast<int>(f.integer("samples", 64, 8));
+  const int epochs = static_cast<int>(f.integer("epochs", 16, 1));
+  const int block = static_cast<int>(f.integer("block", 4, 1));
   const int batch = static_cast<int>(f.integer("batch", 4, 1));
   const int threads = static_cast<int>(f.integer("threads", 2, 1));
   const int scrape_ms = static_cast<int>(f.integer("scrape-ms", 100, 1));
@@ -875,76 +877,61 @@ int cmd_metrics(Flags& f) {
   f.check_all_used();
   const std::string dir = testing::make_temp_dir("tessera-metrics-bench");
   JobConfig job = hdf5_job(dir, samples, size, batch, threads);
-  job.training.epochs = 1;
+  job.training.epochs = epochs;
   job.checkpoint.path = dir + "/checkpoints";
   job.checkpoint.every_steps = 8;
-  // Mean seconds per step (the stages' sum) of one round.
-  double observe_s = 0, serialize_s = 0;  // the exporter's own work, summed over its rounds
-  int64_t observed = 0;
-  auto round = [&](bool exporter, long* scrapes) {
-    std::filesystem::remove_all(job.checkpoint.path);
-    Trainer trainer(job, nullptr);
-    std::unique_ptr<WorkerMetrics> m;
-    std::unique_ptr<HttpServer> http;
-    std::atomic<bool> stop{false};
-    std::thread scraper;
-    if (exporter) {
-      m = std::make_unique<WorkerMetrics>(WorkerIdentity{"bench", "default", "local-0", "bench-0-0", 0});
-      http = std::make_unique<HttpServer>("127.0.0.1:0", "--metrics-addr");
-      http->handle("/metrics", [&] {
-        const auto t0 = Clock::now();
-        HttpResponse r{200, "text/plain; version=0.0.4", m->text()};
-        serialize_s += ms_since(t0) / 1e3;  // one scrape at a time: the server's thread
-        return r;
-      });
-      scraper = std::thread([&, port = http->port()] {
-        while (!stop) {
-          if (http_get_size(port, "/metrics") > 0) ++*scrapes;
-          std::this_thread::sleep_for(std::chrono::milliseconds(scrape_ms));
-        }
-      });
-    }
-    double total = 0;
-    int64_t steps = 0;
-    trainer.on_step = [&](const StepRecord& r) {
-      const auto t0 = Clock::now();
-      if (m) m->observe(r, batch, trainer.cache());
-      const double took = ms_since(t0) / 1e3;
-      if (m) observe_s += took, ++observed;
-      total += r.data_s + r.forward_s + r.backward_s + r.comm_s + r.update_s + r.checkpoint_s + took;
-      ++steps;
-    };
-    trainer.run();
-    stop = true;
-    if (scraper.joinable()) scraper.join();
-    return total / std::max<int64_t>(1, steps);
-  };
+  Trainer trainer(job, nullptr);
+  WorkerMetrics m(WorkerIdentity{"bench", "default", "local-0", "bench-0-0", 0});
+  HttpServer http("127.0.0.1:0", "--metrics-addr");
+  double observe_s = 0, serialize_s = 0;
   long scrapes = 0;
-  round(false, &scrapes);  // warm-up: the SSD tier and the page cache
+  http.handle("/metrics", [&] {
+    const auto t0 = Clock::now();
+    HttpResponse r{200, "text/plain; version=0.0.4", m.text()};
+    serialize_s += ms_since(t0) / 1e3;  // scrapes are served one at a time
+    return r;
+  });
+  std::atomic<bool> on{false}, stop{false};
+  std::thread scraper([&, port = http.port()] {
+    while (!stop) {
+      if (on && http_get_size(port, "/metrics") > 0) ++scrapes;
+      std::this_thread::sleep_for(std::chrono::milliseconds(scrape_ms));
+    }
+  });
   std::vector<double> with, without;
-  for (int r = 0; r < rounds; ++r) {
-    const bool on = r % 2 == 0;
-    (on ? with : without).push_back(round(on, &scrapes));
-  }
+  int64_t step = 0;
+  trainer.on_step = [&](const StepRecord& r) {
+    const auto t0 = Clock::now();
+    if (on) m.observe(r, batch, trainer.cache());
+    const double took = ms_since(t0) / 1e3;
+    if (on) observe_s += took;
+    const double s = r.data_s + r.forward_s + r.backward_s + r.comm_s + r.update_s + r.checkpoint_s + took;
+    if (step >= 2 * block) (on ? with : without).push_back(s);  // the first blocks warm the cache
+    ++step;
+    on = (step / block) % 2 == 1;
+  };
+  trainer.run();
+  stop = true;
+  scraper.join();
   std::filesystem::remove_all(dir);
   const double a = median(with), b = median(without);
   const double overhead = (a - b) / b;
-  const double observe_us = 1e6 * observe_s / std::max<int64_t>(1, observed);
+  const double observe_us = 1e6 * observe_s / std::max<size_t>(1, with.size());
   const double serialize_us = 1e6 * serialize_s / std::max<long>(1, scrapes);
   if (json) {
     std::printf("%s\n", nlohmann::json{{"bench", "metrics"}, {"size", size}, {"batch", batch}, {"threads", threads},
-                                        {"rounds", rounds}, {"scrape_ms", scrape_ms}, {"scrapes", scrapes},
-                                        {"step_seconds_with", a}, {"step_seconds_without", b}, {"overhead", overhead},
-                                        {"observe_us_per_step", observe_us}, {"serialize_us_per_scrape", serialize_us},
-                                        {"observe_fraction_of_step", observe_us / 1e6 / b}}
+                                        {"steps_with", with.size()}, {"steps_without", without.size()}, {"block", block},
+                                        {"scrape_ms", scrape_ms}, {"scrapes", scrapes}, {"step_seconds_with", a},
+                                        {"step_seconds_without", b}, {"overhead", overhead}, {"observe_us_per_step", observe_us},
+                                        {"serialize_us_per_scrape", serialize_us}, {"observe_fraction_of_step", observe_us / 1e6 / b}}
                               .dump()
                               .c_str());
   } else {
-    std::printf("metrics: step %.2f ms with the exporter (%ld scrapes, every %d ms), %.2f ms without: overhead %+.2f%% "
-                "(median of %d interleaved rounds each); the updates take %.1f us per step (%.4f%% of a step), a scrape's "
+    std::printf("metrics: median step %.2f ms with the exporter (%zu steps, %ld scrapes every %d ms), %.2f ms without (%zu "
+                "steps): overhead %+.2f%%; the updates take %.1f us per step (%.4f%% of a step), a scrape's "
                 "serialisation %.0f us\n",
-                a * 1e3, scrapes, scrape_ms, b * 1e3, 100 * overhead, rounds / 2, observe_us, 100 * observe_us / 1e6 / b,
-                serialize_us);
+                a * 1e3, with.size(), scrapes, scrape_ms, b * 1e3, without.size(), 100 * overhead, observe_us,
+                100 * observe_us / 1e6 / b, serialize_us);
   }
   return 0;
 }
@@ -959,7 +946,7 @@ int usage(int code) {
                "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
                "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
-               "  metrics  [--size W --samples N --rounds R --batch B --threads T --scrape-ms M] [--json]\n"
+               "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
   return code;
