@@ -11,6 +11,8 @@ For every case of the corpus (tests/api/manifests.yaml) and every example manife
   - every field the schema rejects, the C++ validation reports too.
 Then the two know the same fields: at every object of the schema, an unknown key is reported by the
 C++ validation together with the list of known keys, which must equal the schema's properties.
+Every one of those fields has a description (what `kubectl explain` shows; metadata, which the API
+server forbids describing, aside).
 The schema is applied as the API server does with strict field validation (`kubectl apply
 --validate=strict`): unknown fields are errors, null values are dropped before validation.
 
@@ -56,6 +58,23 @@ def strict(s):
 
 
 validator = jsonschema.Draft4Validator(strict(schema))
+
+
+def undescribed(s, path):
+    out = []
+    for name, sub in s.get("properties", {}).items():
+        p = f"{path}.{name}" if path else name
+        if not str(sub.get("description", "")).strip() and p != "metadata":
+            out.append(p)
+        out += undescribed(sub, p)
+    if isinstance(s.get("items"), dict):
+        out += undescribed(s["items"], path + "[]")
+    return out
+
+
+missing_descriptions = undescribed(schema, "")
+if missing_descriptions:
+    sys.exit(f"schema_agreement: {len(missing_descriptions)} CRD fields have no description: {', '.join(missing_descriptions)}")
 
 
 def drop_nulls(v):
