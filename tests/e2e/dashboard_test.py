@@ -85,7 +85,7 @@ def main():
     if not shutil.which("prometheus"):
         sys.exit("dashboard_test: no prometheus on PATH (scripts/deps.sh installs Debian's)")
     tmp = tempfile.mkdtemp(prefix="tessera-dashboard-")
-    procs = []
+    procs, groups = [], []
     try:
         tessera = os.path.join(os.path.abspath(args.bin), "tessera")
         for kind, n, seed in (("train", 64, 1), ("val", 16, 2)):
@@ -95,14 +95,20 @@ def main():
             f.write(JOB)
         controller, prom = free_port(), free_port()
         start = time.time()
-        run = subprocess.run([tessera, "run", "job.yaml", "--metrics-addr", f"127.0.0.1:{controller}",
-                              f"--prometheus=127.0.0.1:{prom}", "--progress", "10"],
-                             cwd=tmp, capture_output=True, text=True, timeout=300)
+        # Its own session: on a timeout the whole group (workers, Prometheus) is killed.
+        run = subprocess.Popen([tessera, "run", "job.yaml", "--metrics-addr", f"127.0.0.1:{controller}",
+                                f"--prometheus=127.0.0.1:{prom}", "--progress", "10"],
+                               cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        groups.append(run.pid)
+        try:
+            stdout, stderr = run.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            sys.exit("dashboard_test: tessera run did not finish in 300 s")
         end = time.time()
-        print(run.stdout, end="")
+        print(stdout, end="")
         if run.returncode != 0:
-            sys.exit(f"dashboard_test: tessera run failed ({run.returncode}):\n{run.stderr}")
-        if "Prometheus at" not in run.stdout or "Prometheus stopped" not in run.stdout:
+            sys.exit(f"dashboard_test: tessera run failed ({run.returncode}):\n{stderr}")
+        if "Prometheus at" not in stdout or "Prometheus stopped" not in stdout:
             sys.exit("dashboard_test: tessera run did not say where Prometheus ran and that it stopped")
         with open(os.path.join(tmp, "work", "status.json")) as f:
             status = json.load(f)["status"]
@@ -166,6 +172,11 @@ def main():
             sys.exit("dashboard_test: FAILED\n  " + "\n  ".join(failures))
         print(f"dashboard_test: {checked} queries of {len(dashboard.panels(d))} panels returned data; switch annotated")
     finally:
+        for g in groups:
+            try:
+                os.killpg(g, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         for p in procs:
             p.send_signal(signal.SIGTERM)
             try:

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "worker/core/error.h"
@@ -80,7 +81,11 @@ void HttpServer::serve() {
   for (;;) {
     const int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (c < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) continue;
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno == EMFILE || errno == ENFILE) {  // out of descriptors: wait for some to be freed
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
       return;  // shut down
     }
     timeval tv{5, 0};
