@@ -11,6 +11,7 @@ packages=(
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
+  iproute2                                         # the emulated cluster (bench/cluster/cluster.sh)
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# An emulated cloud cluster on one machine: one network namespace per virtual node (tessera-n0,
+# tessera-n1, ...), each with loopback inside and one veth "NIC" (eth0, 10.77.0.K+1/24) on a
+# bridge (tessera-br, 10.77.0.254 in this machine's namespace). Each NIC's rate is limited in both
+# directions with tc (a token bucket, tbf), and its latency with netem where the kernel has it.
+# Only these namespaces, their veths and the bridge are created or touched; the only addresses
+# used are theirs (10.77.0.0/24) and loopback.
+#
+#   bench/cluster/cluster.sh up --nodes N --rate RATE [--delay DELAY]
+#                               RATE as tc writes it (1gbit, 200mbit); DELAY as 0.2ms (needs netem)
+#   bench/cluster/cluster.sh down            removes every tessera-n* namespace, its veth and the bridge
+#   bench/cluster/cluster.sh addr K          prints node K's address
+#   bench/cluster/cluster.sh exec K CMD...   runs CMD in node K's namespace
+#   bench/cluster/cluster.sh status          lists the nodes with their addresses and qdiscs
+# Needs root (ip netns, tc: iproute2).
+set -euo pipefail
+
+PREFIX=10.77.0
+BRIDGE=tessera-br
+
+die() { echo "cluster.sh: $*" >&2; exit 1; }
+
+# The bytes a token bucket may send at once: 1 ms of RATE, at least 64 KiB (several full frames).
+burst_of() {
+  python3 - "$1" <<'PY'
+import re, sys
+m = re.fullmatch(r"([0-9.]+)([kmg]?)(bit|bps)", sys.argv[1].lower())
+if not m:
+    sys.exit(f"cluster.sh: --rate '{sys.argv[1]}' is not a rate such as 1gbit or 200mbit")
+v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+bits = v if m.group(3) == "bit" else 8 * v
+print(max(65536, int(bits / 8 / 1000)))
+PY
+}
+
+shape() {  # shape DEV RATE DELAY [NETNS]
+  local dev=$1 rate=$2 delay=$3 ns=${4:-} burst
+  burst=$(burst_of "$rate")
+  local run=()
+  [ -n "$ns" ] && run=(ip netns exec "$ns")
+  if [ -n "$delay" ]; then
+    "${run[@]}" tc qdisc add dev "$dev" root handle 1: netem delay "$delay" 2>/dev/null ||
+      die "--delay $delay: this kernel has no netem queueing discipline (sch_netem), so latency cannot be emulated here; leave out --delay"
+    "${run[@]}" tc qdisc add dev "$dev" parent 1: handle 2: tbf rate "$rate" burst "$burst" latency 100ms
+  else
+    "${run[@]}" tc qdisc add dev "$dev" root tbf rate "$rate" burst "$burst" latency 100ms
+  fi
+}
+
+down() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^tessera-n[0-9]+$' || true); do
+    ip netns del "$ns"  # its end of the veth goes with it, and so the pair
+  done
+  for dev in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E '^tsn[0-9]+h$' || true); do
+    ip link del "$dev" 2>/dev/null || true
+  done
+  ip link del "$BRIDGE" 2>/dev/null || true
+}
+
+up() {
+  local nodes=0 rate= delay=
+  while [ $# -gt 0 ]; do
+    case $1 in
+      --nodes) nodes=${2:?--nodes needs a value}; shift 2 ;;
+      --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+      --delay) delay=${2:?--delay needs a value}; shift 2 ;;
+      *) die "unknown flag '$1' (see the header of $0)" ;;
+    esac
+  done
+  [[ $nodes =~ ^[0-9]+$ ]] && [ "$nodes" -ge 1 ] && [ "$nodes" -le 200 ] || die "--nodes '$nodes' is not a count in [1, 200]"
+  [ -n "$rate" ] || die "--rate is required (for example 1gbit)"
+  burst_of "$rate" >/dev/null
+  [ "$(id -u)" = 0 ] || die "needs root (network namespaces and tc)"
+  command -v tc >/dev/null && command -v ip >/dev/null || die "iproute2 (ip, tc) is missing"
+  down
+  trap 'down' EXIT  # a failure half way leaves nothing behind
+  ip link add "$BRIDGE" type bridge
+  ip addr add "$PREFIX.254/24" dev "$BRIDGE"
+  ip link set "$BRIDGE" up
+  for ((k = 0; k < nodes; k++)); do
+    local ns=tessera-n$k host=tsn${k}h
+    ip netns add "$ns"
+    ip link add "$host" type veth peer name "tsn${k}n"
+    ip link set "tsn${k}n" netns "$ns"
+    ip -n "$ns" link set "tsn${k}n" name eth0
+    ip -n "$ns" addr add "$PREFIX.$((k + 1))/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip link set "$host" master "$BRIDGE"
+    ip link set "$host" up
+    shape eth0 "$rate" "$delay" "$ns"  # what the node sends
+    shape "$host" "$rate" "$delay"     # what it receives
+  done
+  trap - EXIT
+  echo "cluster.sh: $nodes nodes (tessera-n0..tessera-n$((nodes - 1)), $PREFIX.1..$PREFIX.$nodes), links of $rate${delay:+ and $delay}"
+}
+
+case "${1:-}" in
+  up) shift; up "$@" ;;
+  down) down ;;
+  addr) echo "$PREFIX.$((${2:?addr needs a node index} + 1))" ;;
+  exec) k=${2:?exec needs a node index}; shift 2; exec ip netns exec "tessera-n$k" "$@" ;;
+  status)
+    for ns in $(ip netns list | awk '{print $1}' | grep -E '^tessera-n[0-9]+$' | sort -V); do
+      echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}') $(ip netns exec "$ns" tc qdisc show dev eth0 | tr '\n' ' ')"
+    done ;;
+  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The emulated cluster (bench/cluster/cluster.sh): nodes in their own network namespaces reach
+# each other only over their rate-limited links; the rate measured between two nodes is the one
+# asked for (within 25%), loopback inside a node is not limited, a delay without netem fails with
+# the reason, and `down` leaves no namespace, veth or bridge behind. Cleans up on exit, pass or fail.
+#   usage: emulated_cluster_test.sh SOURCE_DIR PYTHON
+set -euo pipefail
+src=$1
+py=$2
+cluster=$src/bench/cluster/cluster.sh
+tp=$src/bench/cluster/throughput.py
+if [ "$(id -u)" != 0 ]; then
+  echo "SKIP: network namespaces need root"
+  exit 77
+fi
+fail() { echo "FAIL $*" >&2; exit 1; }
+
+# rate_between OUT A B: Mbit/s from node A to node B (port 5201), sending for 2 s.
+rate_between() {
+  local out=$1 a=$2 b=$3
+  timeout 20 bash "$cluster" exec "$b" "$py" "$tp" --serve 5201 >"$out" &
+  local server=$!
+  for _ in $(seq 1 50); do grep -q ready "$out" && break; sleep 0.1; done
+  timeout 20 bash "$cluster" exec "$a" "$py" "$tp" "$(bash "$cluster" addr "$b")" 5201 2
+  wait "$server"
+  tail -1 "$out"
+}
+tmp=$(mktemp -d)
+trap 'bash "$cluster" down; rm -rf "$tmp"' EXIT
+
+out=$(bash "$cluster" up --nodes 2 --rate 200mbit --delay 1ms 2>&1) && {
+  echo "PASS netem is available: a delay was applied"
+} || {
+  [[ $out == *"no netem queueing discipline"* ]] || fail "a refused delay without the reason: $out"
+  [ -z "$(ip netns list | grep tessera-n)" ] || fail "a failed up left namespaces behind"
+  echo "PASS a delay this kernel cannot emulate is refused with the reason, leaving nothing behind"
+}
+
+bash "$cluster" up --nodes 3 --rate 200mbit >/dev/null
+[ "$(ip netns list | grep -c '^tessera-n')" = 3 ] || fail "not 3 namespaces: $(ip netns list)"
+for pair in "0 1" "2 0"; do
+  set -- $pair
+  mbps=$(rate_between "$tmp/r$1$2" "$1" "$2")
+  "$py" -c "import sys; r = float('$mbps'); sys.exit(0 if 150 <= r <= 210 else 1)" ||
+    fail "node $1 -> node $2: $mbps Mbit/s over a 200mbit link"
+  echo "PASS node $1 -> node $2: $mbps Mbit/s over a 200mbit link"
+done
+# Inside a node: loopback, unlimited.
+timeout 20 bash "$cluster" exec 0 "$py" "$tp" --serve 5202 >"$tmp/lo.out" &
+server=$!
+for _ in $(seq 1 50); do grep -q ready "$tmp/lo.out" && break; sleep 0.1; done
+timeout 20 bash "$cluster" exec 0 "$py" "$tp" 127.0.0.1 5202 1
+wait "$server"
+lo=$(tail -1 "$tmp/lo.out")
+"$py" -c "import sys; sys.exit(0 if float('$lo') > 1000 else 1)" || fail "loopback inside a node: $lo Mbit/s"
+echo "PASS loopback inside a node: $lo Mbit/s"
+# The nodes reach nothing but each other and the bridge: no default route, one subnet.
+routes=$(ip -n tessera-n1 -4 route show)
+[ "$routes" = "10.77.0.0/24 dev eth0 proto kernel scope link src 10.77.0.2 " ] || [ "$routes" = "10.77.0.0/24 dev eth0 proto kernel scope link src 10.77.0.2" ] ||
+  fail "node 1 has routes beyond the cluster: $routes"
+echo "PASS a node has no route beyond the cluster"
+
+bash "$cluster" down
+[ -z "$(ip netns list | grep tessera-n)" ] || fail "down left namespaces: $(ip netns list)"
+! ip link show tessera-br >/dev/null 2>&1 || fail "down left the bridge"
+[ -z "$(ip -o link show | grep -E ': tsn[0-9]+h')" ] || fail "down left veths"
+echo "PASS down removes every namespace, veth and the bridge"
