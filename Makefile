@@ -56,6 +56,9 @@ bench: build deps-bench cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench placement --workers 1024 --nodes 128 --json
 	$(BUILD_DIR)/bin/tessera-bench controller --nodes 1000 --jobs 100 --json
 	$(BUILD_DIR)/bin/tessera-bench metrics --json
+	for r in 1gbit 10gbit; do for s in dense torus topk hitopk; do \
+	  $(BUILD_DIR)/bin/tessera-bench cluster --strategy $$s --nodes 2 --local 2 --rate $$r --size 25600000 --density 0.001 --iters 3 --json; \
+	done; done
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done

@@ -20,6 +20,9 @@
 //       the operator against the test cluster (scripts/test-cluster.sh) with N simulated nodes: J
 //       gangs of P pods created at once; time until all are Running, reconcile latency p50/p99, API
 //       requests per job, peak RSS (this process: the operator runs in it).
+//   tessera-bench cluster --strategy S --nodes M --local N --rate 1gbit [--delay D] --size D --density R [--json]
+//       the exchange on an emulated cloud cluster (bench/cluster/cluster.sh: a network namespace per
+//       node, links rate-limited with tc), brought up and torn down around the measurement.
 //   tessera-bench metrics [--size W] [--epochs E] [--block K] [--scrape-ms M] [--json]
 //       the cost of the worker's Prometheus metrics: step time with the exporter (and a scraper)
 //       against without, alternating every K steps of one training run.
@@ -60,6 +63,8 @@
 #include "worker/train/trainer.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -213,6 +218,7 @@ struct RankResult {
 struct ExchangeRun {
   std::string strategy;
   int nodes = 2, local = 2, iters = 5;
+  bool emulated = false;  // ranks in the nodes' network namespaces of bench/cluster/cluster.sh
   size_t size = 0;
   double density = 0.001;
   std::vector<RankResult> ranks;
@@ -233,14 +239,27 @@ struct ExchangeRun {
   }
 };
 
-// One process per rank; each reports "ms intra inter selected rel_error".
+// Moves this process into the network namespace of emulated node `node` (bench/cluster/cluster.sh)
+// and returns the node's address.
+std::string enter_node(int node) {
+  const std::string path = detail::concat("/var/run/netns/tessera-n", node);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
+    throw Error(detail::concat("cannot enter ", path, ": ", std::strerror(errno), " (is the emulated cluster up?)"));
+  close(fd);
+  return detail::concat("10.77.0.", node + 1);
+}
+
+// One process per rank; each reports "ms intra inter selected rel_error" (ms: the median exchange).
 ExchangeRun run_exchange(ExchangeRun run) {
   const int world = run.nodes * run.local;
   const std::string dir = testing::make_temp_dir("tessera-bench");
   auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
     set_log_tag("rank " + std::to_string(r));
+    // Emulated: the rank binds its node's address; ranks of a node still meet on it, inside the node.
+    const std::string host = run.emulated ? enter_node(r / run.local) : "127.0.0.1";
     FileStore store(dir);
-    CommGroups g = connect_groups(store, Topology::grid(run.nodes, run.local), r, gloo_factory(Millis(60000)));
+    CommGroups g = connect_groups(store, Topology::grid(run.nodes, run.local), r, gloo_factory(Millis(120000), host));
     auto ex = make_exchange(ExchangeConfig{run.strategy, run.density, "mstopk"}, g);
     const auto grad = gaussian(run.size, 1000 + r);
     // The exact sum, for the error of one sparse step.
@@ -252,15 +271,15 @@ ExchangeRun run_exchange(ExchangeRun run) {
       num += (double(x[i]) - exact[i]) * (double(x[i]) - exact[i]);
       den += double(exact[i]) * exact[i];
     }
-    double total_ms = 0;
+    std::vector<double> ms;
     ExchangeStats st;
     for (int it = 0; it < run.iters; ++it) {
       x = grad;
       g.world->barrier(Millis(0));
       st = ex->exchange(0, x);
-      total_ms += st.seconds * 1e3;
+      ms.push_back(st.seconds * 1e3);
     }
-    report = detail::concat(total_ms / run.iters, " ", st.bytes.intra, " ", st.bytes.inter, " ", st.selected, " ",
+    report = detail::concat(median(ms), " ", st.bytes.intra, " ", st.bytes.inter, " ", st.selected, " ",
                             den > 0 ? std::sqrt(num / den) : 0.0);
     return 0;
   }, std::chrono::minutes(10));
@@ -305,6 +324,40 @@ ExchangeRun exchange_flags(Flags& f) {
   // Validate the configuration here, with the same rules the strategies apply.
   if (!(run.density > 0 && run.density <= 1)) throw ConfigError("--density", detail::concat(run.density, " is outside (0, 1]"));
   return run;
+}
+
+// The exchange on an emulated cloud cluster: bench/cluster/cluster.sh brings up --nodes network
+// namespaces with links of --rate (and --delay), the ranks run in them, the cluster goes down.
+int cmd_cluster(Flags& f) {
+  ExchangeRun run = exchange_flags(f);
+  const std::string rate = f.str("rate", "1gbit"), delay = f.str("delay", "");
+  const bool json = f.has("json");
+  f.check_all_used();
+  for (const std::string& v : {rate, delay})
+    if (v.find_first_not_of("0123456789.kmgbitpsu") != std::string::npos)
+      throw ConfigError(&v == &rate ? "--rate" : "--delay", "'" + v + "' is not a tc rate or time");
+  const std::string script = detail::concat(TESSERA_SOURCE_DIR, "/bench/cluster/cluster.sh");
+  const std::string up = detail::concat("bash ", script, " up --nodes ", run.nodes, " --rate ", rate,
+                                        delay.empty() ? "" : " --delay " + delay, json ? " >&2" : "");
+  if (std::system(up.c_str()) != 0) throw Error("the emulated cluster did not come up (" + up + ")");
+  struct Down {
+    std::string script;
+    ~Down() { [[maybe_unused]] int rc = std::system(("bash " + script + " down").c_str()); }
+  } down{script};
+  run.emulated = true;
+  run = run_exchange(run);
+  if (json) {
+    std::printf("{\"bench\":\"cluster\",\"strategy\":\"%s\",\"nodes\":%d,\"local\":%d,\"rate\":\"%s\",\"delay\":\"%s\","
+                "\"size\":%zu,\"density\":%g,\"iters\":%d,\"exchange_ms\":%.3f,\"bytes_intra\":%.0f,\"bytes_inter\":%.0f}\n",
+                run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.c_str(), run.size, run.density, run.iters,
+                run.ms(), run.mean_intra(), run.mean_inter());
+    return 0;
+  }
+  std::printf("%s on %d emulated nodes x %d processes, links of %s%s, %zu floats, density %g: %.2f ms per exchange "
+              "(the slowest rank's median); per rank %.0f B intra, %.0f B inter\n",
+              run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.empty() ? "" : (" and " + delay).c_str(), run.size,
+              run.density, run.ms(), run.mean_intra(), run.mean_inter());
+  return 0;
 }
 
 int cmd_exchange(Flags& f) {
@@ -946,6 +999,7 @@ int usage(int code) {
                "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
                "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
+               "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
                "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
@@ -972,6 +1026,7 @@ int main(int argc, char** argv) {
     if (cmd == "placement") return cmd_placement(f);
     if (cmd == "controller") return cmd_controller(f);
     if (cmd == "metrics") return cmd_metrics(f);
+    if (cmd == "cluster") return cmd_cluster(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   });
