@@ -302,10 +302,19 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.run_policy.suspend = rp.boolean("suspend", false);
 
   ConfigNode local = spec.child("local");
-  local.allow_only({"nodes", "gpusPerNode", "workDir"});
+  local.allow_only({"nodes", "gpusPerNode", "workDir", "network"});
   s.local.nodes = static_cast<int>(local.integer("nodes", 0, 1, 4096));
   s.local.gpus_per_node = static_cast<int>(local.integer("gpusPerNode", 0, 1, 1024));
   s.local.work_dir = local.str("workDir", "");
+  ConfigNode net = local.child("network");
+  net.allow_only({"rate", "delay"});
+  s.local.network_rate = net.str("rate", "");
+  s.local.network_delay = net.str("delay", "");
+  static const std::regex kRate("[0-9]+(\\.[0-9]+)?[kmg]?(bit|bps)"), kDelay("[0-9]+(\\.[0-9]+)?(us|ms|s)");
+  if (local.has("network") && !std::regex_match(s.local.network_rate, kRate))
+    net.problem("rate", "'" + s.local.network_rate + "' is not a link rate such as 1gbit, 10gbit or 200mbit");
+  if (!s.local.network_delay.empty() && !std::regex_match(s.local.network_delay, kDelay))
+    net.problem("delay", "'" + s.local.network_delay + "' is not a delay such as 0.2ms");
 
   check_job(spec, s);
   if (s.local.nodes == 0) s.local.nodes = s.replicas;

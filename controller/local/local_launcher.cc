@@ -126,6 +126,10 @@ class Launch {
   }
 
   ~Launch() {
+    if (emulated_) {
+      stop_pods(all_pod_names());
+      [[maybe_unused]] int rc = std::system(detail::concat("bash ", TESSERA_CLUSTER_SCRIPT, " down").c_str());
+    }
     metrics_.on_scrape(nullptr);
     if (prometheus_) {
       prometheus_->stop(std::chrono::milliseconds(10000));
@@ -137,9 +141,12 @@ class Launch {
 
   LocalResult run() {
     start_ = Clock::now();
-    service_ = std::make_unique<RendezvousService>("127.0.0.1:0");
+    emulate_network();
+    // Emulated: the workers reach the rendezvous over the cluster's bridge.
+    service_ = std::make_unique<RendezvousService>(emulated_ ? std::string(kBridge) + ":0" : "127.0.0.1:0");
+    rendezvous_ = emulated_ ? detail::concat(kBridge, ":", service_->port()) : service_->target();
     serve_metrics();
-    options_reconcile_.rendezvous_address = service_->target();
+    options_reconcile_.rendezvous_address = rendezvous_;
     options_reconcile_.status_interval = std::chrono::milliseconds(1000);
     options_reconcile_.cluster = false;
     options_reconcile_.token = new_job_token();
@@ -240,6 +247,20 @@ class Launch {
 
   std::string key() const { return job_.namespace_ + "/" + job_.name; }
 
+  // spec.local.network: the virtual nodes in the emulated cluster's namespaces (cluster.sh up).
+  void emulate_network() {
+    if (spec_.local.network_rate.empty()) return;
+    if (geteuid() != 0)
+      throw ConfigError("spec.local.network", "an emulated network needs root (network namespaces and tc); run as root or leave it out");
+    const std::string up = detail::concat("bash ", TESSERA_CLUSTER_SCRIPT, " up --nodes ", spec_.local.nodes, " --rate ",
+                                          spec_.local.network_rate,
+                                          spec_.local.network_delay.empty() ? "" : " --delay " + spec_.local.network_delay);
+    std::fflush(options_.out);
+    if (std::system(up.c_str()) != 0)
+      throw ConfigError("spec.local.network", "the emulated network did not come up (" + up + ")");
+    emulated_ = true;
+  }
+
   // The controller's endpoints (and Prometheus, when asked for) on loopback.
   void serve_metrics() {
     metrics_.set_leader(true);
@@ -302,7 +323,7 @@ class Launch {
                          spec_.data_replicas(), "; ", strategy, "; ", threads_, " threads per worker"));
       for (const auto& p : status().value("placement", json::array()))
         say(detail::concat("  replica ", p["replica"].get<int>(), " on ", p["node"].get<std::string>(), ": ranks ", p["ranks"].dump()));
-      say(detail::concat("rendezvous on ", service_->target(), "; worker logs in ", dir_, "/logs"));
+      say(detail::concat("rendezvous on ", rendezvous_, "; worker logs in ", dir_, "/logs"));
       announced_ = true;
     } else {
       say(detail::concat(job_.name, ": placed again: ", where));
@@ -332,12 +353,17 @@ class Launch {
       LocalPod::Rank r;
       r.at = at;
       r.log = worker_log(at.replica, at.slot);
-      const std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
-                                             "grpc://" + service_->target(), "--replica", std::to_string(at.replica),
-                                             "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_),
-                                             "--metrics-addr", "127.0.0.1:0"};
-      r.process = std::make_unique<Process>(
-          argv, std::vector<std::string>{"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name}, r.log);
+      std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
+                                       "grpc://" + rendezvous_, "--replica", std::to_string(at.replica),
+                                       "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_),
+                                       "--metrics-addr", emulated_ ? "0.0.0.0:0" : "127.0.0.1:0"};
+      std::vector<std::string> env = {"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name};
+      if (emulated_) {
+        // In the node's namespace; Gloo binds the node's link, so ranks of other nodes come over it.
+        argv.insert(argv.begin(), {"ip", "netns", "exec", "tessera-n" + pod.node.substr(pod.node.rfind('-') + 1)});
+        env.push_back("TESSERA_GLOO_IFACE=eth0");
+      }
+      r.process = std::make_unique<Process>(argv, env, r.log);
       pod.ranks.push_back(std::move(r));
     }
     pods_[pod.name] = std::move(pod);
@@ -513,7 +539,10 @@ class Launch {
   std::vector<placement::NodeInfo> nodes_;
   std::map<std::string, LocalPod> pods_;
   std::vector<placement::RankAssignment> plan_;
+  static constexpr const char* kBridge = "10.77.0.254";  // the emulated cluster's bridge (cluster.sh)
   std::unique_ptr<RendezvousService> service_;
+  std::string rendezvous_;  // host:port the workers reach the rendezvous at
+  bool emulated_ = false;
   ControllerMetrics metrics_;
   std::unique_ptr<HttpServer> http_;
   std::unique_ptr<Process> prometheus_;

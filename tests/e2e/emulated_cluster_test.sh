@@ -7,6 +7,7 @@
 set -euo pipefail
 src=$1
 py=$2
+bin=$3
 cluster=$src/bench/cluster/cluster.sh
 tp=$src/bench/cluster/throughput.py
 if [ "$(id -u)" != 0 ]; then
@@ -65,3 +66,33 @@ bash "$cluster" down
 ! ip link show tessera-br >/dev/null 2>&1 || fail "down left the bridge"
 [ -z "$(ip -o link show | grep -E ': tsn[0-9]+h')" ] || fail "down left veths"
 echo "PASS down removes every namespace, veth and the bridge"
+
+# tessera run with spec.local.network.
+cat >"$tmp/job.yaml" <<EOF
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: netjob}
+spec:
+  replicas: 2
+  ranksPerReplica: 2
+  model: {name: cosmoflow, inputSize: 16, hidden: [32, 16]}
+  dataset: {format: synthetic, samples: 64, validationSamples: 16}
+  training: {epochs: 12, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
+  communication: {strategy: hybrid, sparse: hitopk, dense: torus, switchAtEpoch: 6, density: 0.01}
+  local: {nodes: 2, gpusPerNode: 2, workDir: $tmp/work, network: {rate: 200mbit}}
+EOF
+port=$("$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timeout 120 "$bin/tessera" run "$tmp/job.yaml" --metrics-addr "127.0.0.1:$port" >"$tmp/run.log" 2>&1 &
+run=$!
+targets=
+for _ in $(seq 1 200); do
+  targets=$(curl -sf "http://127.0.0.1:$port/targets" 2>/dev/null || true)
+  [ "$(echo "$targets" | grep -o '"10.77.0.[12]:[0-9]*"' | wc -l)" = 4 ] && break
+  sleep 0.1
+done
+wait "$run" || fail "tessera run with an emulated network: $(tail -5 "$tmp/run.log")"
+[ "$(echo "$targets" | grep -o '"10.77.0.[12]:[0-9]*"' | wc -l)" = 4 ] ||
+  fail "the 4 workers were not seen at the nodes' addresses: $targets"
+grep -q "netjob Succeeded" "$tmp/run.log" || fail "the job did not succeed: $(tail -5 "$tmp/run.log")"
+[ -z "$(ip netns list | grep tessera-n)" ] || fail "tessera run left namespaces: $(ip netns list)"
+echo "PASS tessera run with spec.local.network: 4 workers at the nodes' addresses, Succeeded, the cluster removed"
