@@ -155,8 +155,9 @@ done
 grep -q "Forbidden\|403" "$dir/controller.log" && fail "the controller was refused something with the chart's RBAC"
 nodes=$(kubectl get pods -n team-a -l tessera.dev/job=chart-job -o jsonpath='{.items[*].spec.nodeName}')
 [ "$nodes" = "node-0 node-0" ] || fail "the pods ran on '$nodes', not on the chart's default node pool (zone-0: node-0)"
-curl -sf "http://127.0.0.1:$health/metrics" | grep -q '^tessera_jobs_succeeded_total{namespace="team-a"} 1' ||
-  fail "the controller's /metrics does not count the job: $(curl -s "http://127.0.0.1:$health/metrics" | grep jobs_)"
+metrics=$(curl -sf "http://127.0.0.1:$health/metrics")  # whole: grep -q on a pipe would cut curl short
+grep -q '^tessera_jobs_succeeded_total{namespace="team-a"} 1' <<<"$metrics" ||
+  fail "the controller's /metrics does not count the job: $(grep jobs_ <<<"$metrics")"
 echo "PASS the controller ran a job to Succeeded with the chart's service account, RBAC, arguments and job defaults"
 
 "$helm" uninstall tessera -n "$ns" >/dev/null || fail "helm uninstall"
