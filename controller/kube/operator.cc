@@ -335,7 +335,10 @@ struct KubeOperator::Impl {
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (opt.metrics) {
         opt.metrics->observe_reconcile(seconds);
-        if (const auto now = jobs->get(key)) opt.metrics->observe_job(ns, name, now->contains("status") ? (*now)["status"] : json());
+        // A status write was observed with its action; otherwise the status is the one decided on.
+        const bool patched = std::any_of(d.actions.begin(), d.actions.end(),
+                                         [](const Action& a) { return a.kind == Action::Kind::kPatchStatus; });
+        if (!patched) opt.metrics->observe_job(ns, name, o.job.contains("status") ? o.job["status"] : json());
       }
       std::lock_guard<std::mutex> lock(mu);
       // The newest kReconcileSamples durations, in a ring: a controller runs for months.

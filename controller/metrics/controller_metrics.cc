@@ -7,6 +7,8 @@
 #include <prometheus/text_serializer.h>
 
 #include <set>
+
+#include "worker/metrics/buckets.h"
 #include <sstream>
 
 namespace tessera {
@@ -14,12 +16,8 @@ namespace {
 
 using nlohmann::json;
 
-// 100 us .. ~100 s, doubling.
-prometheus::Histogram::BucketBoundaries latency_buckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 0.0001; v < 120; v *= 2) b.push_back(v);
-  return b;
-}
+// 100 us .. ~100 s.
+prometheus::Histogram::BucketBoundaries latency_buckets() { return doubling_buckets(0.0001, 120); }
 
 const char* kPhases[] = {"Pending", "Placing", "Running", "Restarting", "Suspended", "Succeeded", "Failed"};
 

@@ -52,11 +52,15 @@ TEST(WorkerMetricsTest, StepsAccumulateWithTheRanksLabels) {
   r.forward_s = 0.02;
   r.bytes_intra = 1000;
   r.bytes_inter = 10;
-  m.observe_step(r, 2.0, 0.01, false);
+  r.dense = false;
+  r.density = 0.01;
+  m.observe_step(r, 2.0);
   r.step = 10;
-  m.observe_step(r, 2.0, 0.01, false);
+  m.observe_step(r, 2.0);
   r.strategy = "torus";
-  m.observe_step(r, 2.0, 1.0, true);
+  r.dense = true;
+  r.density = 1.0;
+  m.observe_step(r, 2.0);
   m.observe_checkpoint(0.25);
   TieredCache::Counters c;
   c.hits[0] = 7;

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "worker/metrics/buckets.h"
 #include "worker/train/trainer.h"
 
 namespace tessera {
@@ -16,12 +17,8 @@ namespace {
 
 using prometheus::Labels;
 
-// 1 ms .. ~65 s, doubling.
-prometheus::Histogram::BucketBoundaries seconds_buckets() {
-  prometheus::Histogram::BucketBoundaries b;
-  for (double v = 0.001; v < 70; v *= 2) b.push_back(v);
-  return b;
-}
+// 1 ms .. ~65 s.
+prometheus::Histogram::BucketBoundaries seconds_buckets() { return doubling_buckets(0.001, 70); }
 
 }  // namespace
 
@@ -81,12 +78,12 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& who)
 
 WorkerMetrics::~WorkerMetrics() = default;
 
-void WorkerMetrics::observe_step(const StepRecord& s, double samples, double density, bool dense) {
+void WorkerMetrics::observe_step(const StepRecord& s, double samples) {
   samples_->Increment(samples);
   const double t[5] = {s.data_s, s.forward_s, s.backward_s, s.comm_s, s.update_s};
   for (int i = 0; i < 5; ++i) stage_[i]->Observe(t[i]);
-  density_->Set(density);
-  phase_->Set(dense ? 1 : 0);
+  density_->Set(s.density);
+  phase_->Set(s.dense ? 1 : 0);
   loss_->Set(s.loss);
   lr_->Set(s.lr);
   step_->Set(static_cast<double>(s.step + 1));
@@ -121,7 +118,7 @@ void WorkerMetrics::observe_cache(const TieredCache::Counters& c, int64_t memory
 }
 
 void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache) {
-  observe_step(step, samples, step.density, step.dense);
+  observe_step(step, samples);
   if (step.checkpoint_s > 0) observe_checkpoint(step.checkpoint_s);
   if (cache) observe_cache(cache->counters(), cache->memory_bytes_used(), cache->ssd_bytes_used());
 }

@@ -33,10 +33,9 @@ class WorkerMetrics {
   explicit WorkerMetrics(const WorkerIdentity& who);
   ~WorkerMetrics();
 
-  // One training step of this rank: `samples` is its share of the global batch (the sum over
-  // ranks is the job's samples), `density` the fraction of gradient entries exchanged, `dense`
-  // whether the step ran in the dense phase.
-  void observe_step(const StepRecord& step, double samples, double density, bool dense);
+  // One training step of this rank (its stages, loss, learning rate, bytes, density and phase):
+  // `samples` is its share of the global batch (the sum over ranks is the job's samples).
+  void observe_step(const StepRecord& step, double samples);
   void observe_checkpoint(double seconds);
   // The data cache's counters and the bytes held in its memory and SSD tiers.
   void observe_cache(const TieredCache::Counters& c, int64_t memory_bytes, int64_t ssd_bytes);
