@@ -129,7 +129,7 @@ TrainingSpec parse_training(const ConfigNode& t) {
 }
 
 CommunicationSpec parse_communication(const ConfigNode& c) {
-  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "timeoutSeconds"});
+  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds"});
   CommunicationSpec s;
   s.strategy = c.choice("strategy", s.strategy, {"dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
@@ -139,6 +139,7 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
   s.selector = c.choice("selector", s.selector, {"mstopk", "exact"});
   s.bucket_bytes = c.bytes("bucketSize", s.bucket_bytes);
   if (s.bucket_bytes < 4) c.problem("bucketSize", "must hold at least one gradient (4 bytes)");
+  s.overlap = c.boolean("overlap", s.overlap);
   s.timeout_ms = static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
   return s;
 }

@@ -107,6 +107,7 @@ struct CommunicationSpec {
   int switch_at_epoch = 1;           // hybrid: the first dense epoch
   std::string selector = "mstopk";   // mstopk | exact
   int64_t bucket_bytes = 25 << 20;   // gradients are fused into buckets of at most this size
+  bool overlap = true;               // buckets are exchanged during the backward pass
   int64_t timeout_ms = 120000;       // deadline of every collective
 };
 

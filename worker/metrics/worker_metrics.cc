@@ -47,6 +47,10 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& who)
                      .Help("Time of each stage of a training step on this rank").Register(r);
   const char* names[5] = {"data", "forward", "backward", "comm", "update"};
   for (int i = 0; i < 5; ++i) stage_[i] = &stages.Add(with({{"stage", names[i]}}), seconds_buckets());
+  comm_total_ = &prometheus::BuildHistogram().Name("tessera_comm_seconds")
+                     .Help("All gradient communication of a step, overlapped with the backward pass or not (the part the step "
+                           "waited for is tessera_step_seconds{stage=\"comm\"})")
+                     .Register(r).Add(base, seconds_buckets());
   checkpoint_ = &prometheus::BuildHistogram().Name("tessera_checkpoint_seconds")
                      .Help("Time to write this rank's checkpoint").Register(r).Add(base, seconds_buckets());
   auto gauge = [&](const char* name, const char* help) { return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base); };
@@ -82,6 +86,7 @@ void WorkerMetrics::observe_step(const StepRecord& s, double samples) {
   samples_->Increment(samples);
   const double t[5] = {s.data_s, s.forward_s, s.backward_s, s.comm_s, s.update_s};
   for (int i = 0; i < 5; ++i) stage_[i]->Observe(t[i]);
+  comm_total_->Observe(s.comm_total_s);
   density_->Set(s.density);
   phase_->Set(s.dense ? 1 : 0);
   loss_->Set(s.loss);

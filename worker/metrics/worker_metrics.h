@@ -50,6 +50,7 @@ class WorkerMetrics {
   prometheus::Counter* samples_;
   std::array<prometheus::Histogram*, 5> stage_;  // data, forward, backward, comm, update
   prometheus::Histogram* checkpoint_;
+  prometheus::Histogram* comm_total_;
   prometheus::Gauge *density_, *phase_, *loss_, *lr_, *step_;
   std::array<prometheus::Counter*, 3> hits_, read_bytes_;
   std::array<prometheus::Counter*, 2> misses_;

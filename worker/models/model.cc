@@ -40,7 +40,7 @@ class SequentialModel : public Model {
   Shape sample_shape() const override { return sample_; }
   Shape target_shape() const override { return target_; }
   Tensor forward(const Tensor& x, bool training) override { return net_.forward(x, training); }
-  Tensor backward(const Tensor& dy) override { return net_.backward(dy); }
+  Tensor backward(const Tensor& dy, const GradReady* ready) override { return net_.backward(dy, ready); }
   std::vector<Param*> params() override { return net_.params(); }
   std::vector<Layer*> layers() override {
     std::vector<Layer*> out;
@@ -241,15 +241,15 @@ class UNet3D final : public Model {
     return head_.forward(h, training);
   }
 
-  Tensor backward(const Tensor& dy) override {
+  Tensor backward(const Tensor& dy, const GradReady* r) override {
     Tensor ds1, du1, ds2, du2;
-    split_channels(dec1_.backward(head_.backward(dy)), skip1_, ds1, du1);
-    split_channels(dec2_.backward(up1_.backward(du1)), skip2_, ds2, du2);
-    Tensor g = pool2_.backward(bottom_.backward(up2_.backward(du2)));
+    split_channels(dec1_.backward(head_.backward(dy, r), r), skip1_, ds1, du1);
+    split_channels(dec2_.backward(up1_.backward(du1, r), r), skip2_, ds2, du2);
+    Tensor g = pool2_.backward(bottom_.backward(up2_.backward(du2, r), r), r);
     add_into(g, ds2);
-    g = pool1_.backward(enc2_.backward(g));
+    g = pool1_.backward(enc2_.backward(g, r), r);
     add_into(g, ds1);
-    return enc1_.backward(g);
+    return enc1_.backward(g, r);
   }
 
   std::vector<Param*> params() override {

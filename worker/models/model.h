@@ -42,7 +42,8 @@ class Model {
   virtual Shape sample_shape() const = 0;
   virtual Shape target_shape() const = 0;
   virtual Tensor forward(const Tensor& x, bool training) = 0;
-  virtual Tensor backward(const Tensor& dy) = 0;
+  // `ready` (may be null) hears of each layer as soon as its parameter gradients are final.
+  virtual Tensor backward(const Tensor& dy, const GradReady* ready = nullptr) = 0;
   virtual std::vector<Param*> params() = 0;
   // Forward floating-point operations per sample.
   virtual double forward_flops() const = 0;

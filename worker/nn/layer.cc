@@ -22,9 +22,12 @@ Tensor Sequential::forward(const Tensor& x, bool training) {
   return h;
 }
 
-Tensor Sequential::backward(const Tensor& dy) {
+Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
   Tensor g = dy;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) g = (*it)->backward(g);
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    g = (*it)->backward(g);
+    if (ready && !(*it)->params().empty()) (*ready)(**it);
+  }
   return g;
 }
 

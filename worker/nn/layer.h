@@ -6,6 +6,7 @@
 // is where such shapes come from); broken invariants throw std::logic_error.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,12 +52,17 @@ class Layer {
   bool input_grad_ = true;
 };
 
+// Called during a backward pass as soon as a layer's parameter gradients are final, so they can be
+// sent while the pass goes on (layers without parameters are not reported).
+using GradReady = std::function<void(Layer&)>;
+
 // Layers applied in order.
 class Sequential {
  public:
   Layer& add(std::unique_ptr<Layer> layer);
   Tensor forward(const Tensor& x, bool training);
-  Tensor backward(const Tensor& dy);
+  // `ready` (may be null) hears of each layer with parameters once its backward() has run.
+  Tensor backward(const Tensor& dy, const GradReady* ready = nullptr);
   std::vector<Param*> params();
   Shape output_shape(Shape in) const;
   double forward_flops(Shape in) const;

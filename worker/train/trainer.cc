@@ -20,43 +20,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 }  // namespace
 
-// Gradients fused into flat buckets of at most bucket_bytes (a parameter larger than that gets a
-// bucket of its own), in parameter order.
-struct Trainer::Buckets {
-  struct Slot {
-    Param* param;
-    size_t offset;
-  };
-  std::vector<std::vector<Slot>> slots;
-  std::vector<std::vector<float>> data;
-
-  Buckets(const std::vector<Param*>& params, int64_t bucket_bytes) {
-    const size_t cap = static_cast<size_t>(bucket_bytes) / sizeof(float);
-    size_t used = cap;
-    for (Param* p : params) {
-      const size_t n = static_cast<size_t>(p->grad.numel());
-      if (used + n > cap && used > 0) {
-        slots.emplace_back();
-        data.emplace_back();
-        used = 0;
-      }
-      slots.back().push_back({p, used});
-      used += n;
-      data.back().resize(used);
-    }
-  }
-  void fuse(size_t b) {
-    for (const Slot& s : slots[b]) std::memcpy(data[b].data() + s.offset, s.param->grad.data(), s.param->grad.numel() * 4);
-  }
-  void unfuse(size_t b, float scale) {
-    for (const Slot& s : slots[b]) {
-      float* g = s.param->grad.data();
-      const float* d = data[b].data() + s.offset;
-      for (int64_t i = 0; i < s.param->grad.numel(); ++i) g[i] = d[i] * scale;
-    }
-  }
-};
-
 Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
   const int world = groups_ ? groups_->topology.world_size() : 1;
   const int spatial = config_.model.spatial.size();
@@ -134,7 +97,8 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
       switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
     }
   }
-  buckets_ = std::make_unique<Buckets>(model_->params(), cc.bucket_bytes);
+  // Overlap needs a second thread only when there is an exchange to overlap.
+  buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, groups_ && cc.overlap);
 }
 
 Trainer::~Trainer() = default;
@@ -178,27 +142,27 @@ double Trainer::allreduce_mean(double value, double weight) {
   return v[1] > 0 ? v[0] / v[1] : 0.0;
 }
 
-void Trainer::exchange_gradients(StepRecord& rec) {
+void Trainer::begin_exchange(StepRecord& rec) {
   if (!groups_) {
     rec.strategy = "local";
     return;
   }
   const bool dense_phase = dense_ && switch_step_ >= 0 && step_ >= switch_step_;
-  GradientExchange& ex = dense_phase ? *dense_ : *sparse_;
-  rec.strategy = ex.name();
+  GradientExchange* ex = dense_phase ? dense_.get() : sparse_.get();
+  rec.strategy = ex->name();
   rec.dense = rec.strategy == "dense" || rec.strategy == "torus";
   rec.density = rec.dense ? 1.0 : config_.communication.density;
-  for (size_t b = 0; b < buckets_->data.size(); ++b) {
-    buckets_->fuse(b);
-    std::span<float> bucket(buckets_->data[b]);
-    // First dense step after the switch: what the sparse phase still owed is sent now.
-    if (dense_phase && !flushed_residuals_) sparse_->add_residual(static_cast<int>(b), bucket);
-    ExchangeStats st = ex.exchange(static_cast<int>(b), bucket);
-    rec.bytes_intra += st.bytes.intra;
-    rec.bytes_inter += st.bytes.inter;
-    buckets_->unfuse(b, 1.0f / static_cast<float>(replicas_));
-  }
+  // First dense step after the switch: what the sparse phase still owed is sent now.
+  const bool flush = dense_phase && !flushed_residuals_;
   if (dense_phase) flushed_residuals_ = true;
+  buckets_->begin(
+      [this, ex, flush, &rec](int b, std::span<float> bucket) {
+        if (flush) sparse_->add_residual(b, bucket);
+        const ExchangeStats st = ex->exchange(b, bucket);
+        rec.bytes_intra += st.bytes.intra;
+        rec.bytes_inter += st.bytes.inter;
+      },
+      1.0f / static_cast<float>(replicas_));
 }
 
 EpochRecord Trainer::validate(int epoch) {
@@ -305,6 +269,10 @@ void Trainer::restore() {
   std::map<int, std::vector<float>> residuals;
   for (const auto& [key, v] : d.arrays)
     if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
+  for (const auto& [b, v] : residuals)
+    if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(b))
+      throw Error(detail::concat("checkpoint '", file, "': its error-feedback residual of bucket ", b, " (", v.size(),
+                                 " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
   if (sparse_) sparse_->restore_residuals(residuals);
   optimizer_->set_steps(d.counters.at("optimizer_steps"));
   flushed_residuals_ = d.counters.count("flushed_residuals") && d.counters.at("flushed_residuals");
@@ -324,6 +292,7 @@ TrainSummary Trainer::run() {
   auto t_log = Clock::now();
   int64_t logged_samples = 0;
   StepRecord window;  // timings summed since the last progress line
+  int64_t window_steps = 0;
   int order_epoch = -1;
   double last_loss = 0, last_sps = 0;  // reported to the controller
   if (rank_ == 0)
@@ -363,13 +332,16 @@ TrainSummary Trainer::run() {
       for (float& g : loss.grad.span()) g *= static_cast<float>(share);
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
-    model_->backward(loss.grad);
+    begin_exchange(rec);
+    model_->backward(loss.grad, groups_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
     rec.backward_s = seconds_since(t0);
 
     t0 = Clock::now();
-    exchange_gradients(rec);
+    if (groups_) buckets_->finish();
+    const double loss_t0 = seconds_since(t0);
     rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch);
     rec.comm_s = seconds_since(t0);
+    rec.comm_total_s = (groups_ ? buckets_->busy_seconds() : 0.0) + (rec.comm_s - loss_t0);
 
     t0 = Clock::now();
     if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
@@ -387,6 +359,8 @@ TrainSummary Trainer::run() {
     window.forward_s += rec.forward_s;
     window.backward_s += rec.backward_s;
     window.comm_s += rec.comm_s;
+    window.comm_total_s += rec.comm_total_s;
+    ++window_steps;
     window.update_s += rec.update_s;
     logged_samples += tr.batch_size;  // global samples per step
     const double since = seconds_since(t_log);
@@ -396,10 +370,14 @@ TrainSummary Trainer::run() {
       log_info("epoch ", epoch + 1, "/", tr.epochs, " step ", step_, "/", total_steps_, " | ",
                static_cast<int>(logged_samples / since), " samples/s | loss ", rec.loss, " | lr ", rec.lr, " | ",
                rec.strategy, " | data ", pct(window.data_s), "% fwd ", pct(window.forward_s), "% bwd ",
-               pct(window.backward_s), "% comm ", pct(window.comm_s), "% update ", pct(window.update_s), "%");
+               pct(window.backward_s), "% comm ", pct(window.comm_s), "% update ", pct(window.update_s), "% | comm exposed ",
+               static_cast<int>(std::lround(1000 * window.comm_s / window_steps)), " of ",
+               static_cast<int>(std::lround(1000 * window.comm_total_s / window_steps)), " ms/step",
+               buckets_->overlap() ? " (overlapped)" : "");
       t_log = Clock::now();
       logged_samples = 0;
       window = StepRecord{};
+      window_steps = 0;
     }
     const bool epoch_end = step_ % steps_per_epoch_ == 0;
     if (!config_.checkpoint.path.empty() &&

@@ -5,7 +5,8 @@
 // spatial parallelism, this rank's block of each sample), forward, loss, backward, fuse the
 // gradients into buckets, exchange them with the configured strategy (hybrid: the sparse one, then
 // the dense one from the switch step on, which every rank computes identically), average, clip,
-// optimiser update. Records per-step timings (data wait, forward, backward, communication, update),
+// optimiser update. With communication.overlap the buckets are exchanged on a second thread while
+// the backward pass goes on (BucketExchange), and the step waits only for what is still in flight. Records per-step timings (data wait, forward, backward, communication, update),
 // prints a progress line, checkpoints every N steps (atomically; a restarted rank resumes from the
 // newest step every rank has) and validates at the end of each epoch.
 // A Trainer is driven by one thread.
@@ -17,6 +18,7 @@
 
 #include "worker/comm/topology.h"
 #include "worker/data/loader.h"
+#include "worker/train/bucket_exchange.h"
 #include "worker/train/control_agent.h"
 #include "worker/train/job_config.h"
 
@@ -28,7 +30,9 @@ struct StepRecord {
   double loss = 0;             // mean over the global batch
   double lr = 0;
   std::string strategy;        // exchange strategy used this step
-  double data_s = 0, forward_s = 0, backward_s = 0, comm_s = 0, update_s = 0;
+  double data_s = 0, forward_s = 0, backward_s = 0, update_s = 0;
+  double comm_s = 0;           // communication the step waited for (exposed), after the backward pass
+  double comm_total_s = 0;     // all communication of the step, overlapped with backward or not
   uint64_t bytes_intra = 0, bytes_inter = 0;  // this rank, this step
   bool dense = true;           // the exchange was dense (dense, torus or a single process)
   double density = 1;          // fraction of gradient entries the exchange sent
@@ -73,10 +77,10 @@ class Trainer {
   uint64_t remote_bytes_read() const;
 
  private:
-  struct Buckets;
   void restore();
   void save(int64_t next_step);
-  void exchange_gradients(StepRecord& rec);
+  // Starts the step's exchange: which strategy, and what each bucket's send does.
+  void begin_exchange(StepRecord& rec);
   EpochRecord validate(int epoch);
   double allreduce_mean(double value, double weight);
   // Keeps the targets of the samples whose outputs this rank produces (spatial parallelism).
@@ -95,7 +99,7 @@ class Trainer {
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
-  std::unique_ptr<Buckets> buckets_;
+  std::unique_ptr<BucketExchange> buckets_;
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
   bool flushed_residuals_ = false;
   ControlAgent* control_ = nullptr;

@@ -1,0 +1,127 @@
+#include "worker/train/bucket_exchange.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap)
+    : overlap_(overlap), hook_([this](Layer& l) { ready(l); }) {
+  const size_t cap = static_cast<size_t>(bucket_bytes) / sizeof(float);
+  size_t used = cap;
+  for (auto it = params.rbegin(); it != params.rend(); ++it) {
+    Param* p = *it;
+    const size_t n = static_cast<size_t>(p->grad.numel());
+    if (used + n > cap && used > 0) {
+      buckets_.emplace_back();
+      used = 0;
+    }
+    buckets_.back().slots.push_back({p, used});
+    bucket_of_[p] = buckets_.size() - 1;
+    used += n;
+    buckets_.back().data.resize(used);
+  }
+  pending_.resize(buckets_.size());
+  if (overlap_) thread_ = std::thread([this] { loop(); });
+}
+
+BucketExchange::~BucketExchange() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    queue_.clear();  // a step that failed part-way: what was not taken is dropped
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BucketExchange::begin(Send send, float scale) {
+  send_ = std::move(send);
+  scale_ = scale;
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].slots.size();
+  next_ = 0;
+  busy_s_ = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  done_ = 0;
+  error_ = nullptr;
+}
+
+void BucketExchange::ready(Layer& layer) {
+  for (Param* p : layer.params()) {
+    auto it = bucket_of_.find(p);
+    if (it != bucket_of_.end() && pending_[it->second] > 0) --pending_[it->second];
+  }
+  submit_ready();
+}
+
+void BucketExchange::submit_ready() {
+  size_t first = next_;
+  while (next_ < buckets_.size() && pending_[next_] == 0) ++next_;
+  if (next_ == first) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t b = first; b < next_; ++b) queue_.push_back(b);
+  }
+  cv_.notify_all();
+}
+
+void BucketExchange::run_bucket(size_t b) {
+  const auto t0 = Clock::now();
+  Bucket& k = buckets_[b];
+  for (const Slot& s : k.slots) std::memcpy(k.data.data() + s.offset, s.param->grad.data(), s.param->grad.numel() * sizeof(float));
+  send_(static_cast<int>(b), std::span<float>(k.data));
+  for (const Slot& s : k.slots) {
+    float* g = s.param->grad.data();
+    const float* d = k.data.data() + s.offset;
+    for (int64_t i = 0; i < s.param->grad.numel(); ++i) g[i] = d[i] * scale_;
+  }
+  busy_s_ += seconds_since(t0);
+}
+
+void BucketExchange::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (stop_) return;
+    const size_t b = queue_.front();
+    queue_.erase(queue_.begin());
+    const bool failed = error_ != nullptr;
+    lock.unlock();
+    std::exception_ptr e;
+    if (!failed) {  // after an error the rest of the step is not sent: its peers are gone or out of step
+      try {
+        run_bucket(b);
+      } catch (...) {
+        e = std::current_exception();
+      }
+    }
+    lock.lock();
+    if (e && !error_) error_ = e;
+    ++done_;
+    cv_.notify_all();
+  }
+}
+
+double BucketExchange::finish() {
+  const auto t0 = Clock::now();
+  if (!overlap_) {
+    for (size_t b = 0; b < buckets_.size(); ++b) run_bucket(b);
+    return seconds_since(t0);
+  }
+  std::fill(pending_.begin(), pending_.end(), 0);  // the backward pass is over: every gradient is final
+  submit_ready();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return done_ == buckets_.size(); });
+  if (error_) std::rethrow_exception(error_);
+  return seconds_since(t0);
+}
+
+}  // namespace tessera

@@ -1,0 +1,85 @@
+// BucketExchange: a training step's gradients, fused into flat buckets and exchanged bucket by
+// bucket, overlapped with the backward pass or after it.
+//
+// Buckets hold the parameters in reverse order (the order the backward pass finishes them), at most
+// bucket_bytes each (a larger parameter gets a bucket of its own). With overlap on, a bucket is
+// handed to a communication thread as soon as the backward pass has finished every parameter in it,
+// and the step waits (finish()) only for what is still in flight; buckets are always sent in index
+// order, so every rank issues the same collectives in the same order. Overlapped or not, each
+// bucket goes through the same fuse -> send -> unfuse, so the results are bitwise identical.
+//
+// Threads: begin(), the ready hook and finish() run on the training thread; `send` runs on the
+// communication thread when overlapping (and must only use communicators the backward pass does not).
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "worker/nn/layer.h"
+
+namespace tessera {
+
+class BucketExchange {
+ public:
+  // Exchanges bucket `b` in place: this rank's gradients on entry, the sum over ranks on return.
+  using Send = std::function<void(int b, std::span<float> bucket)>;
+
+  BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap);
+  ~BucketExchange();
+  BucketExchange(const BucketExchange&) = delete;
+  BucketExchange& operator=(const BucketExchange&) = delete;
+
+  size_t size() const { return buckets_.size(); }
+  size_t bucket_size(size_t b) const { return buckets_[b].data.size(); }
+  bool overlap() const { return overlap_; }
+
+  // Starts a step. After the exchange, each gradient is the bucket's result times `scale`.
+  void begin(Send send, float scale);
+  // The hook to pass to the backward pass (null without overlap).
+  const GradReady* hook() const { return overlap_ ? &hook_ : nullptr; }
+  // Sends what the hook has not, waits for every bucket and rethrows the first error of a send.
+  // Returns the seconds it waited (the step's exposed communication).
+  double finish();
+  // Seconds spent sending buckets during the last step (overlapped with backward or not).
+  double busy_seconds() const { return busy_s_; }
+
+ private:
+  struct Slot {
+    Param* param;
+    size_t offset;
+  };
+  struct Bucket {
+    std::vector<Slot> slots;
+    std::vector<float> data;
+  };
+  void ready(Layer& layer);
+  void submit_ready();        // hands complete buckets over, in index order
+  void run_bucket(size_t b);  // fuse, send, unfuse
+  void loop();
+
+  std::vector<Bucket> buckets_;
+  std::unordered_map<const Param*, size_t> bucket_of_;
+  bool overlap_;
+  GradReady hook_;
+  Send send_;
+  float scale_ = 1;
+  std::vector<size_t> pending_;  // per bucket: parameters the backward pass has not finished
+  size_t next_ = 0;              // the next bucket to hand over
+  double busy_s_ = 0;            // written by whichever thread sends
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<size_t> queue_;    // handed over, not yet taken
+  size_t done_ = 0;              // buckets sent (or skipped after an error) this step
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera
