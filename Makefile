@@ -4,7 +4,7 @@ ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench clean
+.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench bench-cluster clean
 
 all: build
 
@@ -56,12 +56,20 @@ bench: build deps-bench cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench placement --workers 1024 --nodes 128 --json
 	$(BUILD_DIR)/bin/tessera-bench controller --nodes 1000 --jobs 100 --json
 	$(BUILD_DIR)/bin/tessera-bench metrics --json
-	for r in 1gbit 10gbit; do for s in dense torus topk hitopk; do \
-	  $(BUILD_DIR)/bin/tessera-bench cluster --strategy $$s --nodes 2 --local 2 --rate $$r --size 25600000 --density 0.001 --iters 3 --json; \
-	done; done
 	for s in dense torus topk hitopk; do \
 	  $(BUILD_DIR)/bin/tessera-bench exchange --strategy $$s --nodes 2 --local 2 --size 4000000 --density 0.001 --json; \
 	done
+	$(MAKE) bench-cluster
+
+# The emulated cloud cluster (root: network namespaces): exchanges, training throughput against
+# PyTorch DDP, time to a validation loss, the cost model and the plots (docs/benchmarks.md).
+CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
+bench-cluster: build deps-bench
+	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
+	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json > $(CLUSTER_OUT)/cluster.jsonl
+	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench
+	/usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json
+	/usr/bin/python3 bench/cluster/plot.py $(CLUSTER_OUT)/cluster.jsonl $(CLUSTER_OUT) --model $(CLUSTER_OUT)/cost_model.json
 
 clean:
 	rm -rf $(BUILD_DIR) $(ASAN_DIR)

@@ -32,7 +32,7 @@ struct ModelSpec {
   int in_channels = 0;             // 0: the model's default
   int base_channels = 0;           // 0: the model's default
   int max_channels = 256;
-  std::vector<int64_t> hidden = {2048, 256};  // cosmoflow: fully connected widths
+  std::vector<int64_t> hidden;     // fully connected widths (cosmoflow, cnn2d); empty: the model's default
   int outputs = 0;                 // 0: the model's default
   double dropout = 0;
   double leaky_slope = 0.3;

@@ -40,6 +40,7 @@
 #include <thread>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -50,6 +51,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/fork_ranks.h"
+#include "tests/support/process.h"
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/optim.h"
@@ -326,24 +328,34 @@ ExchangeRun exchange_flags(Flags& f) {
   return run;
 }
 
-// The exchange on an emulated cloud cluster: bench/cluster/cluster.sh brings up --nodes network
-// namespaces with links of --rate (and --delay), the ranks run in them, the cluster goes down.
+// bench/cluster/cluster.sh's emulated cloud cluster, up for the life of this object: --nodes network
+// namespaces whose links run at `rate` (and `delay` where the kernel has netem).
+class EmulatedCluster {
+ public:
+  EmulatedCluster(int nodes, const std::string& rate, const std::string& delay, bool quiet)
+      : script_(detail::concat(TESSERA_SOURCE_DIR, "/bench/cluster/cluster.sh")) {
+    for (const std::string* v : {&rate, &delay})
+      if (v->find_first_not_of("0123456789.kmgbitpsu") != std::string::npos)
+        throw ConfigError(v == &rate ? "--rate" : "--delay", "'" + *v + "' is not a tc rate or time");
+    const std::string up = detail::concat("bash ", script_, " up --nodes ", nodes, " --rate ", rate,
+                                          delay.empty() ? "" : " --delay " + delay, quiet ? " >&2" : "");
+    if (std::system(up.c_str()) != 0) throw Error("the emulated cluster did not come up (" + up + ")");
+  }
+  ~EmulatedCluster() { [[maybe_unused]] int rc = std::system(("bash " + script_ + " down >&2").c_str()); }
+  EmulatedCluster(const EmulatedCluster&) = delete;
+  EmulatedCluster& operator=(const EmulatedCluster&) = delete;
+
+ private:
+  std::string script_;
+};
+
+// The exchange on an emulated cloud cluster: the ranks run in its nodes' namespaces.
 int cmd_cluster(Flags& f) {
   ExchangeRun run = exchange_flags(f);
   const std::string rate = f.str("rate", "1gbit"), delay = f.str("delay", "");
   const bool json = f.has("json");
   f.check_all_used();
-  for (const std::string& v : {rate, delay})
-    if (v.find_first_not_of("0123456789.kmgbitpsu") != std::string::npos)
-      throw ConfigError(&v == &rate ? "--rate" : "--delay", "'" + v + "' is not a tc rate or time");
-  const std::string script = detail::concat(TESSERA_SOURCE_DIR, "/bench/cluster/cluster.sh");
-  const std::string up = detail::concat("bash ", script, " up --nodes ", run.nodes, " --rate ", rate,
-                                        delay.empty() ? "" : " --delay " + delay, json ? " >&2" : "");
-  if (std::system(up.c_str()) != 0) throw Error("the emulated cluster did not come up (" + up + ")");
-  struct Down {
-    std::string script;
-    ~Down() { [[maybe_unused]] int rc = std::system(("bash " + script + " down").c_str()); }
-  } down{script};
+  EmulatedCluster cluster(run.nodes, rate, delay, json);
   run.emulated = true;
   run = run_exchange(run);
   if (json) {
@@ -357,6 +369,213 @@ int cmd_cluster(Flags& f) {
               "(the slowest rank's median); per rank %.0f B intra, %.0f B inter\n",
               run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.empty() ? "" : (" and " + delay).c_str(), run.size,
               run.density, run.ms(), run.mean_intra(), run.mean_inter());
+  return 0;
+}
+
+// ---- training on the emulated cluster ----
+
+// The models of the training benchmarks: CosmoFlow (32^3, 8.9M parameters) and the large-gradient
+// CNN (64^2 images, 25.2M parameters, ResNet-50's gradient volume).
+JobConfig bench_job(const std::string& model, int world, int batch, int steps_per_epoch, int epochs, int threads) {
+  JobConfig job;
+  job.workers = world;
+  if (model == "cosmoflow") {
+    job.model.name = "cosmoflow";
+    job.model.input_size = 32;
+    job.dataset = SyntheticConfig{"cosmo", 32, 0, 7, 0};
+    job.training.optimizer.name = "adam";
+    job.training.schedule.base_lr = 2e-4;
+  } else if (model == "cnn25m") {
+    job.model.name = "cnn2d";
+    job.model.input_size = 64;
+    job.model.base_channels = 32;
+    job.model.hidden = {1536};
+    job.dataset = SyntheticConfig{"images", 64, 0, 7, 10};
+    job.training.optimizer.name = "sgd";
+    job.training.optimizer.momentum = 0.9;
+    job.training.schedule.base_lr = 0.01;
+  } else {
+    throw ConfigError("--model", "'" + model + "': expected cosmoflow or cnn25m");
+  }
+  job.dataset.samples = static_cast<uint64_t>(batch) * steps_per_epoch;
+  job.validation_samples = static_cast<uint64_t>(batch);
+  job.training.batch_size = batch;
+  job.training.epochs = epochs;
+  job.training.threads = threads;
+  job.training.log_every_seconds = 1e9;
+  job.data.loader_threads = 1;
+  return job;
+}
+
+struct TrainRun {
+  std::string model = "cosmoflow", strategy = "dense", rate = "1gbit", delay;
+  int nodes = 2, local = 1, batch = 16, steps = 12, threads = 1;
+  int epochs = 0;  // > 0: train that many epochs of `steps` steps and report validation after each
+  bool overlap = true;
+  double density = 0.001;
+};
+
+// The slowest rank's means over the measured steps (each epoch's first two warm up): the step
+// (everything it waited for: data, compute, exposed communication), communication exposed and
+// total, compute (forward, backward, update), and the bytes it sent between nodes per step.
+struct TrainResult {
+  double step_ms = 0, exposed_ms = 0, total_ms = 0, compute_ms = 0, bytes_inter = 0;
+  int64_t params = 0;
+  nlohmann::json epochs = nlohmann::json::array();  // {epoch, seconds, val_loss, val_metric} (--epochs)
+};
+
+TrainResult run_cluster_training(const TrainRun& t) {
+  const int world = t.nodes * t.local;
+  if (t.batch % world) throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", world, " ranks"));
+  const std::string dir = testing::make_temp_dir("tessera-train-bench");
+  auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
+    set_log_level(LogLevel::kWarn);
+    const std::string host = enter_node(r / t.local);
+    FileStore store(dir);
+    CommGroups g = connect_groups(store, Topology::grid(t.nodes, t.local), r, gloo_factory(Millis(300000), host));
+    const bool hybrid = t.strategy == "hybrid";
+    // Throughput: an epoch of --steps per phase (hybrid: a sparse one, then a dense one). Time to a
+    // loss: --epochs of --steps, hybrid dense from its second half of epochs on.
+    JobConfig job = bench_job(t.model, world, t.batch, t.steps, t.epochs > 0 ? t.epochs : hybrid ? 2 : 1, t.threads);
+    if (t.epochs > 0) job.validation_samples = 4 * static_cast<uint64_t>(t.batch);
+    auto& c = job.communication;
+    c.strategy = t.strategy;
+    c.density = t.density;
+    c.overlap = t.overlap;
+    c.switch_at_epoch = t.epochs > 1 ? t.epochs / 2 : 1;
+    Trainer trainer(job, &g);
+    const auto t_start = Clock::now();
+    nlohmann::json epochs = nlohmann::json::array();
+    trainer.on_epoch = [&](const EpochRecord& e) {
+      epochs.push_back({{"epoch", e.epoch}, {"seconds", ms_since(t_start) / 1e3}, {"val_loss", e.val_loss}, {"val_metric", e.val_metric}});
+    };
+    std::vector<double> step, exposed, total, compute, inter;
+    trainer.on_step = [&](const StepRecord& s) {
+      // Warm-up: the first two steps of each epoch (allocation, connections, a new phase's buffers).
+      if (s.step % trainer.steps_per_epoch() < 2) return;
+      step.push_back(1e3 * (s.data_s + s.forward_s + s.backward_s + s.comm_s + s.update_s));
+      exposed.push_back(1e3 * s.comm_s);
+      total.push_back(1e3 * s.comm_total_s);
+      compute.push_back(1e3 * (s.forward_s + s.backward_s + s.update_s));
+      inter.push_back(static_cast<double>(s.bytes_inter));
+    };
+    trainer.run();
+    auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / std::max<size_t>(1, v.size()); };
+    report = detail::concat(mean(step), " ", mean(exposed), " ", mean(total), " ", mean(compute), " ", mean(inter), " ", epochs.dump());
+    return 0;
+  }, std::chrono::minutes(20));
+  std::filesystem::remove_all(dir);
+  TrainResult worst;
+  for (int r = 0; r < world; ++r) {
+    if (outcomes[r].exit_code != 0)
+      throw Error(detail::concat("training bench: rank ", r, " failed (exit ", outcomes[r].exit_code, "): ", outcomes[r].report));
+    TrainResult x;
+    std::istringstream in(outcomes[r].report);
+    in >> x.step_ms >> x.exposed_ms >> x.total_ms >> x.compute_ms >> x.bytes_inter;
+    std::string rest;
+    std::getline(in >> std::ws, rest);
+    x.epochs = nlohmann::json::parse(rest);
+    // The job runs at its slowest rank's pace; its communication figures are that rank's.
+    if (x.step_ms > worst.step_ms) worst = x;
+  }
+  worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
+  return worst;
+}
+
+// PyTorch DistributedDataParallel (Gloo, default buckets, its overlap) on the same model, data and
+// emulated cluster: bench/torch_ddp.py, one process per rank in its node's namespace.
+TrainResult run_ddp(const TrainRun& t) {
+  const int world = t.nodes * t.local;
+  if (t.batch % world) throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", world, " ranks"));
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
+    throw Error("the PyTorch DDP peer needs python3-torch (make bench-deps)");
+  const std::string dir = testing::make_temp_dir("tessera-ddp-bench");
+  // The same training samples Tessera trains on, as raw float32: inputs then targets.
+  JobConfig job = bench_job(t.model, world, t.batch, t.steps, 1, t.threads);
+  {
+    auto data = make_synthetic(job.dataset);
+    std::ofstream x(dir + "/inputs.f32", std::ios::binary), y(dir + "/targets.f32", std::ios::binary);
+    for (uint64_t i = 0; i < data->size(); ++i) {
+      Sample s = data->get(i);
+      x.write(reinterpret_cast<const char*>(s.input.data()), s.input.numel() * sizeof(float));
+      y.write(reinterpret_cast<const char*>(s.target.data()), s.target.numel() * sizeof(float));
+    }
+  }
+  const int port = 29500 + static_cast<int>(getpid() % 1000);
+  auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
+    enter_node(r / t.local);
+    const std::string cmd = detail::concat(
+        "GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch_ddp.py --model ", t.model, " --rank ", r,
+        " --world ", world, " --master 10.77.0.1:", port, " --data ", dir, " --batch ", t.batch / world, " --steps ", t.steps,
+        " --threads ", t.threads, " 2>", dir, "/ddp-", r, ".log");
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return 1;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
+    return pclose(p) == 0 ? 0 : 1;
+  }, std::chrono::minutes(20));
+  TrainResult worst;
+  for (int r = 0; r < world; ++r) {
+    if (outcomes[r].exit_code != 0)
+      throw Error(detail::concat("DDP rank ", r, " failed: ", testing::read_file(detail::concat(dir, "/ddp-", r, ".log"))));
+    const auto j = nlohmann::json::parse(outcomes[r].report);
+    TrainResult x;
+    x.step_ms = j["step_ms"];
+    x.compute_ms = j["compute_ms"];
+    x.params = j["params"];
+    if (x.step_ms > worst.step_ms) worst = x;
+  }
+  std::filesystem::remove_all(dir);
+  return worst;
+}
+
+// Training throughput on the emulated cluster: Tessera with --strategy (dense, torus, topk, hitopk or
+// hybrid, whose switch falls half-way) and --overlap, or the PyTorch DDP peer (--peer ddp).
+int cmd_cluster_train(Flags& f) {
+  TrainRun t;
+  t.model = f.str("model", t.model);
+  t.strategy = f.str("strategy", t.strategy);
+  t.nodes = static_cast<int>(f.integer("nodes", t.nodes, 1));
+  t.local = static_cast<int>(f.integer("local", t.local, 1));
+  t.batch = static_cast<int>(f.integer("batch", t.batch, 1));
+  t.steps = static_cast<int>(f.integer("steps", t.steps, 3));
+  t.threads = static_cast<int>(f.integer("threads", t.threads, 1));
+  t.density = f.num("density", t.density);
+  t.epochs = static_cast<int>(f.integer("epochs", 0, 0));
+  t.rate = f.str("rate", t.rate);
+  t.delay = f.str("delay", "");
+  const std::string overlap = f.str("overlap", "on"), peer = f.str("peer", "tessera");
+  const bool json = f.has("json");
+  f.check_all_used();
+  if (overlap != "on" && overlap != "off") throw ConfigError("--overlap", "'" + overlap + "': expected on or off");
+  t.overlap = overlap == "on";
+  if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
+  if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
+  EmulatedCluster cluster(t.nodes, t.rate, t.delay, json);
+  const TrainResult r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
+  const double sps = t.batch / (r.step_ms / 1e3);
+  const std::string strategy = peer == "ddp" ? "ddp" : t.strategy;
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"bench", "cluster-train"}, {"peer", peer}, {"model", t.model}, {"params", r.params},
+                                       {"strategy", strategy}, {"overlap", peer == "ddp" ? true : t.overlap},
+                                       {"nodes", t.nodes}, {"local", t.local}, {"rate", t.rate}, {"delay", t.delay},
+                                       {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
+                                       {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
+                                       {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
+                                       {"bytes_inter", r.bytes_inter}, {"epochs", r.epochs}}.dump().c_str());
+    return 0;
+  }
+  std::printf("%s %s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
+              "%.1f samples/s; compute %.1f ms",
+              peer.c_str(), strategy.c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
+              r.step_ms, sps, r.compute_ms);
+  if (peer == "tessera")
+    std::printf(", communication %.1f ms exposed of %.1f ms%s", r.exposed_ms, r.total_ms, t.overlap ? " (overlapped)" : "");
+  std::printf("\n");
+  for (const auto& e : r.epochs)
+    std::printf("  epoch %d at %.1f s: validation loss %.5f, metric %.4f\n", e["epoch"].get<int>(), e["seconds"].get<double>(),
+                e["val_loss"].get<double>(), e["val_metric"].get<double>());
   return 0;
 }
 
@@ -1000,6 +1219,8 @@ int usage(int code) {
                "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
                "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
+               "  cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--peer ddp] [--overlap on|off] --nodes M --local N\n"
+               "           --rate R [--batch B --steps K --threads T --density R --epochs E] [--json]\n"
                "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());
@@ -1027,6 +1248,7 @@ int main(int argc, char** argv) {
     if (cmd == "controller") return cmd_controller(f);
     if (cmd == "metrics") return cmd_metrics(f);
     if (cmd == "cluster") return cmd_cluster(f);
+    if (cmd == "cluster-train") return cmd_cluster_train(f);
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());
     return usage(2);
   });

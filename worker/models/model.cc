@@ -30,6 +30,24 @@ namespace {
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// Fully connected layers fc1.. of the given widths after `features` inputs, each with its
+// activation (LeakyReLU or ReLU) and optional dropout; returns the last width.
+int add_hidden(Sequential& net, const ModelConfig& c, const std::vector<int>& widths, int features, bool leaky, uint64_t& seed) {
+  for (size_t i = 0; i < widths.size(); ++i) {
+    if (widths[i] < 1) throw ConfigError(detail::concat("model.hidden[", i, "]"), "must be positive");
+    const std::string f = "fc" + std::to_string(i + 1);
+    net.add(std::make_unique<Linear>(f, features, widths[i], ++seed));
+    if (leaky) {
+      net.add(std::make_unique<LeakyReLU>(f + ".act", c.leaky_slope));
+    } else {
+      net.add(std::make_unique<ReLU>(f + ".act"));
+    }
+    if (c.dropout > 0) net.add(std::make_unique<Dropout>(f + ".dropout", c.dropout, ++seed));
+    features = widths[i];
+  }
+  return features;
+}
+
 // A model that is one Sequential.
 class SequentialModel : public Model {
  public:
@@ -118,15 +136,8 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   const Shuffle* shuffle = nullptr;
   if (split) shuffle = static_cast<const Shuffle*>(&net.add(std::make_unique<Shuffle>("shuffle", ctx, extent)));
   net.add(std::make_unique<Flatten>("flatten"));
-  int features = ch * size * size * size;
-  for (size_t i = 0; i < c.hidden.size(); ++i) {
-    if (c.hidden[i] < 1) throw ConfigError(detail::concat("model.hidden[", i, "]"), "must be positive");
-    const std::string f = "fc" + std::to_string(i + 1);
-    net.add(std::make_unique<Linear>(f, features, c.hidden[i], ++seed));
-    net.add(std::make_unique<LeakyReLU>(f + ".act", c.leaky_slope));
-    if (c.dropout > 0) net.add(std::make_unique<Dropout>(f + ".dropout", c.dropout, ++seed));
-    features = c.hidden[i];
-  }
+  const int features = add_hidden(net, c, c.hidden.empty() ? std::vector<int>{2048, 256} : c.hidden, ch * size * size * size,
+                                  /*leaky=*/true, seed);
   net.add(std::make_unique<Linear>("output", features, outputs, ++seed, 0.5f));
   net.layers().front()->set_input_grad(false);
   if (split)
@@ -135,7 +146,9 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   return m;
 }
 
-// A small 2D CNN: two conv + ReLU + max-pool blocks, then FC 128 -> classes.
+// A 2D CNN: two conv + ReLU + max-pool blocks, then fully connected layers (default one of 128) to
+// the classes. Wide hidden layers make it a large-gradient model: 64^2 inputs, baseChannels 32 and
+// hidden [1536] hold 25.2M parameters, ResNet-50's gradient volume.
 std::unique_ptr<Model> cnn2d(ModelConfig c) {
   if (c.input_size < 8 || c.input_size % 4)
     throw ConfigError("model.inputSize", detail::concat(c.input_size, ": cnn2d needs a multiple of 4, at least 8"));
@@ -151,9 +164,9 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   net.add(std::make_unique<ReLU>("relu2"));
   net.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 2}));
   net.add(std::make_unique<Flatten>("flatten"));
-  net.add(std::make_unique<Linear>("fc1", 2 * base * (W / 4) * (W / 4), 128, ++seed));
-  net.add(std::make_unique<ReLU>("relu3"));
-  net.add(std::make_unique<Linear>("output", 128, classes, ++seed, 1.0f));
+  const int features = add_hidden(net, c, c.hidden.empty() ? std::vector<int>{128} : c.hidden, 2 * base * (W / 4) * (W / 4),
+                                  /*leaky=*/false, seed);
+  net.add(std::make_unique<Linear>("output", features, classes, ++seed, 1.0f));
   net.layers().front()->set_input_grad(false);
   return m;
 }

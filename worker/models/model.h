@@ -1,5 +1,6 @@
 // Models assembled from nn/ layers by configuration: CosmoFlow (3D regression), UNet3D (3D
-// segmentation) and a small 2D CNN (classification). A Model owns its layers, runs forward/backward,
+// segmentation) and a 2D CNN (classification; small by default, and with wide hidden layers the
+// large-gradient model of the exchange benchmarks). A Model owns its layers, runs forward/backward,
 // and knows its task: which loss trains it and which metric reports it.
 // Configuration errors (a size that does not fit the architecture) are ConfigErrors naming the field.
 #pragma once
@@ -20,7 +21,7 @@ struct ModelConfig {
   int in_channels = 0;             // 0: the model's default (cosmoflow 4, unet3d 1, cnn2d 1)
   int base_channels = 0;           // 0: default (cosmoflow 16, unet3d 8, cnn2d 16)
   int max_channels = 256;          // cosmoflow: channels double per block up to this
-  std::vector<int> hidden = {2048, 256};  // cosmoflow: fully connected widths before the output
+  std::vector<int> hidden;         // fully connected widths before the output; empty: cosmoflow 2048, 256; cnn2d 128
   int outputs = 0;                 // regression targets (cosmoflow 4) or classes (unet3d 3, cnn2d 10)
   float dropout = 0.0f;            // cosmoflow: after each hidden FC layer
   float leaky_slope = 0.3f;        // cosmoflow activations

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""An alpha-beta cost model of Tessera's gradient exchanges and training steps, calibrated on the
+emulated cluster's measurements (matrix.py's JSON lines), checked against every measured exchange and
+step time, and applied to the seed paper's setting.
+
+  cost_model.py RESULTS.jsonl [--json OUT] [--cores C]
+
+The model. A message of b bytes on a link costs alpha + b * beta. Every collective is a ring (as in
+worker/comm/gloo): p members, p - 1 steps each way; in a ring over ranks ordered node by node every
+step crosses each node's link once, so a world ring runs at the pace of the inter-node link when
+there are several nodes, and of the intra-node link otherwise. Rings running side by side (torus,
+hitopk: one per local rank) share their node's link. With n ranks on each of m nodes (N = nm), a
+bucket of S floats, density d, k = dS entries of 8 bytes (index, value):
+
+  dense   2(N-1) (a_x + 4S/N b_x)                          x = inter if m > 1 else intra
+  torus   2(n-1) (a_l + 4S/n b_l) + 2(m-1) (a_i + 4S/m b_i)
+  topk    sel(S) + (N-1) (a_x + 8k b_x) + add(N k)
+  hitopk  (n-1) (a_l + 4S/n b_l) + sel(S/n) + (m-1) (a_i + 8dS b_i) + (n-1) (a_l + 8mdS/n b_l) + add(m d S)
+
+CPU work (top-k selection, scatter-add, and loopback copies, which are CPU copies) is slowed by the
+number of processes sharing the machine's cores. A training step is its compute (per model,
+calibrated from one run), the fixed rest of the step (data, loss all-reduce) and the exposed part of
+its communication: without overlap all of it; with overlap, the buckets (reverse parameter order)
+are sent one after the other as the backward pass finishes them, the backward pass's time spread over
+the layers by their FLOPs, and what runs past its end is exposed.
+"""
+import argparse
+import json
+import math
+import sys
+
+INTER_CAL = {"nodes": 2, "local": 1}
+INTRA_CAL = {"nodes": 1, "local": 2}
+
+
+def fit_line(xs, ys):
+    """Least squares y = a + b x, with relative weights (each point's error counts in proportion)."""
+    w = [1.0 / max(y, 1e-9) ** 2 for y in ys]
+    sw = sum(w)
+    sx = sum(wi * x for wi, x in zip(w, xs))
+    sy = sum(wi * y for wi, y in zip(w, ys))
+    sxx = sum(wi * x * x for wi, x in zip(w, xs))
+    sxy = sum(wi * x * y for wi, x, y in zip(w, xs, ys))
+    b = (sw * sxy - sx * sy) / (sw * sxx - sx * sx)
+    return max((sy - b * sx) / sw, 0.0), b
+
+
+class Links:
+    """alpha (s), beta (s/byte) of the inter-node link at each rate, and of the intra-node link."""
+
+    def __init__(self, rows):
+        self.inter, self.intra = {}, None
+        cal = [r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] == 1]
+        for rate in sorted({r["rate"] for r in cal if r["nodes"] == 2 and r["local"] == 1}):
+            pts = [r for r in cal if r["nodes"] == 2 and r["local"] == 1 and r["rate"] == rate]
+            # dense over 2 ranks: 2 steps of 2S bytes: t = 2a + 4S b
+            a, b = fit_line([4.0 * r["size"] for r in pts], [r["exchange_ms"] / 1e3 for r in pts])
+            self.inter[rate] = (a / 2, b)
+        pts = [r for r in cal if r["nodes"] == 1 and r["local"] == 2]
+        if pts:
+            a, b = fit_line([4.0 * r["size"] for r in pts], [r["exchange_ms"] / 1e3 for r in pts])
+            self.intra = (a / 2, b)
+        if not self.inter or not self.intra:
+            sys.exit("cost_model.py: the results have no calibration runs (matrix.py --only calibration)")
+
+
+class Machine:
+    """One link rate's alphas and betas, and the CPU costs per float: top-k selection (sel), a
+    streaming pass over a buffer (pass_), a scatter-add of one pair (add). cpu_b: the per-byte CPU
+    cost of moving a byte between nodes (the fastest calibrated link's beta), which the processes
+    sharing the cores slow down."""
+
+    def __init__(self, links, rate, cores, sel, pass_, add):
+        if isinstance(links, Links):
+            self.a_i, self.b_i = links.inter[rate]
+            self.cpu_b = min(b for _, b in links.inter.values())
+            self.a_l, self.b_l = links.intra
+        else:
+            (self.a_i, self.b_i), (self.a_l, self.b_l), self.cpu_b = links["inter"], links["intra"], 0.0
+        self.cores, self.sel, self.pass_, self.add = cores, sel, pass_, add
+
+
+def exchange_s(strategy, S, d, m, n, mc, procs=None):
+    """Seconds of one exchange of S floats on m nodes x n ranks."""
+    N = m * n
+    slow = max(1.0, (procs or N) / mc.cores)  # CPU shared by the processes on this machine
+    a_l, b_l = mc.a_l, mc.b_l * slow
+    b_i = max(mc.b_i, mc.cpu_b * slow)  # the link's rate, or the CPU moving the bytes, whichever is slower
+    ring_x = (mc.a_i, b_i) if m > 1 else (a_l, b_l)
+    k = math.ceil(d * S)
+    cpu = lambda floats_sel, passes, pairs: slow * (mc.sel * floats_sel + mc.pass_ * passes + mc.add * pairs)
+    if strategy == "dense":
+        a, b = ring_x
+        return 2 * (N - 1) * (a + 4.0 * S / N * b)
+    if strategy == "torus":
+        t = 2 * (n - 1) * (a_l + 4.0 * S / n * b_l) if n > 1 else 0.0
+        return t + (2 * (m - 1) * (mc.a_i + 4.0 * S / m * b_i) if m > 1 else 0.0)
+    if strategy == "topk":
+        a, b = ring_x
+        # error feedback (one pass), selection, zeroing the bucket (one pass), scatter-add
+        return cpu(S, 2 * S, N * k) + (N - 1) * (a + 8.0 * k * b)
+    if strategy == "hitopk":
+        ks = math.ceil(d * S / n)
+        t = (n - 1) * (a_l + 4.0 * S / n * b_l) if n > 1 else 0.0
+        t += (m - 1) * (mc.a_i + 8.0 * ks * n * b_i) if m > 1 else 0.0
+        t += (n - 1) * (a_l + 8.0 * m * ks * b_l) if n > 1 else 0.0
+        # the shard's copy out of the reduce-scatter and error feedback, its selection, zeroing, scatter-add
+        return t + cpu(S / n, 2 * S / n + S, m * n * ks)
+    raise ValueError(strategy)
+
+
+# ---- the benchmark models: parameters per layer (backward order: last layer first) and FLOPs ----
+
+def layers(model):
+    """[(name, params, forward FLOPs per sample)] in forward order."""
+    if model == "cosmoflow":
+        out, ch, s = [], 4, 32
+        for i, co in enumerate([16, 32, 64]):
+            out.append((f"conv{i + 1}", ch * co * 27 + co, 2.0 * ch * co * 27 * s ** 3))
+            ch, s = co, s // 2
+        f = ch * s ** 3
+        for i, h in enumerate([2048, 256, 4]):
+            out.append((f"fc{i + 1}", f * h + h, 2.0 * f * h))
+            f = h
+        return out
+    if model == "cnn25m":
+        return [("conv1", 1 * 32 * 9 + 32, 2.0 * 32 * 9 * 64 * 64), ("conv2", 32 * 64 * 9 + 64, 2.0 * 32 * 64 * 9 * 32 * 32),
+                ("fc1", 16384 * 1536 + 1536, 2.0 * 16384 * 1536), ("output", 1536 * 10 + 10, 2.0 * 1536 * 10)]
+    if model == "resnet50":
+        # 25.6M parameters; spread over its 54 weight layers roughly evenly in FLOPs (4.1 GFLOP forward)
+        # and with most parameters in the last stages: 4 stages of (params, FLOPs) then the FC layer.
+        stages = [(0.2e6, 0.9e9), (1.2e6, 1.0e9), (7.1e6, 1.1e9), (15.0e6, 0.8e9)]
+        return [(f"stage{i + 1}", p, f) for i, (p, f) in enumerate(stages)] + [("fc", 2.05e6, 0.004e9)]
+    raise ValueError(model)
+
+
+def buckets(model, bucket_bytes=25 << 20):
+    """Bucket sizes (floats) in send order, and for each the fraction of the backward pass done when
+    it is complete (its last layer's backward finished)."""
+    ls = layers(model)
+    bwd = [2 * f for _, _, f in ls]
+    bwd[0] = ls[0][2]  # the first layer computes no input gradient
+    total = sum(bwd)
+    out, cap, used, done = [], bucket_bytes // 4, None, 0.0
+    for (name, p, _), b in zip(reversed(ls), reversed(bwd)):
+        done += b / total
+        if used is None or (used + p > cap and used > 0):
+            out.append([0, 0.0])
+            used = 0
+        out[-1][0] += p
+        out[-1][1] = done
+        used += p
+    return out
+
+
+def step_comm(model, strategy, d, m, n, mc, backward_s, overlap):
+    """(exposed, total) seconds of one step's exchange."""
+    t, total = 0.0, 0.0
+    for size, ready in buckets(model):
+        c = exchange_s(strategy, size, d, m, n, mc)
+        total += c
+        start = max(t, ready * backward_s) if overlap else max(t, backward_s)
+        t = start + c
+    return max(0.0, t - backward_s), total
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("results")
+    p.add_argument("--cores", type=int, default=2)
+    p.add_argument("--json", help="write the predictions here")
+    a = p.parse_args()
+    rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    links = Links(rows)
+    topk_rows = [r for r in rows if r["bench"] == "topk"]
+    if not topk_rows:
+        sys.exit("cost_model.py: the results have no `tessera-bench topk --json` row (the CPU costs)")
+    sel = topk_rows[-1]["mstopk_ms"] / 1e3 / topk_rows[-1]["size"]
+    pass_ = topk_rows[-1]["pass_ms"] / 1e3 / topk_rows[-1]["size"]
+    add = 4 * pass_  # scatter-add of one (index, value) pair: a random read-modify-write
+    print(f"links: intra alpha {links.intra[0] * 1e6:.1f} us, {1 / links.intra[1] / 1e9:.2f} GB/s")
+    for rate, (al, be) in links.inter.items():
+        print(f"links: inter {rate}: alpha {al * 1e6:.1f} us, {1 / be / 1e9:.3f} GB/s")
+    print(f"CPU: top-k selection {sel * 1e9:.2f} ns per float, a pass {pass_ * 1e9:.2f} ns per float, scatter-add {add * 1e9:.1f} ns per pair")
+
+    out, worst = [], 0.0
+    print("\nexchange (25.6M floats unless noted): measured vs model")
+    for r in rows:
+        if r["bench"] != "cluster" or r["density"] == 1:
+            continue
+        mc = Machine(links, r["rate"], a.cores, sel, pass_, add)
+        pred = exchange_s(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc) * 1e3
+        err = pred / r["exchange_ms"] - 1
+        worst = max(worst, abs(err))
+        out.append({"kind": "exchange", **{k: r[k] for k in ["strategy", "nodes", "local", "rate"]},
+                    "measured_ms": r["exchange_ms"], "model_ms": pred, "error": err})
+        print(f"  {r['strategy']:7s} {r['nodes']}x{r['local']} {r['rate']:7s} {r['exchange_ms']:8.1f} {pred:8.1f} ms  {err:+.1%}")
+
+    train = [r for r in rows if r["bench"] == "cluster-train" and r["peer"] == "tessera" and not r["epochs"]]
+    # Calibration per model: compute and the rest of the step from its dense, non-overlapped 10 Gbit/s run.
+    cal = {}
+    for r in train:
+        if r["strategy"] == "dense" and not r["overlap"] and r["rate"] == "10gbit":
+            cal[r["model"]] = (r["compute_ms"] / 1e3, (r["step_ms"] - r["compute_ms"] - r["comm_exposed_ms"]) / 1e3)
+    print("\ntraining step (2 nodes x 2 ranks): measured vs model")
+    for r in train:
+        if r["model"] not in cal:
+            continue
+        compute, rest = cal[r["model"]]
+        mc = Machine(links, r["rate"], a.cores, sel, pass_, add)
+        m, n, d = r["nodes"], r["local"], r["density"]
+        backward = compute * 2 / 3
+
+        def step(strategy):
+            exp, _ = step_comm(r["model"], strategy, d, m, n, mc, backward, r["overlap"])
+            return compute + rest + exp
+        pred = (step("hitopk") + step("torus")) / 2 if r["strategy"] == "hybrid" else step(r["strategy"])
+        err = pred * 1e3 / r["step_ms"] - 1
+        worst = max(worst, abs(err))
+        out.append({"kind": "step", **{k: r[k] for k in ["model", "strategy", "overlap", "rate"]},
+                    "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err})
+        print(f"  {r['model']:9s} {r['strategy']:7s} overlap {'on ' if r['overlap'] else 'off'} {r['rate']:7s} "
+              f"{r['step_ms']:8.1f} {pred * 1e3:8.1f} ms  {err:+.1%}")
+    print(f"\nlargest error: {worst:.1%}")
+
+    # The seed's setting: 16 nodes x 8 V100, 25 Gbit/s between nodes, NVLink inside, ResNet-50.
+    seed = {"inter": (10e-6, 1 / (25e9 / 8 * 0.9)), "intra": (5e-6, 1 / 130e9)}
+    mc = Machine(seed, None, 1 << 30, 0.02e-9, 0.005e-9, 0.02e-9)  # GPU kernels (900 GB/s), nothing shared
+    m, n = 16, 8
+    seed_out = {}
+    print("\nseed setting (16 x 8 V100, 25 Gbit/s, NVLink, ResNet-50 at about 360 images/s per GPU): step ms")
+    print("  batch/GPU overlap   dense   torus  hitopk  hybrid(3/4 sparse)  hybrid over dense")
+    for batch in [32, 64]:
+        compute = batch / 360.0
+        backward = compute * 2 / 3
+        for overlap in [True, False]:
+            t = {s: compute + step_comm("resnet50", s, 0.001, m, n, mc, backward, overlap)[0] for s in ["dense", "torus", "hitopk"]}
+            t["hybrid"] = 0.75 * t["hitopk"] + 0.25 * t["torus"]
+            seed_out[f"batch{batch}-{'overlap' if overlap else 'sequential'}"] = t
+            print(f"  {batch:9d} {'on ' if overlap else 'off'}    {t['dense'] * 1e3:6.1f}  {t['torus'] * 1e3:6.1f}  "
+                  f"{t['hitopk'] * 1e3:6.1f}  {t['hybrid'] * 1e3:18.1f}  {t['dense'] / t['hybrid'] - 1:+.0%}")
+    if a.json:
+        json.dump({"links": {"intra": links.intra, "inter": links.inter}, "selection_s_per_float": sel,
+                   "predictions": out, "largest_error": worst, "seed": seed_out}, open(a.json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()

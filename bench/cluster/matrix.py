@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
+
+  matrix.py OUT.jsonl [--bench PATH] [--only exchange,calibration,train,ddp,target]
+
+Each line is one `tessera-bench cluster` or `cluster-train` run (it brings the emulated cluster up
+and down itself); a run that fails is reported on stderr and the others go on. Needs root (network
+namespaces). plot.py and cost_model.py read the file.
+"""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+SIZE, DENSITY = 25600000, 0.001
+RATES = ["1gbit", "10gbit"]
+STRATEGIES = ["dense", "torus", "topk", "hitopk"]
+
+
+def runs(groups):
+    if "calibration" in groups:
+        # alpha and beta of each link kind: dense all-reduce of growing size between two nodes (inter)
+        # and between two ranks of one node (intra, loopback).
+        for rate in RATES:
+            for size in [2500, 250000, 2500000, 25600000]:
+                yield ["cluster", "--strategy", "dense", "--nodes", "2", "--local", "1", "--rate", rate,
+                       "--size", str(size), "--density", "1", "--iters", "5"]
+        for size in [2500, 250000, 2500000, 25600000]:
+            yield ["cluster", "--strategy", "dense", "--nodes", "1", "--local", "2", "--rate", "1gbit",
+                   "--size", str(size), "--density", "1", "--iters", "5"]
+    if "exchange" in groups:
+        for rate in RATES:
+            for nodes, local in [(2, 2), (4, 1), (4, 2)]:
+                for s in STRATEGIES:
+                    yield ["cluster", "--strategy", s, "--nodes", str(nodes), "--local", str(local), "--rate", rate,
+                           "--size", str(SIZE), "--density", str(DENSITY), "--iters", "3"]
+    train = ["--nodes", "2", "--local", "2", "--batch", "16", "--steps", "8", "--threads", "1", "--density", "0.01"]
+    if "train" in groups:
+        for model in ["cosmoflow", "cnn25m"]:
+            for rate in RATES:
+                for s in STRATEGIES + ["hybrid"]:
+                    for overlap in ["on", "off"]:
+                        yield ["cluster-train", "--model", model, "--strategy", s, "--overlap", overlap, "--rate", rate] + train
+    if "ddp" in groups:
+        for model in ["cosmoflow", "cnn25m"]:
+            for rate in RATES:
+                yield ["cluster-train", "--peer", "ddp", "--model", model, "--rate", rate] + train
+    if "target" in groups:
+        for s in ["dense", "hybrid"]:
+            yield ["cluster-train", "--model", "cosmoflow", "--strategy", s, "--rate", "1gbit", "--nodes", "2", "--local", "2",
+                   "--batch", "16", "--steps", "8", "--epochs", "8", "--threads", "1", "--density", "0.01"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out")
+    p.add_argument("--bench", default="build/bin/tessera-bench")
+    p.add_argument("--only", default="calibration,exchange,train,ddp,target")
+    a = p.parse_args()
+    groups = set(a.only.split(","))
+    todo = list(runs(groups))
+    failed = 0
+    with open(a.out, "a") as out:
+        for i, args in enumerate(todo, 1):
+            t0 = time.time()
+            r = subprocess.run([a.bench] + args + ["--json"], capture_output=True, text=True, timeout=1200)
+            line = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+            if r.returncode != 0 or not line.startswith("{"):
+                failed += 1
+                print(f"[{i}/{len(todo)}] FAILED {' '.join(args)}: {r.stderr.strip()[-400:]}", file=sys.stderr)
+                continue
+            row = json.loads(line)
+            out.write(json.dumps(row, sort_keys=True) + "\n")
+            out.flush()
+            shown = row.get("exchange_ms") or row.get("step_ms")
+            print(f"[{i}/{len(todo)}] {' '.join(args)}: {shown:.1f} ms ({time.time() - t0:.0f} s)", file=sys.stderr)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

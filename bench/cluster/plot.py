@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Draws the emulated-cluster benchmarks (matrix.py's JSON lines) as PNG plots with matplotlib.
+
+  plot.py RESULTS.jsonl OUTDIR [--model MODEL.json]
+
+Writes exchange.png (exchange time by strategy, topology and link rate), throughput.png (samples/s
+per strategy over PyTorch DDP's), overlap.png (exposed communication with and without overlap),
+target.png (validation loss over time, dense vs hybrid) and, with cost_model.py's --json output,
+model.png (model vs measured).
+"""
+import argparse
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+STRATEGIES = ["dense", "torus", "topk", "hitopk"]
+
+
+def bars(ax, groups, series, values, ylabel, log=False):
+    width = 0.8 / len(series)
+    for i, s in enumerate(series):
+        xs = [g + (i - (len(series) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, [values.get((grp, s), 0) for grp in groups], width, label=s)
+    ax.set_xticks(range(len(groups)), groups)
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.grid(axis="y", alpha=0.3)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("results")
+    p.add_argument("outdir")
+    p.add_argument("--model")
+    a = p.parse_args()
+    rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    os.makedirs(a.outdir, exist_ok=True)
+
+    ex = [r for r in rows if r["bench"] == "cluster" and r["density"] != 1]
+    if ex:
+        topologies = sorted({(r["nodes"], r["local"]) for r in ex})
+        fig, axes = plt.subplots(1, len(topologies), figsize=(5 * len(topologies), 4), squeeze=False)
+        for ax, (m, n) in zip(axes[0], topologies):
+            sub = [r for r in ex if (r["nodes"], r["local"]) == (m, n)]
+            rates = sorted({r["rate"] for r in sub}, key=lambda x: float(x.rstrip("gbit")))
+            bars(ax, rates, STRATEGIES, {(r["rate"], r["strategy"]): r["exchange_ms"] for r in sub}, "ms per exchange", log=True)
+            ax.set_title(f"{m} nodes x {n} ranks, 25.6M floats, density 0.001")
+        axes[0][0].legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.outdir, "exchange.png"), dpi=90)
+
+    tr = [r for r in rows if r["bench"] == "cluster-train" and not r["epochs"]]
+    ddp = {(r["model"], r["rate"]): r["samples_per_second"] for r in tr if r["peer"] == "ddp"}
+    if ddp:
+        keys = sorted(ddp)
+        fig, ax = plt.subplots(figsize=(9, 4))
+        series = STRATEGIES + ["hybrid"]
+        vals = {(f"{m}\n{rate}", r["strategy"]): r["samples_per_second"] / ddp[(m, rate)]
+                for r in tr for m, rate in [(r["model"], r["rate"])]
+                if r["peer"] == "tessera" and r["overlap"] and (m, rate) in ddp}
+        bars(ax, [f"{m}\n{rate}" for m, rate in keys], series, vals, "samples/s over PyTorch DDP")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_title("Training throughput on 2 emulated nodes x 2 ranks (overlap on)")
+        ax.legend(ncol=5, fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.outdir, "throughput.png"), dpi=90)
+
+    tt = [r for r in tr if r["peer"] == "tessera"]
+    if tt:
+        groups = sorted({(r["model"], r["rate"]) for r in tt})
+        fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 4), squeeze=False)
+        for ax, (m, rate) in zip(axes[0], groups):
+            sub = [r for r in tt if (r["model"], r["rate"]) == (m, rate)]
+            series = ["off", "on"]
+            vals = {(r["strategy"], "on" if r["overlap"] else "off"): r["comm_exposed_ms"] for r in sub}
+            bars(ax, STRATEGIES + ["hybrid"], series, vals, "exposed communication, ms/step")
+            ax.set_title(f"{m}, {rate}")
+            ax.tick_params(axis="x", labelsize=8)
+        axes[0][0].legend(title="overlap")
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.outdir, "overlap.png"), dpi=90)
+
+    tg = [r for r in rows if r["bench"] == "cluster-train" and r["epochs"]]
+    if tg:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in tg:
+            ax.plot([e["seconds"] for e in r["epochs"]], [e["val_loss"] for e in r["epochs"]], marker="o", label=r["strategy"])
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("validation loss (MSE)")
+        ax.set_title(f"{tg[0]['model']}, 2 x 2 ranks, {tg[0]['rate']}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.outdir, "target.png"), dpi=90)
+
+    if a.model:
+        pred = json.load(open(a.model))["predictions"]
+        fig, ax = plt.subplots(figsize=(5, 5))
+        for kind, marker in [("exchange", "o"), ("step", "s")]:
+            pts = [q for q in pred if q["kind"] == kind]
+            ax.scatter([q["measured_ms"] for q in pts], [q["model_ms"] for q in pts], marker=marker, label=kind)
+        lo = min(q["measured_ms"] for q in pred) * 0.8
+        hi = max(q["measured_ms"] for q in pred) * 1.2
+        ax.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.15, hi * 1.15], color="gray", lw=0.5, ls="--")
+        ax.plot([lo, hi], [lo * 0.85, hi * 0.85], color="gray", lw=0.5, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured, ms")
+        ax.set_ylabel("model, ms")
+        ax.set_title("alpha-beta model vs measurement (dashed: 15%)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.outdir, "model.png"), dpi=90)
+
+
+if __name__ == "__main__":
+    main()
