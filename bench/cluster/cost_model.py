@@ -80,33 +80,56 @@ class Machine:
         self.cores, self.sel, self.pass_, self.add = cores, sel, pass_, add
 
 
-def exchange_s(strategy, S, d, m, n, mc, procs=None):
-    """Seconds of one exchange of S floats on m nodes x n ranks."""
+def exchange_cost(strategy, S, d, m, n, mc, procs=None):
+    """(seconds, CPU seconds) of one exchange of S floats on m nodes x n ranks: its time, and the
+    work it gives this rank's cores (single-core seconds), which overlapped compute has to share."""
     N = m * n
     slow = max(1.0, (procs or N) / mc.cores)  # CPU shared by the processes on this machine
-    a_l, b_l = mc.a_l, mc.b_l * slow
-    b_i = max(mc.b_i, mc.cpu_b * slow)  # the link's rate, or the CPU moving the bytes, whichever is slower
-    ring_x = (mc.a_i, b_i) if m > 1 else (a_l, b_l)
+    cost = [0.0, 0.0]
+
+    def inter(steps, nbytes):  # the link's rate, or the CPU moving the bytes, whichever is slower
+        cost[0] += steps * (mc.a_i + nbytes * max(mc.b_i, mc.cpu_b * slow))
+        cost[1] += steps * nbytes * mc.cpu_b
+
+    def intra(steps, nbytes):  # loopback: CPU copies
+        cost[0] += steps * (mc.a_l + nbytes * mc.b_l * slow)
+        cost[1] += steps * nbytes * mc.b_l
+
+    def cpu(floats_sel, passes, pairs):
+        work = mc.sel * floats_sel + mc.pass_ * passes + mc.add * pairs
+        cost[0] += slow * work
+        cost[1] += work
+
+    ring = inter if m > 1 else intra
     k = math.ceil(d * S)
-    cpu = lambda floats_sel, passes, pairs: slow * (mc.sel * floats_sel + mc.pass_ * passes + mc.add * pairs)
     if strategy == "dense":
-        a, b = ring_x
-        return 2 * (N - 1) * (a + 4.0 * S / N * b)
-    if strategy == "torus":
-        t = 2 * (n - 1) * (a_l + 4.0 * S / n * b_l) if n > 1 else 0.0
-        return t + (2 * (m - 1) * (mc.a_i + 4.0 * S / m * b_i) if m > 1 else 0.0)
-    if strategy == "topk":
-        a, b = ring_x
-        # error feedback (one pass), selection, zeroing the bucket (one pass), scatter-add
-        return cpu(S, 2 * S, N * k) + (N - 1) * (a + 8.0 * k * b)
-    if strategy == "hitopk":
+        ring(2 * (N - 1), 4.0 * S / N)
+    elif strategy == "torus":
+        if n > 1:
+            intra(2 * (n - 1), 4.0 * S / n)
+        if m > 1:
+            inter(2 * (m - 1), 4.0 * S / m)
+    elif strategy == "topk":
+        # error feedback (residual += gradient: three streams), selection, zeroing the bucket, scatter-add
+        cpu(S, 4 * S, N * k)
+        ring(N - 1, 8.0 * k)
+    elif strategy == "hitopk":
         ks = math.ceil(d * S / n)
-        t = (n - 1) * (a_l + 4.0 * S / n * b_l) if n > 1 else 0.0
-        t += (m - 1) * (mc.a_i + 8.0 * ks * n * b_i) if m > 1 else 0.0
-        t += (n - 1) * (a_l + 8.0 * m * ks * b_l) if n > 1 else 0.0
-        # the shard's copy out of the reduce-scatter and error feedback, its selection, zeroing, scatter-add
-        return t + cpu(S / n, 2 * S / n + S, m * n * ks)
-    raise ValueError(strategy)
+        if n > 1:
+            intra(n - 1, 4.0 * S / n)
+            intra(n - 1, 8.0 * m * ks)
+        if m > 1:
+            inter(m - 1, 8.0 * ks * n)
+        # a reduce-scatter of one member is a copy (two streams); error feedback on the shard (three),
+        # its selection, zeroing the bucket, scatter-add
+        cpu(S / n, (2 * S if n == 1 else 0) + 3 * S / n + S, m * n * ks)
+    else:
+        raise ValueError(strategy)
+    return cost[0], cost[1]
+
+
+def exchange_s(strategy, S, d, m, n, mc, procs=None):
+    return exchange_cost(strategy, S, d, m, n, mc, procs)[0]
 
 
 # ---- the benchmark models: parameters per layer (backward order: last layer first) and FLOPs ----
@@ -153,15 +176,27 @@ def buckets(model, bucket_bytes=25 << 20):
     return out
 
 
-def step_comm(model, strategy, d, m, n, mc, backward_s, overlap):
-    """(exposed, total) seconds of one step's exchange."""
-    t, total = 0.0, 0.0
+def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
+    """(step, exposed, total) seconds of one training step: `compute_s` is forward + backward +
+    update as measured with every rank computing at once (the cores shared `slow` ways), `rest_s`
+    the step's fixed remainder. Without overlap the exchange follows the backward pass. With it,
+    buckets start as the pass finishes them (its time spread over the layers by FLOPs) and run one
+    after another; what runs past the pass's end is exposed. And the cores are shared: the step also
+    takes at least the machine's CPU work, the rank's compute plus the exchange's CPU work, spread
+    over its share of the cores."""
+    slow = max(1.0, m * n / mc.cores)
+    backward = compute_s * 2 / 3
+    t, total, cpu = 0.0, 0.0, 0.0
     for size, ready in buckets(model):
-        c = exchange_s(strategy, size, d, m, n, mc)
+        c, w = exchange_cost(strategy, size, d, m, n, mc)
         total += c
-        start = max(t, ready * backward_s) if overlap else max(t, backward_s)
-        t = start + c
-    return max(0.0, t - backward_s), total
+        cpu += w
+        t = max(t, ready * backward if overlap else backward) + c
+    exposed = max(0.0, t - backward)
+    step = compute_s + exposed
+    if overlap and mc.cores < (1 << 20):
+        step = max(step, compute_s + slow * cpu)
+    return rest_s + step, exposed, total
 
 
 def main():
@@ -209,11 +244,9 @@ def main():
         compute, rest = cal[r["model"]]
         mc = Machine(links, r["rate"], a.cores, sel, pass_, add)
         m, n, d = r["nodes"], r["local"], r["density"]
-        backward = compute * 2 / 3
 
         def step(strategy):
-            exp, _ = step_comm(r["model"], strategy, d, m, n, mc, backward, r["overlap"])
-            return compute + rest + exp
+            return step_time(r["model"], strategy, d, m, n, mc, compute, rest, r["overlap"])[0]
         pred = (step("hitopk") + step("torus")) / 2 if r["strategy"] == "hybrid" else step(r["strategy"])
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
@@ -232,9 +265,8 @@ def main():
     print("  batch/GPU overlap   dense   torus  hitopk  hybrid(3/4 sparse)  hybrid over dense")
     for batch in [32, 64]:
         compute = batch / 360.0
-        backward = compute * 2 / 3
         for overlap in [True, False]:
-            t = {s: compute + step_comm("resnet50", s, 0.001, m, n, mc, backward, overlap)[0] for s in ["dense", "torus", "hitopk"]}
+            t = {s: step_time("resnet50", s, 0.001, m, n, mc, compute, 0.0, overlap)[0] for s in ["dense", "torus", "hitopk"]}
             t["hybrid"] = 0.75 * t["hitopk"] + 0.25 * t["torus"]
             seed_out[f"batch{batch}-{'overlap' if overlap else 'sequential'}"] = t
             print(f"  {batch:9d} {'on ' if overlap else 'off'}    {t['dense'] * 1e3:6.1f}  {t['torus'] * 1e3:6.1f}  "

@@ -34,7 +34,7 @@ def runs(groups):
             for nodes, local in [(2, 2), (4, 1), (4, 2)]:
                 for s in STRATEGIES:
                     yield ["cluster", "--strategy", s, "--nodes", str(nodes), "--local", str(local), "--rate", rate,
-                           "--size", str(SIZE), "--density", str(DENSITY), "--iters", "3"]
+                           "--size", str(SIZE), "--density", str(DENSITY), "--iters", "5"]
     train = ["--nodes", "2", "--local", "2", "--batch", "16", "--steps", "8", "--threads", "1", "--density", "0.01"]
     if "train" in groups:
         for model in ["cosmoflow", "cnn25m"]:

@@ -104,6 +104,24 @@ TEST(ModelsTest, Cnn2dLearnsOrientedGratings) {
   EXPECT_GT(acc, 0.6);
 }
 
+// The large-gradient model of the exchange benchmarks: cnn2d with wide hidden layers holds ResNet-50's
+// gradient volume (PyTorch's copy in bench/torch_ddp.py counts the same 25,201,546 parameters), and
+// its default is still the small one.
+TEST(ModelsTest, Cnn2dWithWideHiddenLayersIsTheLargeGradientModel) {
+  ModelConfig c;
+  c.name = "cnn2d";
+  c.input_size = 64;
+  c.base_channels = 32;
+  c.hidden = {1536};
+  auto m = make_model(c);
+  EXPECT_EQ(m->num_params(), 25201546);
+  ModelConfig small;
+  small.name = "cnn2d";
+  small.input_size = 64;
+  small.base_channels = 32;
+  EXPECT_EQ(make_model(small)->num_params(), 16384 * 128 + 128 + 128 * 10 + 10 + 32 * 9 + 32 + 64 * 32 * 9 + 64);
+}
+
 TEST(ModelsTest, ConfigurationErrors) {
   auto field = [](ModelConfig c) {
     try {

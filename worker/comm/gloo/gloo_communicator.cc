@@ -215,24 +215,21 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, const std::vect
     if (counts[0]) std::memcpy(out, src, counts[0] * elem);
     return;
   }
-  // The ring of ring_reduce_scatter, out of place: the input is read, never copied whole; partial
-  // sums alternate between two segment buffers and the last one lands in `out`.
+  // The ring of ring_reduce_scatter, out of place: the input is read, never copied whole. Each
+  // step receives the neighbour's partial sum straight into a segment buffer (the two alternate:
+  // one is sent while the other receives) and adds this member's part there; the last lands in `out`.
   const size_t max_seg = *std::max_element(counts.begin(), counts.end()) * elem;
-  if (scratch_.size() < 3 * max_seg) scratch_.resize(3 * max_seg);
-  char* incoming = scratch_.data();
-  char* partial[2] = {scratch_.data() + max_seg, scratch_.data() + 2 * max_seg};
+  if (scratch_.size() < 2 * max_seg) scratch_.resize(2 * max_seg);
+  char* partial[2] = {scratch_.data(), scratch_.data() + max_seg};
   const int next = (me + 1) % p, prev = (me + p - 1) % p;
   const char* send_ptr = src + offset[((me - 1) % p + p) % p];
   for (int s = 0; s < p - 1; ++s) {
     const int send_seg = ((me - s - 1) % p + p) % p;
     const int recv_seg = ((me - s - 2) % p + p) % p;
     const size_t rbytes = counts[recv_seg] * elem;
-    sendrecv(op, send_ptr, counts[send_seg] * elem, next, incoming, rbytes, prev);
     char* dst = s == p - 2 ? static_cast<char*>(out) : partial[s % 2];
-    if (rbytes) {
-      std::memcpy(dst, incoming, rbytes);
-      reduce_into(dst, src + offset[recv_seg], counts[recv_seg], t, red);
-    }
+    sendrecv(op, send_ptr, counts[send_seg] * elem, next, dst, rbytes, prev);
+    if (rbytes) reduce_into(dst, src + offset[recv_seg], counts[recv_seg], t, red);
     send_ptr = dst;
   }
 }
