@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only exchange,calibration,train,ddp,target]
+  matrix.py OUT.jsonl [--bench PATH] [--only exchange,calibration,train,ddp,target] [--repeat N]
 
 Each line is one `tessera-bench cluster` or `cluster-train` run (it brings the emulated cluster up
-and down itself); a run that fails is reported on stderr and the others go on. Needs root (network
-namespaces). plot.py and cost_model.py read the file.
+and down itself); a run that fails is reported on stderr and the others go on. --repeat N measures
+the whole list N times over, one pass after another, so the machine's slow spells fall on every
+configuration; results.py keeps each configuration's median run. Needs root (network namespaces).
+report.py, plot.py and cost_model.py read the file.
 """
 import argparse
 import json
@@ -57,9 +59,10 @@ def main():
     p.add_argument("out")
     p.add_argument("--bench", default="build/bin/tessera-bench")
     p.add_argument("--only", default="calibration,exchange,train,ddp,target")
+    p.add_argument("--repeat", type=int, default=1)
     a = p.parse_args()
     groups = set(a.only.split(","))
-    todo = list(runs(groups))
+    todo = list(runs(groups)) * a.repeat
     failed = 0
     with open(a.out, "a") as out:
         for i, args in enumerate(todo, 1):

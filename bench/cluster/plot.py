@@ -17,6 +17,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import results  # noqa: E402
+
 STRATEGIES = ["dense", "torus", "topk", "hitopk"]
 
 
@@ -38,7 +40,7 @@ def main():
     p.add_argument("outdir")
     p.add_argument("--model")
     a = p.parse_args()
-    rows = [json.loads(l) for l in open(a.results) if l.strip()]
+    rows = results.load(a.results)
     os.makedirs(a.outdir, exist_ok=True)
 
     ex = [r for r in rows if r["bench"] == "cluster" and r["density"] != 1]

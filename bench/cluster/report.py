@@ -3,14 +3,15 @@
 
   report.py RESULTS.jsonl
 """
-import json
 import sys
+
+import results
 
 STRATEGIES = ["dense", "torus", "topk", "hitopk"]
 
 
 def main():
-    rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    rows = results.load(sys.argv[1])
     ex = [r for r in rows if r["bench"] == "cluster" and r["density"] != 1]
     if ex:
         print("| nodes x ranks | link | " + " | ".join(STRATEGIES) + " | hitopk / dense | inter-node MB per rank (dense / hitopk) |")
