@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The cost model of bench/cluster against hand-computed cases, and results.py's median runs.
+
+  cost_model_test.py SOURCE_DIR
+"""
+import json
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(sys.argv.pop(1), "bench", "cluster"))
+import cost_model  # noqa: E402
+import results  # noqa: E402
+
+A_I, B_I, A_L, B_L = 1e-4, 1e-8, 1e-5, 1e-9
+
+
+def machine(cores=1 << 20, gamma=1.0):
+    """Links as given, CPU costs zero unless a test sets them, nothing shared by default."""
+    mc = cost_model.Machine({"inter": (A_I, B_I), "intra": (A_L, B_L)}, None, cores, {0.001: 0.0}, 0.0, 0.0, gamma)
+    mc.cpu_b = 0.0
+    return mc
+
+
+class ExchangeTest(unittest.TestCase):
+    def test_dense_is_a_world_ring(self):
+        S = 1_000_000
+        self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 2, 1, machine()), 2 * (A_I + 4 * S / 2 * B_I))
+        # four nodes x two ranks: 14 steps of S/8, each across a node link
+        self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 4, 2, machine()), 14 * (A_I + 4 * S / 8 * B_I))
+        # one node: loopback
+        self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 1, 2, machine()), 2 * (A_L + 4 * S / 2 * B_L))
+
+    def test_torus_rings_share_the_node_link(self):
+        S, m, n = 1_000_000, 2, 4
+        want = 2 * (n - 1) * (A_L + 4 * S / n * B_L) + 2 * (m - 1) * (A_I + 4 * S / m * B_I)
+        self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, m, n, machine()), want)
+
+    def test_sparse_strategies_send_pairs(self):
+        S, d, m, n = 1_000_000, 0.01, 2, 2
+        k = math.ceil(d * S)
+        self.assertAlmostEqual(cost_model.exchange_s("topk", S, d, m, n, machine()), 3 * (A_I + 8 * k * B_I))
+        ks = math.ceil(d * S / n)
+        want = (A_L + 4 * S / n * B_L) + (A_I + 8 * ks * n * B_I) + (A_L + 8 * m * ks * B_L)
+        self.assertAlmostEqual(cost_model.exchange_s("hitopk", S, d, m, n, machine()), want)
+
+    def test_shared_cores_slow_cpu_work(self):
+        # 4 processes on 4 cores, then on 2: the selection (1 ns per float) takes twice as long; the
+        # CPU work it gives the cores is the same
+        own, shared = machine(cores=4), machine(cores=2)
+        own.sel = shared.sel = {0.001: 1e-9}
+        t_own, w_own = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)
+        t_shared, w_shared = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)
+        self.assertAlmostEqual(w_own, w_shared)
+        self.assertAlmostEqual(t_shared - t_own, 1e-3)
+
+
+class StepTest(unittest.TestCase):
+    def test_buckets_hold_every_parameter_last_layer_first(self):
+        b = cost_model.buckets("cnn25m")
+        self.assertEqual(sum(size for size, _ in b), 25201546)
+        self.assertEqual([round(r, 6) for _, r in b], sorted(round(r, 6) for _, r in b))
+        self.assertAlmostEqual(b[-1][1], 1.0)
+
+    def test_overlap_hides_at_most_the_backward_pass(self):
+        mc = machine()
+        seq, exp_seq, total = cost_model.step_time("cosmoflow", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
+        ovl, exp_ovl, _ = cost_model.step_time("cosmoflow", "dense", 1, 2, 1, mc, 0.3, 0.0, True)
+        self.assertAlmostEqual(seq, 0.3 + total)
+        self.assertAlmostEqual(exp_seq, total)
+        self.assertLess(ovl, seq)
+        self.assertGreaterEqual(ovl, seq - 0.3 * 2 / 3 - 1e-12)
+
+
+class ResultsTest(unittest.TestCase):
+    def test_a_repeated_configuration_is_its_median_run(self):
+        rows = [{"bench": "cluster", "strategy": "dense", "exchange_ms": v, "bytes_inter": 1} for v in (30, 10, 20)]
+        rows.append({"bench": "cluster", "strategy": "topk", "exchange_ms": 5, "bytes_inter": 1})
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        try:
+            got = results.load(f.name)
+        finally:
+            os.unlink(f.name)
+        self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 20, 3), ("topk", 5, 1)])
+
+
+if __name__ == "__main__":
+    unittest.main()
