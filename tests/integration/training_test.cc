@@ -288,6 +288,28 @@ TEST(TrainingTest, OverlappedExchangeTrainsBitwiseLikeTheSequentialOne) {
   std::filesystem::remove_all(dir);
 }
 
+// A hitopk job resumes with its error-feedback residuals (one shard of each bucket per rank); a
+// checkpoint whose residuals do not fit the job's buckets (bucketSize changed) is refused by name.
+TEST(TrainingTest, ResumedResidualsMustFitTheBuckets) {
+  const std::string dir = make_temp_dir("tessera-residuals");
+  auto run = [&](const std::string& tag, const std::string& bucket, int epochs) {
+    auto cfg = write_config(dir, small_job(2, 2, "{strategy: hitopk, density: 0.05, bucketSize: " + bucket + "}",
+                                           "  checkpoint: {path: " + dir + "/ckpt}\n", epochs));
+    Gang g = start(dir, cfg, 4, 2, tag);
+    std::vector<int> codes;
+    for (pid_t p : g.pids) codes.push_back(wait_exit(p, std::chrono::seconds(120)));
+    return codes;
+  };
+  EXPECT_EQ(run("a", "8Ki", 1), std::vector<int>(4, 0)) << read_file(dir + "/log-a-0.txt");
+  EXPECT_EQ(run("b", "8Ki", 2), std::vector<int>(4, 0)) << read_file(dir + "/log-b-0.txt");
+  EXPECT_NE(read_file(dir + "/log-b-0.txt").find("resuming at step 10"), std::string::npos) << read_file(dir + "/log-b-0.txt");
+  for (int code : run("c", "64Ki", 3)) EXPECT_EQ(code, 1);  // the convolutions now share one bucket
+  EXPECT_NE(read_file(dir + "/log-c-0.txt").find("does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"),
+            std::string::npos)
+      << read_file(dir + "/log-c-0.txt");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainingTest, KilledGangResumesOnTheUninterruptedTrajectory) {
   const std::string dir = make_temp_dir("tessera-resume");
   const std::string straight = dir + "/straight", killed = dir + "/killed";

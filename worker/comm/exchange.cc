@@ -140,6 +140,9 @@ class HierarchicalTopk final : public GradientExchange {
     scatter_add(grad, all_entries_);
     return mine.size();
   }
+  size_t residual_size(size_t bucket_size) const override {
+    return even_split(bucket_size, groups_.intra->size())[groups_.intra->rank()];
+  }
   void add_residual(int bucket, std::span<float> out) const override {
     const auto counts = even_split(out.size(), groups_.intra->size());
     size_t offset = 0;

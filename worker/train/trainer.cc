@@ -270,7 +270,8 @@ void Trainer::restore() {
   for (const auto& [key, v] : d.arrays)
     if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
   for (const auto& [b, v] : residuals)
-    if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(b))
+    if (!sparse_ || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
+        v.size() != sparse_->residual_size(buckets_->bucket_size(b)))
       throw Error(detail::concat("checkpoint '", file, "': its error-feedback residual of bucket ", b, " (", v.size(),
                                  " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
   if (sparse_) sparse_->restore_residuals(residuals);
