@@ -23,9 +23,9 @@ trap cleanup EXIT
 fail() {
   echo "FAIL $*" >&2
   echo "--- controller log (end)" >&2
-  tail -30 "$dir"/controller*.log >&2 || true
+  tail -n 30 "$dir"/controller*.log >&2 || true
   echo "--- node agent log (end)" >&2
-  tail -15 "$dir/cluster/node-agent.log" >&2 || true
+  tail -n 15 "$dir/cluster/node-agent.log" >&2 || true
   exit 1
 }
 
@@ -65,6 +65,9 @@ start_controller() {
 stop_controller() { kill -9 "$(cat "$dir/controller-$1.pid")" 2>/dev/null || true; }
 
 field() { kubectl get tj "$2" -n "$1" -o jsonpath="{$3}" 2>/dev/null; }
+# A namespace's events, read whole before they are searched: grep -q on kubectl's pipe can exit
+# before kubectl has written everything, and the SIGPIPE fails the check under pipefail.
+events() { kubectl get events -n "$1" --no-headers 2>/dev/null; }
 
 # wait_for NS JOB JSONPATH VALUE SECONDS
 wait_for() {
@@ -125,7 +128,7 @@ for s in $scenarios; do
       python3 -c "import sys; v=float(sys.argv[1]); b=float(sys.argv[2]); print('validation MSE %.4f vs predict-the-mean %.4f' % (v, b)); sys.exit(0 if 0 < v and 0 < b else 1)" \
         "$(field example cosmoflow-k8s .status.validation.loss)" "$(field example cosmoflow-k8s .status.validation.baselineLoss)" ||
         fail "no validation result in the status"
-      kubectl get events -n example --no-headers | grep -q PhaseSwitch || fail "no PhaseSwitch event"
+      grep -q PhaseSwitch <<<"$(events example)" || fail "no PhaseSwitch event"
       ;;
     conflict)
       # Status writes that meet 409 Conflict: other clients label the job many times a second while
@@ -169,7 +172,7 @@ for s in $scenarios; do
       [[ "$(field kill cosmoflow-k8s '.status.restartHistory[0].reason')" == *"exit code 137"* ]] ||
         fail "the restart does not name the killed worker: $(field kill cosmoflow-k8s '.status.restartHistory[0].reason')"
       [ "$(pods_of kill)" = 4 ] || fail "old pods left behind: $(kubectl get pods -n kill)"
-      kubectl get events -n kill --no-headers | grep -q GangRestart || fail "no GangRestart event"
+      grep -q GangRestart <<<"$(events kill)" || fail "no GangRestart event"
       ;;
     apiserver)
       # The API server restarted mid-run: the job succeeds, with no duplicate pod and no restart.
@@ -236,11 +239,11 @@ for s in $scenarios; do
       wait_for suspend cosmoflow-k8s .status.phase Suspended 30
       for _ in $(seq 1 60); do [ "$(pods_of suspend)" = 0 ] && break; sleep 0.5; done
       [ "$(pods_of suspend)" = 0 ] || fail "pods left running while suspended"
-      ls "$dir/suspend/checkpoints" | grep -q . || fail "the checkpoints were not kept"
+      [ -n "$(ls -A "$dir/suspend/checkpoints")" ] || fail "the checkpoints were not kept"
       kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
       wait_for suspend cosmoflow-k8s .status.phase Succeeded 240
       [ "$(field suspend cosmoflow-k8s '.status.conditions[?(@.type=="Suspended")].reason')" = Resumed ] || fail "no Resumed condition"
-      kubectl get events -n suspend --no-headers | grep -q Resumed || fail "no Resumed event: $(kubectl get events -n suspend)"
+      grep -q Resumed <<<"$(events suspend)" || fail "no Resumed event: $(events suspend)"
 
       job deadline -e 's/epochs: 3/epochs: 20/' -e 's/backoffLimit: 3/backoffLimit: 3, activeDeadlineSeconds: 8/'
       wait_for deadline cosmoflow-k8s .status.reason DeadlineExceeded 60
