@@ -97,6 +97,18 @@ spec:
   EXPECT_EQ(got, want);
 }
 
+// A key given twice is reported at its path, in a list item as well, instead of one value
+// silently winning.
+TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
+  auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
+                                              "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n");
+  std::vector<std::string> got;
+  for (const auto& q : p) got.push_back(q.field + ": " + q.reason);
+  const std::vector<std::string> want = {"spec.replicas: is given twice (lines 5 and 6); keep one",
+                                         "spec.placement.tolerations[0].key: is given twice (lines 7 and 7); keep one"};
+  EXPECT_EQ(got, want);
+}
+
 TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
   auto field = [](const std::string& spec) {
     auto p = problems_of(std::string(kHeader) + "spec:\n  " + spec + "\n");

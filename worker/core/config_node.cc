@@ -1,5 +1,6 @@
 #include "worker/core/config_node.h"
 
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -33,6 +34,27 @@ std::string fmt(double v) {
   return o.str();
 }
 
+// A key given twice in one mapping is reported at its path (YAML parsers keep one of the two, so
+// the other would be dropped without a word).
+void find_duplicate_keys(const YAML::Node& n, const std::string& path, std::vector<FieldProblem>& out) {
+  if (n.IsMap()) {
+    std::map<std::string, int> line;
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      const std::string at = path.empty() ? key : path + "." + key;
+      const int here = kv.first.Mark().line + 1;
+      auto [first, fresh] = line.emplace(key, here);
+      if (!fresh) {
+        out.push_back({at, detail::concat("is given twice (lines ", first->second, " and ", here, "); keep one")});
+      } else {
+        find_duplicate_keys(kv.second, at, out);
+      }
+    }
+  } else if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i) find_duplicate_keys(n[i], detail::concat(path, "[", i, "]"), out);
+  }
+}
+
 }  // namespace
 
 std::string Interval::str() const {
@@ -41,7 +63,9 @@ std::string Interval::str() const {
 }
 
 ConfigNode::ConfigNode(YAML::Node node)
-    : node_(std::move(node)), problems_(std::make_shared<std::vector<FieldProblem>>()) {}
+    : node_(std::move(node)), problems_(std::make_shared<std::vector<FieldProblem>>()) {
+  find_duplicate_keys(node_, "", *problems_);
+}
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
   try {
