@@ -253,6 +253,11 @@ int run(int argc, char** argv) {
     set_log_tag("rank " + std::to_string(o.rank));
     store = std::move(grpc);
   }
+  // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
+  if (o.world != job.workers)
+    throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
+                      detail::concat(o.world, o.world == 1 ? " rank" : " ranks", " but the job has ", job.workers,
+                                     job.workers == 1 ? " worker" : " workers", " (spec.replicas x spec.ranksPerReplica)"));
   if (o.world > 1) {
     if (!store) store = std::make_unique<FileStore>(o.rendezvous);
     Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);

@@ -172,6 +172,21 @@ TEST(TrainingTest, SpatialParallelismFollowsTheSingleRankTrajectory) {
   std::filesystem::remove_all(dir);
 }
 
+// A rank started with a world size that is not the job's fails at once, naming the flag, instead
+// of waiting for ranks that will never come.
+TEST(TrainingTest, AWorldSizeThatIsNotTheJobsFailsAtOnce) {
+  const std::string dir = make_temp_dir("tessera-world");
+  auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", ""));
+  const auto t0 = std::chrono::steady_clock::now();
+  pid_t p = spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "3", "--rendezvous", dir + "/rdv"}, dir + "/log.txt");
+  EXPECT_EQ(wait_exit(p, std::chrono::seconds(60)), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30) * testing::kSlowdown);
+  EXPECT_NE(read_file(dir + "/log.txt").find("--world-size: 3 ranks but the job has 2 workers (spec.replicas x spec.ranksPerReplica)"),
+            std::string::npos)
+      << read_file(dir + "/log.txt");
+  std::filesystem::remove_all(dir);
+}
+
 // Workers that get their ranks from the controller's rendezvous service (as pods do).
 TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
   const std::string dir = make_temp_dir("tessera-grpc");
