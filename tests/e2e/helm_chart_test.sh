@@ -152,7 +152,8 @@ for _ in $(seq 1 240); do
   sleep 0.5
 done
 [ "$phase" = Succeeded ] || fail "the job is '$phase' after 120 s: $(kubectl get tj chart-job -n team-a -o jsonpath='{.status.message}')"
-grep -q "Forbidden\|403" "$dir/controller.log" && fail "the controller was refused something with the chart's RBAC"
+# 403 as a status, not inside a port or a number
+grep -qiE 'forbidden|(^|[^0-9])403([^0-9]|$)' "$dir/controller.log" && fail "the controller was refused something with the chart's RBAC"
 nodes=$(kubectl get pods -n team-a -l tessera.dev/job=chart-job -o jsonpath='{.items[*].spec.nodeName}')
 [ "$nodes" = "node-0 node-0" ] || fail "the pods ran on '$nodes', not on the chart's default node pool (zone-0: node-0)"
 metrics=$(curl -sf "http://127.0.0.1:$health/metrics")  # whole: grep -q on a pipe would cut curl short
