@@ -377,7 +377,7 @@ int cmd_cluster(Flags& f) {
 
 // ---- training on the emulated cluster ----
 
-// The models of the training benchmarks: CosmoFlow (32^3, 8.9M parameters) and the large-gradient
+// The models of the training benchmarks: CosmoFlow (32^3, 9.0M parameters) and the large-gradient
 // CNN (64^2 images, 25.2M parameters, ResNet-50's gradient volume).
 JobConfig bench_job(const std::string& model, int world, int batch, int steps_per_epoch, int epochs, int threads) {
   JobConfig job;
@@ -429,7 +429,6 @@ struct TrainResult {
 
 TrainResult run_cluster_training(const TrainRun& t) {
   const int world = t.nodes * t.local;
-  if (t.batch % world) throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", world, " ranks"));
   const std::string dir = testing::make_temp_dir("tessera-train-bench");
   auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
     set_log_level(LogLevel::kWarn);
@@ -493,7 +492,6 @@ TrainResult run_cluster_training(const TrainRun& t) {
 // emulated cluster: bench/torch_ddp.py, one process per rank in its node's namespace.
 TrainResult run_ddp(const TrainRun& t) {
   const int world = t.nodes * t.local;
-  if (t.batch % world) throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", world, " ranks"));
   if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
     throw Error("the PyTorch DDP peer needs python3-torch (make bench-deps)");
   const std::string dir = testing::make_temp_dir("tessera-ddp-bench");
@@ -521,10 +519,14 @@ TrainResult run_ddp(const TrainRun& t) {
     while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
     return pclose(p) == 0 ? 0 : 1;
   }, std::chrono::minutes(20));
+  std::string failed;
+  for (int r = 0; r < world && failed.empty(); ++r)
+    if (outcomes[r].exit_code != 0)
+      failed = detail::concat("DDP rank ", r, " failed: ", testing::read_file(detail::concat(dir, "/ddp-", r, ".log")));
+  std::filesystem::remove_all(dir);
+  if (!failed.empty()) throw Error(failed);
   TrainResult worst;
   for (int r = 0; r < world; ++r) {
-    if (outcomes[r].exit_code != 0)
-      throw Error(detail::concat("DDP rank ", r, " failed: ", testing::read_file(detail::concat(dir, "/ddp-", r, ".log"))));
     const auto j = nlohmann::json::parse(outcomes[r].report);
     TrainResult x;
     x.step_ms = j["step_ms"];
@@ -532,7 +534,6 @@ TrainResult run_ddp(const TrainRun& t) {
     x.params = j["params"];
     if (x.step_ms > worst.step_ms) worst = x;
   }
-  std::filesystem::remove_all(dir);
   return worst;
 }
 
@@ -558,6 +559,8 @@ int cmd_cluster_train(Flags& f) {
   t.overlap = overlap == "on";
   if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
   if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
+  if (t.batch % (t.nodes * t.local))
+    throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
   EmulatedCluster cluster(t.nodes, t.rate, t.delay, json);
   const TrainResult r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
   const double sps = t.batch / (r.step_ms / 1e3);

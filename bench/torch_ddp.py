@@ -8,6 +8,7 @@ Prints one JSON line: the median step time after two warm-up steps, the same ste
 """
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -54,9 +55,7 @@ def main():
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, port
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
 
-    per = 1
-    for d in shape:
-        per *= d
+    per = math.prod(shape)
     x_all = torch.from_file(os.path.join(a.data, "inputs.f32"), size=os.path.getsize(os.path.join(a.data, "inputs.f32")) // 4)
     y_all = torch.from_file(os.path.join(a.data, "targets.f32"), size=os.path.getsize(os.path.join(a.data, "targets.f32")) // 4)
     n = x_all.numel() // per

@@ -69,7 +69,8 @@ class Machine:
     """One link rate's alphas and betas, and the CPU costs per float: top-k selection (sel, by density), a
     streaming pass over a buffer (pass_), a scatter-add of one pair (add). cpu_b: the per-byte CPU
     cost of moving a byte between nodes (the fastest calibrated link's beta), which the processes
-    sharing the cores slow down."""
+    sharing the cores slow down. cores: the machine's cores that every rank shares, or None where
+    nothing is shared (a GPU per rank)."""
 
     def __init__(self, links, rate, cores, sel, pass_, add, gamma=1.0):
         if isinstance(links, Links):
@@ -81,16 +82,20 @@ class Machine:
         self.cores, self.sel, self.pass_, self.add, self.gamma = cores, sel, pass_, add, gamma
         self.overlap_pace = 1.0  # the speed of communication during the backward pass (calibrated)
 
+    def slow(self, procs):
+        """How much slower CPU work runs with `procs` processes on the shared cores."""
+        return max(1.0, procs / self.cores) if self.cores else 1.0
+
     def sel_at(self, d):
         """Selection cost per float at density d: the calibrated density nearest to d."""
         return self.sel[min(self.sel, key=lambda x: abs(math.log(x / d)))]
 
 
-def exchange_cost(strategy, S, d, m, n, mc, procs=None):
+def exchange_cost(strategy, S, d, m, n, mc):
     """(seconds, CPU seconds) of one exchange of S floats on m nodes x n ranks: its time, and the
     work it gives this rank's cores (single-core seconds), which overlapped compute has to share."""
     N = m * n
-    slow = max(1.0, (procs or N) / mc.cores)  # CPU shared by the processes on this machine
+    slow = mc.slow(N)  # CPU shared by the processes on this machine
     cost = [0.0, 0.0]
 
     # Moving bytes is CPU work too, but a process waiting on its peer leaves the core to another:
@@ -140,8 +145,8 @@ def exchange_cost(strategy, S, d, m, n, mc, procs=None):
     return cost[0], cost[1]
 
 
-def exchange_s(strategy, S, d, m, n, mc, procs=None):
-    return exchange_cost(strategy, S, d, m, n, mc, procs)[0]
+def exchange_s(strategy, S, d, m, n, mc):
+    return exchange_cost(strategy, S, d, m, n, mc)[0]
 
 
 # ---- the benchmark models: parameters per layer (backward order: last layer first) and FLOPs ----
@@ -196,7 +201,7 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     after another; what runs past the pass's end is exposed. And the cores are shared: the step also
     takes at least the machine's CPU work, the rank's compute plus the exchange's CPU work, spread
     over its share of the cores."""
-    slow = max(1.0, m * n / mc.cores)
+    slow = mc.slow(m * n)
     backward = compute_s * 2 / 3
     t, total, cpu = 0.0, 0.0, 0.0
     for size, ready in buckets(model):
@@ -212,7 +217,7 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
         t = start + during + (c - during * mc.overlap_pace)
     exposed = max(0.0, t - backward)
     step = compute_s + exposed
-    if overlap and mc.cores < (1 << 20):
+    if overlap and mc.cores:
         step = max(step, compute_s + slow * cpu)
     return rest_s + step, exposed, total
 
@@ -309,7 +314,7 @@ def main():
 
     # The seed's setting: 16 nodes x 8 V100, 25 Gbit/s between nodes, NVLink inside, ResNet-50.
     seed = {"inter": (10e-6, 1 / (25e9 / 8 * 0.9)), "intra": (5e-6, 1 / 130e9)}
-    mc = Machine(seed, None, 1 << 30, {0.001: 0.02e-9}, 0.005e-9, 0.02e-9)  # GPU kernels (900 GB/s), nothing shared
+    mc = Machine(seed, None, None, {0.001: 0.02e-9}, 0.005e-9, 0.02e-9)  # GPU kernels (900 GB/s), nothing shared
     m, n = 16, 8
     seed_out = {}
     print("\nseed setting (16 x 8 V100, 25 Gbit/s, NVLink, ResNet-50 at about 360 images/s per GPU): step ms")

@@ -13,9 +13,9 @@ def load(path):
         if not line.strip():
             continue
         r = json.loads(line)
-        key = json.dumps({k: v for k, v in r.items() if k not in MEASURED}, sort_keys=True)
-        if r.get("epochs"):
-            key += json.dumps(r["epochs"][:0])  # time-to-loss runs: one each
+        config = {k: v for k, v in r.items() if k not in MEASURED}
+        config["time_to_loss"] = bool(r.get("epochs"))  # a run with validation is not a throughput run
+        key = json.dumps(config, sort_keys=True)
         if key not in groups:
             groups[key] = []
             order.append(key)

@@ -17,7 +17,7 @@ import results  # noqa: E402
 A_I, B_I, A_L, B_L = 1e-4, 1e-8, 1e-5, 1e-9
 
 
-def machine(cores=1 << 20, gamma=1.0):
+def machine(cores=None, gamma=1.0):
     """Links as given, CPU costs zero unless a test sets them, nothing shared by default."""
     mc = cost_model.Machine({"inter": (A_I, B_I), "intra": (A_L, B_L)}, None, cores, {0.001: 0.0}, 0.0, 0.0, gamma)
     mc.cpu_b = 0.0

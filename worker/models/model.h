@@ -23,7 +23,7 @@ struct ModelConfig {
   int max_channels = 256;          // cosmoflow: channels double per block up to this
   std::vector<int> hidden;         // fully connected widths before the output; empty: cosmoflow 2048, 256; cnn2d 128
   int outputs = 0;                 // regression targets (cosmoflow 4) or classes (unet3d 3, cnn2d 10)
-  float dropout = 0.0f;            // cosmoflow: after each hidden FC layer
+  float dropout = 0.0f;            // after each hidden FC layer (cosmoflow, cnn2d)
   float leaky_slope = 0.3f;        // cosmoflow activations
   bool batchnorm = false;          // cosmoflow: BatchNorm after each conv
   uint64_t seed = 1;               // weight initialisation

@@ -26,7 +26,7 @@ Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
   Tensor g = dy;
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     g = (*it)->backward(g);
-    if (ready && !(*it)->params().empty()) (*ready)(**it);
+    if (ready) (*ready)(**it);
   }
   return g;
 }

@@ -52,8 +52,8 @@ class Layer {
   bool input_grad_ = true;
 };
 
-// Called during a backward pass as soon as a layer's parameter gradients are final, so they can be
-// sent while the pass goes on (layers without parameters are not reported).
+// Called during a backward pass as soon as a layer's parameter gradients are final (each layer's
+// backward() has run), so they can be sent while the pass goes on.
 using GradReady = std::function<void(Layer&)>;
 
 // Layers applied in order.
@@ -61,7 +61,7 @@ class Sequential {
  public:
   Layer& add(std::unique_ptr<Layer> layer);
   Tensor forward(const Tensor& x, bool training);
-  // `ready` (may be null) hears of each layer with parameters once its backward() has run.
+  // `ready` (may be null) hears of each layer once its backward() has run.
   Tensor backward(const Tensor& dy, const GradReady* ready = nullptr);
   std::vector<Param*> params();
   Shape output_shape(Shape in) const;

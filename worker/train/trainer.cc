@@ -97,8 +97,7 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
       switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
     }
   }
-  // Overlap needs a second thread only when there is an exchange to overlap.
-  buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, groups_ && cc.overlap);
+  if (groups_) buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap);
 }
 
 Trainer::~Trainer() = default;
@@ -334,15 +333,14 @@ TrainSummary Trainer::run() {
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
     begin_exchange(rec);
-    model_->backward(loss.grad, groups_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
+    model_->backward(loss.grad, buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
     rec.backward_s = seconds_since(t0);
 
     t0 = Clock::now();
-    if (groups_) buckets_->finish();
-    const double loss_t0 = seconds_since(t0);
+    const double waited = buckets_ ? buckets_->finish() : 0.0;
     rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch);
     rec.comm_s = seconds_since(t0);
-    rec.comm_total_s = (groups_ ? buckets_->busy_seconds() : 0.0) + (rec.comm_s - loss_t0);
+    rec.comm_total_s = (buckets_ ? buckets_->busy_seconds() : 0.0) + (rec.comm_s - waited);
 
     t0 = Clock::now();
     if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
@@ -374,7 +372,7 @@ TrainSummary Trainer::run() {
                pct(window.backward_s), "% comm ", pct(window.comm_s), "% update ", pct(window.update_s), "% | comm exposed ",
                static_cast<int>(std::lround(1000 * window.comm_s / window_steps)), " of ",
                static_cast<int>(std::lround(1000 * window.comm_total_s / window_steps)), " ms/step",
-               buckets_->overlap() ? " (overlapped)" : "");
+               buckets_ && buckets_->overlap() ? " (overlapped)" : "");
       t_log = Clock::now();
       logged_samples = 0;
       window = StepRecord{};

@@ -99,7 +99,7 @@ class Trainer {
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
-  std::unique_ptr<BucketExchange> buckets_;
+  std::unique_ptr<BucketExchange> buckets_;  // null for a single process: nothing to exchange
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
   bool flushed_residuals_ = false;
   ControlAgent* control_ = nullptr;
