@@ -57,6 +57,7 @@
 #include "tests/support/process.h"
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
+#include "worker/nn/dnnl_util.h"
 #include "worker/nn/optim.h"
 #include "worker/spatial/layers.h"
 #include "controller/kube/client.h"
@@ -701,10 +702,11 @@ int cmd_train(Flags& f) {
   for (Layer* l : model->layers()) {
     if (auto* c = dynamic_cast<Conv*>(l); c && c->options().spatial_dims == 3) {
       Conv conv("bench", c->options());
-      Tensor xi = random_tensor(shape, 3);
+      // In the layout the model's convolutions see (channels-last), so no reorder is timed.
+      Tensor xi = dnnl_util::to_layout(random_tensor(shape, 3), Layout::kChannelsLast);
       const double flops = conv.forward_flops(shape);
       const double fwd = time_it([&] { conv.forward(xi, true); }, iters);
-      Tensor g = random_tensor(conv.output_shape(shape), 4);
+      Tensor g = dnnl_util::to_layout(random_tensor(conv.output_shape(shape), 4), Layout::kChannelsLast);
       conv.forward(xi, true);
       const double bwd = time_it([&] { conv.backward(g); }, iters);
       convs.push_back({{"in", c->options().in_channels}, {"out", c->options().out_channels}, {"size", shape[2]},
@@ -718,7 +720,7 @@ int cmd_train(Flags& f) {
   nlohmann::json torch = nullptr;
   if (mc.name == "cosmoflow") {
     std::string hidden;
-    for (int h : mc.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+    for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
     torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
   }
   out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];

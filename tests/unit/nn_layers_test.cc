@@ -13,6 +13,7 @@
 #include "worker/core/error.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
+#include "worker/nn/dnnl_util.h"
 #include "worker/nn/elementwise.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/loss.h"
@@ -288,6 +289,92 @@ TEST(NnBackward, FlattenAndConcat) {
   split_channels(c, 3, da, db);
   EXPECT_EQ(std::vector<float>(da.span().begin(), da.span().end()), std::vector<float>(a.span().begin(), a.span().end()));
   EXPECT_EQ(std::vector<float>(db.span().begin(), db.span().end()), std::vector<float>(b.span().begin(), b.span().end()));
+}
+
+// ---- layouts: channels-last activations between layers that take them ----
+
+// A Sequential seen as one layer, so check_gradients can run on it.
+class SequentialLayer : public Layer {
+ public:
+  explicit SequentialLayer(Sequential& s) : Layer("sequential"), s_(s) {}
+  const char* kind() const override { return "sequential"; }
+  Shape output_shape(const Shape& in) const override { return s_.output_shape(in); }
+  Tensor forward(const Tensor& x, bool training) override { return s_.forward(x, training); }
+  Tensor backward(const Tensor& dy) override { return s_.backward(dy); }
+  std::vector<Param*> params() override { return s_.params(); }
+
+ private:
+  Sequential& s_;
+};
+
+void expect_near_all(const Tensor& a, const Tensor& b, float tol, const char* what) {
+  ASSERT_EQ(a.shape(), b.shape()) << what;
+  ASSERT_EQ(a.layout(), b.layout()) << what;
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_NEAR(a[i], b[i], tol) << what << " entry " << i;
+}
+
+TEST(NnLayout, LayersGiveTheSameResultInEitherLayout) {
+  Conv conv("conv", {3, 4, 3, 1, 1, 3, true, 5});
+  Pool pool("pool", {true, 2, 2, 0, 3});
+  LeakyReLU act("act", 0.3f);
+  Tensor x = distinct_tensor({2, 3, 4, 6, 4}, 30);
+  for (Layer* l : std::vector<Layer*>{&conv, &act, &pool}) {
+    Tensor yp = l->forward(x, true);
+    Tensor dyp = random_tensor(yp.shape(), 31);
+    Tensor dxp = l->backward(dyp);
+    const Tensor xc = dnnl_util::to_layout(x, Layout::kChannelsLast);
+    Tensor yc = l->forward(xc, true);
+    EXPECT_EQ(yc.layout(), Layout::kChannelsLast) << l->name();
+    Tensor dxc = l->backward(dnnl_util::to_layout(dyp, Layout::kChannelsLast));
+    EXPECT_EQ(dxc.layout(), Layout::kChannelsLast) << l->name();
+    expect_near_all(dnnl_util::to_layout(yc, Layout::kPlain), yp, 1e-5f, l->name().c_str());
+    expect_near_all(dnnl_util::to_layout(dxc, Layout::kPlain), dxp, 1e-5f, l->name().c_str());
+  }
+}
+
+TEST(NnLayout, SequentialKeepsChannelsLastInsideAndMatchesLayerByLayer) {
+  auto build = [](Sequential& s) {
+    s.add(std::make_unique<Conv>("conv1", ConvOptions{2, 4, 3, 1, 1, 3, true, 7}));
+    s.add(std::make_unique<LeakyReLU>("act1", 0.3f));
+    s.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 3}));
+    s.add(std::make_unique<Conv>("conv2", ConvOptions{4, 3, 3, 1, 1, 3, false, 8}));
+    s.add(std::make_unique<BatchNorm>("bn2", 3));  // plain only: converted there and back
+    s.add(std::make_unique<ReLU>("relu2"));
+    s.add(std::make_unique<Flatten>("flatten"));
+    s.add(std::make_unique<Linear>("fc", 3 * 2 * 3 * 2, 5, 9));
+  };
+  Sequential seq;
+  build(seq);
+  Tensor x = random_tensor({2, 2, 4, 6, 4}, 32);
+  Tensor y = seq.forward(x, true);
+  EXPECT_EQ(y.layout(), Layout::kPlain);
+  // The same layers one by one on plain tensors.
+  Sequential ref;
+  build(ref);
+  Tensor h = x;
+  for (auto& l : ref.layers()) h = l->forward(h, true);
+  expect_near_all(y, h, 1e-5f, "forward");
+  Tensor dy = random_tensor(y.shape(), 33);
+  Tensor dx = seq.backward(dy);
+  EXPECT_EQ(dx.layout(), Layout::kPlain);
+  Tensor g = dy;
+  for (auto it = ref.layers().rbegin(); it != ref.layers().rend(); ++it) g = (*it)->backward(g);
+  expect_near_all(dx, g, 1e-5f, "input gradient");
+  auto ps = seq.params(), rs = ref.params();
+  for (size_t i = 0; i < ps.size(); ++i) expect_near_all(ps[i]->grad, rs[i]->grad, 1e-4f, ps[i]->name.c_str());
+}
+
+TEST(NnLayout, GradientsThroughTheConversionsMatchFiniteDifferences) {
+  // Smooth layers only (no kink a perturbation could cross): channels-last from conv1 to conv2,
+  // plain from the flatten on.
+  Sequential seq;
+  seq.add(std::make_unique<Conv>("conv1", ConvOptions{2, 4, 3, 1, 1, 3, true, 7}));
+  seq.add(std::make_unique<Pool>("pool1", PoolOptions{false, 2, 2, 0, 3}));
+  seq.add(std::make_unique<Conv>("conv2", ConvOptions{4, 3, 3, 1, 1, 3, true, 8}));
+  seq.add(std::make_unique<Flatten>("flatten"));
+  seq.add(std::make_unique<Linear>("fc", 3 * 2 * 3 * 2, 5, 9));
+  SequentialLayer whole(seq);
+  check_gradients(whole, random_tensor({2, 2, 4, 6, 4}, 34));
 }
 
 TEST(NnLoss, GradientsMatchFiniteDifferences) {

@@ -37,7 +37,9 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
-Tensor::Tensor(Shape shape) : shape_(std::move(shape)), numel_(shape_numel(shape_)) {
+Tensor::Tensor(Shape shape, Layout layout) : shape_(std::move(shape)), numel_(shape_numel(shape_)), layout_(layout) {
+  TESSERA_CHECK(layout == Layout::kPlain || shape_.size() >= 3, "a channels-last tensor needs spatial dimensions, got ",
+                shape_str(shape_));
   // 64-byte aligned for vector loads.
   if (numel_ > 0) {
     const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
@@ -64,13 +66,14 @@ Tensor Tensor::filled(Shape shape, float value) {
 
 Tensor Tensor::reshape(Shape shape) const {
   TESSERA_CHECK_EQ(shape_numel(shape), numel_, "reshape ", shape_str(shape_), " to ", shape_str(shape));
+  TESSERA_CHECK(layout_ == Layout::kPlain, "reshape of a channels-last tensor ", shape_str(shape_));
   Tensor t = *this;
   t.shape_ = std::move(shape);
   return t;
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_);
+  Tensor t(shape_, layout_);
   if (numel_) std::memcpy(t.data(), data(), numel_ * sizeof(float));
   return t;
 }

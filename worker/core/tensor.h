@@ -1,6 +1,9 @@
-// Tensor: a dense float32 array with a shape, stored contiguously in row-major order (N, C, D, H, W
-// for volumes). Copies share storage (like a handle); clone() copies the data. Layers exchange
-// plain-layout tensors; oneDNN's blocked layouts stay inside the layers.
+// Tensor: a dense float32 array with a shape, stored contiguously. The shape is always logical
+// (N, C, D, H, W for volumes); the layout says how the entries are ordered in storage: plain
+// (row-major in that order) or channels-last (N, D, H, W, C: channels innermost, the order the
+// oneDNN convolutions and pooling run fastest in on CPU). Copies share storage (like a handle);
+// clone() copies the data. Only layers that say so take channels-last tensors (Sequential converts
+// for the others); everything outside a Sequential sees plain tensors.
 // Not thread-safe for concurrent writes to shared storage.
 #pragma once
 
@@ -13,6 +16,8 @@
 namespace tessera {
 
 using Shape = std::vector<int64_t>;
+
+enum class Layout : uint8_t { kPlain, kChannelsLast };
 
 int64_t shape_numel(const Shape& s);
 
@@ -27,7 +32,7 @@ class Tensor {
  public:
   Tensor() = default;
   // Uninitialised storage of the shape.
-  explicit Tensor(Shape shape);
+  explicit Tensor(Shape shape, Layout layout = Layout::kPlain);
   static Tensor zeros(Shape shape);
   static Tensor filled(Shape shape, float value);
 
@@ -37,6 +42,8 @@ class Tensor {
   int64_t numel() const { return numel_; }
   bool empty() const { return numel_ == 0; }
   bool defined() const { return data_ != nullptr || numel_ == 0; }
+  Layout layout() const { return layout_; }
+  bool channels_last() const { return layout_ == Layout::kChannelsLast; }
 
   float* data() { return data_.get(); }
   const float* data() const { return data_.get(); }
@@ -45,7 +52,7 @@ class Tensor {
   float& operator[](int64_t i) { return data_.get()[i]; }
   float operator[](int64_t i) const { return data_.get()[i]; }
 
-  // The same storage seen with another shape of equal element count.
+  // The same storage seen with another shape of equal element count (plain tensors only).
   Tensor reshape(Shape shape) const;
   Tensor clone() const;
   void fill(float value);
@@ -54,6 +61,7 @@ class Tensor {
  private:
   Shape shape_;
   int64_t numel_ = 0;
+  Layout layout_ = Layout::kPlain;
   std::shared_ptr<float[]> data_;
 };
 

@@ -136,7 +136,7 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   const Shuffle* shuffle = nullptr;
   if (split) shuffle = static_cast<const Shuffle*>(&net.add(std::make_unique<Shuffle>("shuffle", ctx, extent)));
   net.add(std::make_unique<Flatten>("flatten"));
-  const int features = add_hidden(net, c, c.hidden.empty() ? std::vector<int>{2048, 256} : c.hidden, ch * size * size * size,
+  const int features = add_hidden(net, c, hidden_widths(c), ch * size * size * size,
                                   /*leaky=*/true, seed);
   net.add(std::make_unique<Linear>("output", features, outputs, ++seed, 0.5f));
   net.layers().front()->set_input_grad(false);
@@ -164,7 +164,7 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   net.add(std::make_unique<ReLU>("relu2"));
   net.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 2}));
   net.add(std::make_unique<Flatten>("flatten"));
-  const int features = add_hidden(net, c, c.hidden.empty() ? std::vector<int>{128} : c.hidden, 2 * base * (W / 4) * (W / 4),
+  const int features = add_hidden(net, c, hidden_widths(c), 2 * base * (W / 4) * (W / 4),
                                   /*leaky=*/false, seed);
   net.add(std::make_unique<Linear>("output", features, classes, ++seed, 1.0f));
   net.layers().front()->set_input_grad(false);
@@ -315,6 +315,13 @@ class UNet3D final : public Model {
 };
 
 }  // namespace
+
+std::vector<int> hidden_widths(const ModelConfig& c) {
+  if (!c.hidden.empty()) return c.hidden;
+  if (c.name == "cosmoflow") return {2048, 256};
+  if (c.name == "cnn2d") return {128};
+  return {};
+}
 
 std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.in_channels < 0) throw ConfigError("model.inChannels", "must not be negative");

@@ -30,6 +30,9 @@ struct ModelConfig {
   SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow, unet3d)
 };
 
+// The fully connected widths the model builds: c.hidden, or the model's default when empty.
+std::vector<int> hidden_widths(const ModelConfig& c);
+
 class Communicator;
 
 enum class Task { kRegression, kSegmentation, kClassification };

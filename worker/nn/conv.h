@@ -1,7 +1,8 @@
 // Convolution (2D and 3D) and transposed convolution (Deconv, 2D and 3D) on oneDNN. Weights are kept
 // plain (O, I, k...) in their Param so optimisers, checkpoints and gradient exchange see flat
-// arrays; each primitive gets activations and weights in the layout it chose, through cached
-// reorders. Primitives are built once per input shape.
+// arrays, and reach each primitive in the layout it chose through cached reorders. Activations are
+// computed channels-last: a channels-last input needs no reorder, a plain one is reordered (and the
+// output returned plain). Primitives are built once per input shape.
 #pragma once
 
 #include <memory>
@@ -44,6 +45,7 @@ class ConvLayer : public Layer {
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
+  bool takes_channels_last() const override { return true; }
   std::vector<Param*> params() override;
   double forward_flops(const Shape& in) const override;
   const ConvOptions& options() const { return options_; }

@@ -37,37 +37,61 @@ memory plain_memory(const Tensor& t) {
   return memory(plain_desc(t.shape()), engine(), const_cast<float*>(t.data()));
 }
 
+memory::desc desc_of(const Shape& s, Layout layout) {
+  if (layout == Layout::kPlain) return plain_desc(s);
+  using tag = memory::format_tag;
+  switch (s.size()) {
+    case 3: return memory::desc(dims_of(s), memory::data_type::f32, tag::acb);
+    case 4: return memory::desc(dims_of(s), memory::data_type::f32, tag::acdb);
+    case 5: return memory::desc(dims_of(s), memory::data_type::f32, tag::acdeb);
+  }
+  TESSERA_CHECK(false, "no channels-last oneDNN layout for ", shape_str(s));
+}
+
+memory memory_of(const Tensor& t) {
+  return memory(desc_of(t.shape(), t.layout()), engine(), const_cast<float*>(t.data()));
+}
+
+Tensor to_layout(const Tensor& t, Layout layout) {
+  if (t.layout() == layout || t.empty()) return t;
+  Tensor out(t.shape(), layout);
+  memory src = memory_of(t), dst = memory_of(out);
+  dnnl::reorder(src, dst).execute(stream(), src, dst);  // oneDNN's primitive cache keeps the kernel
+  stream().wait();
+  return out;
+}
+
 memory Converter::to(const memory::desc& want, const Tensor& t) {
-  memory plain = plain_memory(t);
-  if (plain.get_desc() == want) return plain;
+  memory own = memory_of(t);
+  if (own.get_desc() == want) return own;
   if (!buffer_ || buffer_.get_desc() != want) buffer_ = memory(want, engine());
-  if (!(from_md_ == plain.get_desc()) || !(to_md_ == want)) {
-    reorder_ = dnnl::reorder(plain, buffer_);
-    from_md_ = plain.get_desc();
+  if (!(from_md_ == own.get_desc()) || !(to_md_ == want)) {
+    reorder_ = dnnl::reorder(own, buffer_);
+    from_md_ = own.get_desc();
     to_md_ = want;
   }
-  reorder_.execute(stream(), plain, buffer_);
+  reorder_.execute(stream(), own, buffer_);
   stream().wait();
   return buffer_;
 }
 
 memory Converter::target(const memory::desc& want, Tensor& t) {
-  memory plain = plain_memory(t);
-  if (plain.get_desc() == want) return plain;
+  memory own = memory_of(t);
+  if (own.get_desc() == want) return own;
   if (!buffer_ || buffer_.get_desc() != want) buffer_ = memory(want, engine());
   return buffer_;
 }
 
 void Converter::from(const memory& m, Tensor& t) {
-  memory plain = plain_memory(t);
-  if (m.get_data_handle() == plain.get_data_handle()) return;
-  if (!(back_src_md_ == m.get_desc()) || !(back_dst_md_ == plain.get_desc())) {
-    back_ = dnnl::reorder(m, plain);
+  memory own = memory_of(t);
+  if (m.get_data_handle() == own.get_data_handle()) return;
+  if (!(back_src_md_ == m.get_desc()) || !(back_dst_md_ == own.get_desc())) {
+    back_ = dnnl::reorder(m, own);
     back_src_md_ = m.get_desc();
-    back_dst_md_ = plain.get_desc();
+    back_dst_md_ = own.get_desc();
   }
   dnnl::memory src = m;  // a handle copy; execute() takes non-const handles
-  back_.execute(stream(), src, plain);
+  back_.execute(stream(), src, own);
   stream().wait();
 }
 

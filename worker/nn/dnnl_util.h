@@ -1,6 +1,6 @@
-// Shared oneDNN plumbing for the CPU layers: one engine and stream per process, plain-layout
-// descriptors for Tensors, and Converter, a cached reorder between a plain tensor and the blocked
-// layout a primitive chose (a no-op when they agree).
+// Shared oneDNN plumbing for the CPU layers: one engine and stream per process, descriptors for
+// Tensors in their layout (plain or channels-last), conversion between the two, and Converter, a
+// cached reorder between a tensor and the layout a primitive chose (a no-op when they agree).
 #pragma once
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -18,9 +18,15 @@ dnnl::memory::format_tag plain_tag(size_t rank);
 dnnl::memory::desc plain_desc(const Shape& s);
 // A memory object over the tensor's storage, plain layout.
 dnnl::memory plain_memory(const Tensor& t);
+// The descriptor of a tensor of shape `s` stored in `layout`.
+dnnl::memory::desc desc_of(const Shape& s, Layout layout);
+// A memory object over the tensor's storage, in its own layout.
+dnnl::memory memory_of(const Tensor& t);
+// t itself when it is in `layout`, else a copy reordered into it.
+Tensor to_layout(const Tensor& t, Layout layout);
 
-// Moves data between a plain tensor and a memory in a primitive's layout, caching the reorder and
-// the buffer. Use one Converter per (tensor role, direction).
+// Moves data between a tensor (in its own layout) and a memory in a primitive's layout, caching the
+// reorder and the buffer. Use one Converter per (tensor role, direction).
 class Converter {
  public:
   // A memory in `want` holding t's values: t's own storage when the layouts agree, else the
@@ -28,7 +34,7 @@ class Converter {
   dnnl::memory to(const dnnl::memory::desc& want, const Tensor& t);
   // A memory in `want` the primitive can write; copy it out with from() afterwards.
   dnnl::memory target(const dnnl::memory::desc& want, Tensor& t);
-  // Copies `m` (in its own layout) into the plain tensor t (no-op when `m` is t's storage).
+  // Copies `m` (in its own layout) into the tensor t (no-op when `m` is t's storage).
   void from(const dnnl::memory& m, Tensor& t);
 
  private:

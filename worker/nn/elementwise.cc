@@ -7,7 +7,7 @@
 namespace tessera {
 
 Tensor LeakyReLU::forward(const Tensor& x, bool training) {
-  Tensor y(x.shape());
+  Tensor y(x.shape(), x.layout());
   const float* xp = x.data();
   float* yp = y.data();
   const float s = slope_;
@@ -19,8 +19,9 @@ Tensor LeakyReLU::forward(const Tensor& x, bool training) {
 }
 
 Tensor LeakyReLU::backward(const Tensor& dy) {
-  TESSERA_CHECK(dy.shape() == x_.shape(), "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
-  Tensor dx(dy.shape());
+  TESSERA_CHECK(dy.shape() == x_.shape() && dy.layout() == x_.layout(), "layer ", name(), ": gradient shape ",
+                shape_str(dy.shape()), " or layout differs from the forward pass");
+  Tensor dx(dy.shape(), dy.layout());
   const float* xp = x_.data();
   const float* g = dy.data();
   float* o = dx.data();

@@ -16,6 +16,7 @@ class LeakyReLU : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
+  bool takes_channels_last() const override { return true; }  // entry by entry: any layout
 
  private:
   float slope_;

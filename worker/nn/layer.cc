@@ -4,6 +4,7 @@
 #include <random>
 
 #include "worker/core/error.h"
+#include "worker/nn/dnnl_util.h"
 
 namespace tessera {
 
@@ -17,18 +18,26 @@ Layer& Sequential::add(std::unique_ptr<Layer> layer) {
 }
 
 Tensor Sequential::forward(const Tensor& x, bool training) {
+  out_layout_.resize(layers_.size());
   Tensor h = x;
-  for (auto& l : layers_) h = l->forward(h, training);
-  return h;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    const bool cl = l.takes_channels_last() && h.rank() >= 3;
+    h = dnnl_util::to_layout(h, cl ? Layout::kChannelsLast : Layout::kPlain);
+    h = l.forward(h, training);
+    out_layout_[i] = h.layout();
+  }
+  return dnnl_util::to_layout(h, Layout::kPlain);
 }
 
 Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
+  TESSERA_CHECK(out_layout_.size() == layers_.size(), "backward before forward");
   Tensor g = dy;
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    g = (*it)->backward(g);
-    if (ready) (*ready)(**it);
+  for (size_t i = layers_.size(); i-- > 0;) {
+    g = layers_[i]->backward(dnnl_util::to_layout(g, out_layout_[i]));
+    if (ready) (*ready)(*layers_[i]);
   }
-  return g;
+  return dnnl_util::to_layout(g, Layout::kPlain);
 }
 
 std::vector<Param*> Sequential::params() {

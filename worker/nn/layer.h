@@ -40,6 +40,10 @@ class Layer {
   // is data: backward() then returns an empty tensor (and skips that work).
   void set_input_grad(bool on) { input_grad_ = on; }
   bool input_grad() const { return input_grad_; }
+  // Whether forward() also takes a channels-last input (see Tensor). Such a layer returns its output
+  // in its input's layout; backward() takes dy in the output's layout and returns dx in the input's.
+  // Sequential hands these layers channels-last activations and every other layer plain ones.
+  virtual bool takes_channels_last() const { return false; }
   // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
   virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
 
@@ -56,7 +60,9 @@ class Layer {
 // backward() has run), so they can be sent while the pass goes on.
 using GradReady = std::function<void(Layer&)>;
 
-// Layers applied in order.
+// Layers applied in order. It takes and returns plain tensors; inside, activations stay
+// channels-last from one layer that takes them to the next (no conversion between a convolution, its
+// activation and its pooling), and are converted where a layer needs plain ones.
 class Sequential {
  public:
   Layer& add(std::unique_ptr<Layer> layer);
@@ -70,6 +76,7 @@ class Sequential {
 
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<Layout> out_layout_;  // of each layer's output in the last forward pass
 };
 
 // He-normal initialisation of a weight with `fan_in` inputs, deterministic in `seed`.

@@ -14,12 +14,13 @@ int pool_pad_r(const PoolOptions& o, int i) { return o.pad_r.empty() ? o.padding
 
 struct Pool::Plan {
   Shape in, out;
+  Layout layout;
   dnnl::pooling_forward::primitive_desc fwd_pd;
   dnnl::pooling_forward fwd;
   dnnl::pooling_backward::primitive_desc bwd_pd;
   dnnl::pooling_backward bwd;
   memory workspace;
-  dnnl_util::Converter dst_fwd, dy_bwd, dx_bwd;
+  dnnl_util::Converter dy_bwd;
 };
 
 Pool::Pool(std::string name, PoolOptions o) : Layer(std::move(name)), options_(o) {
@@ -48,11 +49,12 @@ Shape Pool::output_shape(const Shape& in) const {
   return out;
 }
 
-Pool::Plan& Pool::plan_for(const Shape& in) {
-  if (plan_ && plan_->in == in) return *plan_;
+Pool::Plan& Pool::plan_for(const Shape& in, Layout layout) {
+  if (plan_ && plan_->in == in && plan_->layout == layout) return *plan_;
   const auto& o = options_;
   auto p = std::make_unique<Plan>();
   p->in = in;
+  p->layout = layout;
   p->out = output_shape(in);
   memory::dims k(o.spatial_dims, o.kernel), s(o.spatial_dims, o.stride), pad(o.spatial_dims), pad_r(o.spatial_dims);
   for (int i = 0; i < o.spatial_dims; ++i) {
@@ -60,12 +62,11 @@ Pool::Plan& Pool::plan_for(const Shape& in) {
     pad_r[i] = pool_pad_r(o, i);
   }
   auto alg = o.max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
-  memory::desc dst_any(dnnl_util::dims_of(p->out), memory::data_type::f32, memory::format_tag::any);
-  dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, alg, dnnl_util::plain_desc(in), dst_any, s, k, pad,
-                                 pad_r);
+  const memory::desc src = dnnl_util::desc_of(in, layout), dst = dnnl_util::desc_of(p->out, layout);
+  dnnl::pooling_forward::desc fd(dnnl::prop_kind::forward_training, alg, src, dst, s, k, pad, pad_r);
   p->fwd_pd = dnnl::pooling_forward::primitive_desc(fd, dnnl_util::engine());
   p->fwd = dnnl::pooling_forward(p->fwd_pd);
-  dnnl::pooling_backward::desc bd(alg, dnnl_util::plain_desc(in), dst_any, s, k, pad, pad_r);
+  dnnl::pooling_backward::desc bd(alg, src, dst, s, k, pad, pad_r);
   p->bwd_pd = dnnl::pooling_backward::primitive_desc(bd, dnnl_util::engine(), p->fwd_pd);
   p->bwd = dnnl::pooling_backward(p->bwd_pd);
   if (o.max) p->workspace = memory(p->fwd_pd.workspace_desc(), dnnl_util::engine());
@@ -74,14 +75,12 @@ Pool::Plan& Pool::plan_for(const Shape& in) {
 }
 
 Tensor Pool::forward(const Tensor& x, bool) {
-  auto& p = plan_for(x.shape());
-  Tensor y(p.out);
-  memory dst = p.dst_fwd.target(p.fwd_pd.dst_desc(), y);
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::plain_memory(x)}, {DNNL_ARG_DST, dst}};
+  auto& p = plan_for(x.shape(), x.layout());
+  Tensor y(p.out, x.layout());
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::memory_of(x)}, {DNNL_ARG_DST, dnnl_util::memory_of(y)}};
   if (options_.max) args[DNNL_ARG_WORKSPACE] = p.workspace;
   p.fwd.execute(dnnl_util::stream(), args);
   dnnl_util::stream().wait();
-  p.dst_fwd.from(dst, y);
   return y;
 }
 
@@ -89,14 +88,12 @@ Tensor Pool::backward(const Tensor& dy) {
   TESSERA_CHECK(plan_ != nullptr, "layer ", name(), ": backward before forward");
   auto& p = *plan_;
   TESSERA_CHECK(dy.shape() == p.out, "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
-  Tensor dx(p.in);
-  memory dxm = p.dx_bwd.target(p.bwd_pd.diff_src_desc(), dx);
+  Tensor dx(p.in, p.layout);
   std::unordered_map<int, memory> args = {{DNNL_ARG_DIFF_DST, p.dy_bwd.to(p.bwd_pd.diff_dst_desc(), dy)},
-                                          {DNNL_ARG_DIFF_SRC, dxm}};
+                                          {DNNL_ARG_DIFF_SRC, dnnl_util::memory_of(dx)}};
   if (options_.max) args[DNNL_ARG_WORKSPACE] = p.workspace;
   p.bwd.execute(dnnl_util::stream(), args);
   dnnl_util::stream().wait();
-  p.dx_bwd.from(dxm, dx);
   return dx;
 }
 

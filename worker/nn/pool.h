@@ -1,5 +1,5 @@
-// Max and average pooling (2D and 3D) on oneDNN; max pooling keeps its workspace for backward.
-// Average pooling excludes padding from the divisor.
+// Max and average pooling (2D and 3D) on oneDNN, in the input's layout (plain or channels-last);
+// max pooling keeps its workspace for backward. Average pooling excludes padding from the divisor.
 #pragma once
 
 #include <memory>
@@ -26,11 +26,12 @@ class Pool : public Layer {
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
+  bool takes_channels_last() const override { return true; }
   const PoolOptions& options() const { return options_; }
 
  private:
   struct Plan;
-  Plan& plan_for(const Shape& in);
+  Plan& plan_for(const Shape& in, Layout layout);
   PoolOptions options_;
   std::unique_ptr<Plan> plan_;
 };
