@@ -223,6 +223,31 @@ TEST(NnBackward, Conv3d) {
   check_gradients(c2, random_tensor({1, 2, 7, 5, 5}, 6));
 }
 
+TEST(NnBackward, ConvWithFusedActivationIsConvThenActivation) {
+  for (float slope : {0.0f, 0.3f}) {
+    ConvOptions o{2, 3, 3, 1, 1, 3, true, 11};
+    Conv plain("conv", o);
+    LeakyReLU act("act", slope);
+    o.activation = true;
+    o.activation_slope = slope;
+    Conv fused("conv_act", o);
+    EXPECT_STREQ(fused.kind(), slope == 0.0f ? "conv+relu" : "conv+leaky_relu");
+    Tensor x = random_tensor({2, 2, 4, 3, 5}, 40);
+    Tensor y = act.forward(plain.forward(x, true), true), yf = fused.forward(x, true);
+    Tensor dy = random_tensor(y.shape(), 41);
+    Tensor dx = plain.backward(act.backward(dy)), dxf = fused.backward(dy);
+    for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(yf[i], y[i], 1e-5f) << "slope " << slope;
+    for (int64_t i = 0; i < dx.numel(); ++i) ASSERT_NEAR(dxf[i], dx[i], 1e-5f) << "slope " << slope;
+    for (size_t p = 0; p < 2; ++p)
+      for (int64_t i = 0; i < plain.params()[p]->grad.numel(); ++i)
+        ASSERT_NEAR(fused.params()[p]->grad[i], plain.params()[p]->grad[i], 1e-4f) << plain.params()[p]->name;
+  }
+  ConvOptions bad{2, 3, 3, 1, 1, 3, true, 1};
+  bad.activation = true;
+  bad.activation_slope = -0.5f;
+  EXPECT_THROW(Conv("neg", bad), ConfigError);
+}
+
 TEST(NnBackward, Conv2d) {
   Conv c("conv2d", {3, 4, 3, 1, 1, 2, true, 3});
   check_gradients(c, random_tensor({2, 3, 7, 5}, 7));

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
 
 #include "worker/compress/sparse.h"
 #include "worker/core/error.h"
@@ -20,21 +24,110 @@ class DenseAllreduce final : public GradientExchange {
 };
 
 // ---- torus: 2D-torus all-reduce ----
+// Reduce-scatter inside the node, all-reduce of each rank's shard across nodes, all-gather inside the
+// node. A large gradient goes in chunks, pipelined over the two communicators: while chunk c crosses
+// between nodes (on a helper thread, which alone uses the inter-node communicator), this thread
+// reduce-scatters chunk c+1 and all-gathers chunk c-1 inside the node, so the slow link does not
+// wait for the copies inside the node. Every rank cuts the same chunks and issues the same calls in
+// the same order on each communicator.
 class TorusAllreduce final : public GradientExchange {
  public:
   explicit TorusAllreduce(CommGroups& g) : GradientExchange("torus", g) {}
   size_t run(int, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
-    const auto counts = even_split(grad.size(), intra.size());
-    shard_.resize(counts[intra.rank()]);
-    intra.reduce_scatter(grad.data(), shard_.data(), counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
-    groups_.inter->allreduce(std::span<float>(shard_));
-    intra.allgatherv(shard_.data(), grad.data(), counts, DType::kFloat32, Millis(0));
+    const bool two_levels = intra.size() > 1 && groups_.inter->size() > 1;
+    const size_t n = two_levels ? std::clamp<size_t>(grad.size() / kChunkFloats, 1, kMaxChunks) : 1;
+    const auto sizes = even_split(grad.size(), static_cast<int>(n));
+    chunks_.resize(n);
+    for (size_t c = 0, offset = 0; c < n; offset += sizes[c++]) {
+      chunks_[c].data = grad.subspan(offset, sizes[c]);
+      chunks_[c].counts = even_split(sizes[c], intra.size());
+      chunks_[c].shard.resize(chunks_[c].counts[intra.rank()]);
+    }
+    if (n == 1) {
+      reduce_scatter(chunks_[0]);
+      groups_.inter->allreduce(std::span<float>(chunks_[0].shard));
+      allgather(chunks_[0]);
+    } else {
+      pipelined();
+    }
     return grad.size();
   }
 
  private:
-  std::vector<float> shard_;
+  static constexpr size_t kChunkFloats = size_t{1} << 20, kMaxChunks = 8;
+  struct Chunk {
+    std::span<float> data;
+    std::vector<size_t> counts;
+    std::vector<float> shard;
+  };
+
+  void reduce_scatter(Chunk& c) {
+    groups_.intra->reduce_scatter(c.data.data(), c.shard.data(), c.counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
+  }
+  void allgather(Chunk& c) {
+    groups_.intra->allgatherv(c.shard.data(), c.data.data(), c.counts, DType::kFloat32, Millis(0));
+  }
+
+  void pipelined() {
+    const size_t n = chunks_.size();
+    std::mutex mu;
+    std::condition_variable cv;
+    size_t reduced = 0, crossed = 0;
+    bool stop = false;
+    std::exception_ptr cross_error;
+    std::thread cross([&] {
+      try {
+        for (size_t c = 0; c < n; ++c) {
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] { return reduced > c || stop; });
+            if (stop) return;
+          }
+          groups_.inter->allreduce(std::span<float>(chunks_[c].shard));
+          std::lock_guard<std::mutex> lock(mu);
+          ++crossed;
+          cv.notify_all();
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        cross_error = std::current_exception();
+        cv.notify_all();
+      }
+    });
+    auto crossed_at_least = [&](size_t k) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return crossed >= k || cross_error; });
+      if (cross_error) std::rethrow_exception(cross_error);
+    };
+    try {
+      for (size_t c = 0; c < n; ++c) {
+        reduce_scatter(chunks_[c]);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ++reduced;
+        }
+        cv.notify_all();
+        if (c > 0) {
+          crossed_at_least(c);
+          allgather(chunks_[c - 1]);
+        }
+      }
+      crossed_at_least(n);
+      allgather(chunks_[n - 1]);
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      cross.join();  // an all-reduce under way ends by its peers or its deadline
+      throw;
+    }
+    cross.join();
+  }
+
+  std::vector<Chunk> chunks_;
 };
 
 // Shared by the sparse strategies: error feedback plus the configured selector.

@@ -111,8 +111,14 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   while (size > 4) {
     const int out = std::min(base << block, c.max_channels);
     const std::string b = "block" + std::to_string(block + 1);
-    const ConvOptions conv{ch, out, 3, 1, 1, 3, true, ++seed};
+    ConvOptions conv{ch, out, 3, 1, 1, 3, true, ++seed};
     const PoolOptions pool{true, 2, 2, 0, 3};
+    // Without batch norm between them, the activation runs inside the convolution (a post-op).
+    const bool fuse = !split && !c.batchnorm;
+    if (fuse) {
+      conv.activation = true;
+      conv.activation_slope = c.leaky_slope;
+    }
     if (split) {
       net.add(std::make_unique<DistConv>(b + ".conv", conv, ctx, extent));
     } else {
@@ -122,7 +128,7 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
       auto& bn = static_cast<BatchNorm&>(net.add(std::make_unique<BatchNorm>(b + ".bn", out)));
       if (split) bn.set_stats_reducer(spatial_batchnorm_reducer(*spatial));
     }
-    net.add(std::make_unique<LeakyReLU>(b + ".act", c.leaky_slope));
+    if (!fuse) net.add(std::make_unique<LeakyReLU>(b + ".act", c.leaky_slope));
     if (split) {
       net.add(std::make_unique<DistPool>(b + ".pool", pool, ctx, extent));
     } else {
@@ -157,11 +163,14 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   auto m = std::make_unique<SequentialModel>("cnn2d", Task::kClassification, Shape{in_ch, W, W}, Shape{});
   Sequential& net = m->net();
   uint64_t seed = c.seed * 1000;
-  net.add(std::make_unique<Conv>("conv1", ConvOptions{in_ch, base, 3, 1, 1, 2, true, ++seed}));
-  net.add(std::make_unique<ReLU>("relu1"));
+  auto conv_relu = [&](int in, int out) {  // ReLU fused into the convolution
+    ConvOptions o{in, out, 3, 1, 1, 2, true, ++seed};
+    o.activation = true;
+    return o;
+  };
+  net.add(std::make_unique<Conv>("conv1", conv_relu(in_ch, base)));
   net.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 2}));
-  net.add(std::make_unique<Conv>("conv2", ConvOptions{base, 2 * base, 3, 1, 1, 2, true, ++seed}));
-  net.add(std::make_unique<ReLU>("relu2"));
+  net.add(std::make_unique<Conv>("conv2", conv_relu(base, 2 * base)));
   net.add(std::make_unique<Pool>("pool2", PoolOptions{true, 2, 2, 0, 2}));
   net.add(std::make_unique<Flatten>("flatten"));
   const int features = add_hidden(net, c, hidden_widths(c), 2 * base * (W / 4) * (W / 4),

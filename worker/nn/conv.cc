@@ -19,6 +19,8 @@ struct ConvTraits {
   using BwdWeights = dnnl::convolution_backward_weights;
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::convolution_direct;
   static constexpr const char* kKind = "conv";
+  static constexpr const char* kKindRelu = "conv+relu";
+  static constexpr const char* kKindLeaky = "conv+leaky_relu";
   static int64_t out_size(int64_t in, const ConvOptions& o, int i) {
     return (in + pad_before(o, i) + pad_after(o, i) - o.kernel) / o.stride + 1;
   }
@@ -31,6 +33,8 @@ struct DeconvTraits {
   using BwdWeights = dnnl::deconvolution_backward_weights;
   static constexpr dnnl::algorithm kAlg = dnnl::algorithm::deconvolution_direct;
   static constexpr const char* kKind = "deconv";
+  static constexpr const char* kKindRelu = "deconv+relu";
+  static constexpr const char* kKindLeaky = "deconv+leaky_relu";
   static int64_t out_size(int64_t in, const ConvOptions& o, int i) {
     return (in - 1) * o.stride - pad_before(o, i) - pad_after(o, i) + o.kernel;
   }
@@ -59,12 +63,13 @@ template <class T>
 ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)), options_(o) {
   bool pads_ok = o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
   for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i) pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0;
-  if (o.in_channels < 1 || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 || !pads_ok ||
+  const bool slope_ok = !o.activation || (o.activation_slope >= 0.0f && o.activation_slope <= 1.0f);
+  if (o.in_channels < 1 || !slope_ok || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 || !pads_ok ||
       (o.spatial_dims != 2 && o.spatial_dims != 3))
     throw ConfigError("model.layers." + this->name(),
                       detail::concat(T::kKind, ": invalid options (channels ", o.in_channels, " -> ", o.out_channels,
                                      ", kernel ", o.kernel, ", stride ", o.stride, ", padding ", o.padding,
-                                     ", spatial dims ", o.spatial_dims, ")"));
+                                     ", spatial dims ", o.spatial_dims, ", activation slope ", o.activation_slope, ")"));
   Shape ws = {o.out_channels, o.in_channels};
   int64_t fan_in = o.in_channels;
   for (int i = 0; i < o.spatial_dims; ++i) {
@@ -81,7 +86,8 @@ ConvLayer<T>::~ConvLayer() = default;
 
 template <class T>
 const char* ConvLayer<T>::kind() const {
-  return T::kKind;
+  if (!options_.activation) return T::kKind;
+  return options_.activation_slope == 0.0f ? T::kKindRelu : T::kKindLeaky;
 }
 
 template <class T>
@@ -122,7 +128,13 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   auto& eng = dnnl_util::engine();
   typename T::Fwd::desc fd(dnnl::prop_kind::forward_training, T::kAlg, act(in), any(weight_.value.shape()), bias_md,
                            act(p->out), strides, pad_l, pad_r);
-  p->fwd_pd = typename T::Fwd::primitive_desc(fd, eng);
+  dnnl::primitive_attr attr;
+  if (o.activation) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, o.activation_slope, 0.0f);
+    attr.set_post_ops(ops);
+  }
+  p->fwd_pd = typename T::Fwd::primitive_desc(fd, attr, eng);
   p->fwd = typename T::Fwd(p->fwd_pd);
   typename T::BwdData::desc bdd(T::kAlg, act(in), any(weight_.value.shape()), act(p->out), strides, pad_l, pad_r);
   p->bd_pd = typename T::BwdData::primitive_desc(bdd, eng, p->fwd_pd);
@@ -148,7 +160,10 @@ Tensor ConvLayer<T>::forward(const Tensor& x, bool training) {
   p.fwd.execute(dnnl_util::stream(), args);
   dnnl_util::stream().wait();
   p.dst_fwd.from(dst, y);
-  if (training) x_ = x;
+  if (training) {
+    x_ = x;
+    if (options_.activation) y_ = y;
+  }
   return y;
 }
 
@@ -160,12 +175,13 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
                 shape_str(p.out));
   TESSERA_CHECK(dy.layout() == x_.layout(), "layer ", name(), ": gradient in another layout than the forward pass");
   auto& s = dnnl_util::stream();
+  const Tensor dz = options_.activation ? activation_grad(dy) : dy;  // through the fused activation
   // Input gradient.
   Tensor dx;
   if (input_grad()) {
     dx = Tensor(p.in, x_.layout());
     memory dxm = p.dx_bd.target(p.bd_pd.diff_src_desc(), dx);
-    p.bd.execute(s, {{DNNL_ARG_DIFF_DST, p.dy_bd.to(p.bd_pd.diff_dst_desc(), dy)},
+    p.bd.execute(s, {{DNNL_ARG_DIFF_DST, p.dy_bd.to(p.bd_pd.diff_dst_desc(), dz)},
                      {DNNL_ARG_WEIGHTS, p.wei_bd.to(p.bd_pd.weights_desc(), weight_.value)},
                      {DNNL_ARG_DIFF_SRC, dxm}});
     s.wait();
@@ -175,7 +191,7 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
   Tensor dw(weight_.value.shape());
   memory dwm = p.dw_bw.target(p.bw_pd.diff_weights_desc(), dw);
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, p.src_bw.to(p.bw_pd.src_desc(), x_)},
-                                          {DNNL_ARG_DIFF_DST, p.dy_bw.to(p.bw_pd.diff_dst_desc(), dy)},
+                                          {DNNL_ARG_DIFF_DST, p.dy_bw.to(p.bw_pd.diff_dst_desc(), dz)},
                                           {DNNL_ARG_DIFF_WEIGHTS, dwm}};
   Tensor db;
   if (options_.bias) {
@@ -191,6 +207,20 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
   if (options_.bias)
     for (int64_t i = 0; i < db.numel(); ++i) bias_.grad[i] += db[i];
   return dx;
+}
+
+template <class T>
+Tensor ConvLayer<T>::activation_grad(const Tensor& dy) const {
+  // y > 0 exactly where the pre-activation z > 0, for every slope in [0, 1].
+  Tensor dz(dy.shape(), dy.layout());
+  const float* y = y_.data();
+  const float* g = dy.data();
+  float* o = dz.data();
+  const float slope = options_.activation_slope;
+  const int64_t n = dy.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = y[i] > 0.0f ? g[i] : slope * g[i];
+  return dz;
 }
 
 template <class T>

@@ -24,6 +24,10 @@ struct ConvOptions {
   // Per spatial dimension, before and after; override `padding` when given (spatial parallelism pads
   // blocks unevenly at the volume's edge).
   std::vector<int> pad_l{}, pad_r{};
+  // An activation fused into the convolution as a oneDNN post-op, in place of a separate LeakyReLU
+  // layer: y = z for z > 0, activation_slope * z otherwise (slope 0: ReLU; slopes in [0, 1]).
+  bool activation = false;
+  float activation_slope = 0.0f;
 };
 
 // Padding of spatial dimension i before (pad_before) and after (pad_after) the input.
@@ -41,7 +45,7 @@ class ConvLayer : public Layer {
  public:
   ConvLayer(std::string name, ConvOptions options);
   ~ConvLayer() override;
-  const char* kind() const override;
+  const char* kind() const override;  // conv, deconv; with a fused activation conv+relu, conv+leaky_relu
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
@@ -54,10 +58,12 @@ class ConvLayer : public Layer {
 
  private:
   detail::ConvPlan<Traits>& plan_for(const Shape& in);
+  Tensor activation_grad(const Tensor& dy) const;
   ConvOptions options_;
   Param weight_, bias_;
   std::unique_ptr<detail::ConvPlan<Traits>> plan_;
   Tensor x_;  // the last training input, for backward-weights
+  Tensor y_;  // the last training output, for the fused activation's gradient
 };
 
 using Conv = ConvLayer<detail::ConvTraits>;
