@@ -338,6 +338,11 @@ ParsedJob read_training_job(const std::string& file) {
   }
 }
 
+std::string under_work_dir(const std::string& path, const std::string& work_dir) {
+  if (path.empty() || path.front() == '/' || work_dir.empty()) return path;
+  return work_dir + "/" + path;
+}
+
 TrainingJob load_training_job(const std::string& file) {
   ParsedJob p = read_training_job(file);
   if (!p.ok()) throw ConfigError(p.problems);

@@ -194,4 +194,8 @@ ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.
 TrainingJob load_training_job(const std::string& file);
 
+// A path of a `tessera run` job (spec.checkpoint.path, spec.cache.ssdPath): as given when absolute
+// or empty, else inside the job's work directory, so a run's state goes where its logs go.
+std::string under_work_dir(const std::string& path, const std::string& work_dir);
+
 }  // namespace tessera::api

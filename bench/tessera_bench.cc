@@ -94,6 +94,7 @@ class Flags {
   Flags(int argc, char** argv, int first) {
     for (int i = first; i < argc; ++i) {
       std::string a = argv[i];
+      if (a == "-h") a = "--help";
       if (a.rfind("--", 0) != 0) throw ConfigError(a, "unexpected argument (flags are --name value)");
       a.erase(0, 2);
       if (a == "json" || a == "help") {
@@ -1246,7 +1247,7 @@ int main(int argc, char** argv) {
   using namespace tessera;
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
-  if (cmd == "--help" || cmd == "help") return usage(0);
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
   return run_command("tessera-bench", [&] {
     Flags f(argc, argv, 2);
     if (f.has("help")) return usage(0);

@@ -2,17 +2,18 @@
 //
 //   tessera validate JOB.yaml... [--json]
 //       checks TrainingJob manifests: every problem with its field path and reason
-//   tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--worker PATH] [--progress SECONDS]
-//                        [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]
+//   tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]
+//                        [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]
 //       runs the job on this machine (controller/local): virtual nodes from spec.local or the flags,
 //       gang placement, rendezvous, workers as processes, gang restart from the last checkpoint;
 //       the controller's metrics and the workers' list on --metrics-addr (default a free loopback
 //       port); --prometheus starts Debian's Prometheus scraping them (default 127.0.0.1:9090)
-//   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32]
+//   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]
 //       writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv
 //   tessera data verify DIR
 //       reads every file of a dataset and checks it against the manifest
 //
+// Every command takes --help (-h): its usage on standard output, status 0.
 // Exit status: 0 done, 2 bad arguments, 1 any other failure (the message names the file).
 #include <signal.h>
 #include <unistd.h>
@@ -34,15 +35,56 @@
 namespace tessera {
 namespace {
 
+constexpr const char* kValidateUsage =
+    "usage: tessera validate JOB.yaml... [--json]\n"
+    "Checks TrainingJob manifests against the API's rules and the model's: every problem with its field\n"
+    "path and reason. Status 0 when every manifest is valid, 2 otherwise.\n";
+constexpr const char* kRunUsage =
+    "usage: tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
+    "                   [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
+    "Runs the job on this machine: virtual nodes (spec.local or --nodes / --gpus-per-node), gang\n"
+    "placement, rendezvous, one worker process per rank, gang restart from the last checkpoint.\n"
+    "  --work-dir DIR     logs, status, and relative checkpoint and cache paths (default .tessera/NAME)\n"
+    "  --fresh            start over: remove the job's checkpoints first (the SSD cache is kept)\n"
+    "  --metrics-addr     the controller's /metrics and /targets (default a free loopback port)\n"
+    "  --prometheus       start Debian's Prometheus scraping them (default 127.0.0.1:9090)\n";
+constexpr const char* kGenerateUsage =
+    "usage: tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
+    "Writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv into DIR, which\n"
+    "must be new or empty; --replace replaces a dataset already there. CosmoFlow sizes are powers of\n"
+    "two, U-Net sizes multiples of 4.\n";
+constexpr const char* kVerifyUsage =
+    "usage: tessera data verify DIR\n"
+    "Reads every file of a dataset and checks it against its manifest.\n";
+
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage:\n"
                "  tessera validate JOB.yaml... [--json]\n"
-               "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--worker PATH] [--progress SECONDS]\n"
-               "                       [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
-               "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32]\n"
-               "  tessera data verify DIR\n");
+               "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
+               "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
+               "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
+               "  tessera data verify DIR\n"
+               "tessera COMMAND --help explains one command.\n");
   return code;
+}
+
+// --help or -h among a command's arguments (from `first` on).
+bool asks_help(int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  return false;
+}
+
+int help(const char* text) {
+  std::fputs(text, stdout);
+  return 0;
+}
+
+// An argument that is neither a known flag nor where a file goes.
+[[noreturn]] void bad_argument(const std::string& a, const char* command) {
+  if (a.rfind("-", 0) == 0) throw ConfigError(a, detail::concat("unknown flag (tessera ", command, " --help lists them)"));
+  throw ConfigError(a, detail::concat("unexpected argument (tessera ", command, " --help shows what it takes)"));
 }
 
 long number(const std::string& flag, const std::string& v) {
@@ -55,7 +97,7 @@ long number(const std::string& flag, const std::string& v) {
 int data_generate(int argc, char** argv) {
   std::string kind, out;
   long samples = -1, size = -1, seed = 1;
-  bool int16 = true;
+  bool int16 = true, replace = false;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -68,13 +110,15 @@ int data_generate(int argc, char** argv) {
     else if (a == "--out") out = value();
     else if (a == "--seed") seed = number(a, value());
     else if (a == "--float32") int16 = false;
-    else throw ConfigError(a, "unknown flag");
+    else if (a == "--replace") replace = true;
+    else bad_argument(a, "data generate");
   }
   if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow or unet)");
   if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
   if (size < 4) throw ConfigError("--size", "required, at least 4");
   if (out.empty()) throw ConfigError("--out", "required");
-  generate_dataset(kind, static_cast<uint64_t>(samples), static_cast<int>(size), out, static_cast<uint64_t>(seed), int16);
+  generate_dataset(kind, static_cast<uint64_t>(samples), static_cast<int>(size), out, static_cast<uint64_t>(seed), int16,
+                   replace);
   std::printf("wrote %ld %s samples of size %ld to %s\n", samples, kind.c_str(), size, out.c_str());
   return 0;
 }
@@ -97,7 +141,7 @@ int validate(int argc, char** argv) {
   for (int i = 2; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json") as_json = true;
-    else if (a.rfind("--", 0) == 0) throw ConfigError(a, "unknown flag");
+    else if (a.rfind("-", 0) == 0 && a != "-") bad_argument(a, "validate");
     else files.push_back(a);
   }
   if (files.empty()) throw ConfigError("validate", "name at least one manifest");
@@ -114,11 +158,12 @@ int validate(int argc, char** argv) {
     }
     if (p.ok()) {
       const auto& s = p.job.spec;
-      std::printf("%s: valid: TrainingJob %s, %d workers (%d replicas x %d ranks), spatial %d x data %d, %s, %s\n",
-                  file.c_str(), p.job.name.c_str(), s.workers(), s.replicas, s.ranks_per_replica,
-                  s.parallelism.spatial_size(), s.data_replicas(), s.model.name.c_str(), s.communication.strategy.c_str());
+      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s, %s\n", file.c_str(),
+                  p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(), detail::count(s.replicas, "replica").c_str(),
+                  detail::count(s.ranks_per_replica, "rank").c_str(), s.parallelism.spatial_size(), s.data_replicas(),
+                  s.model.name.c_str(), s.communication.strategy.c_str());
     } else {
-      std::printf("%s: %zu problem%s\n", file.c_str(), p.problems.size(), p.problems.size() == 1 ? "" : "s");
+      std::printf("%s: %s\n", file.c_str(), detail::count(p.problems.size(), "problem").c_str());
       for (const auto& q : p.problems) std::printf("  %s: %s\n", q.field.c_str(), q.reason.c_str());
     }
   }
@@ -129,7 +174,7 @@ int validate(int argc, char** argv) {
 void on_signal(int) { local::LocalLauncher::interrupt(); }
 
 int run_job(int argc, char** argv) {
-  if (argc < 3) return usage(2);
+  if (argc < 3 || std::string(argv[2]).rfind("-", 0) == 0) throw ConfigError("run", "name the manifest: tessera run JOB.yaml");
   const std::string file = argv[2];
   local::LocalOptions options;
   options.manifest = file;
@@ -155,7 +200,9 @@ int run_job(int argc, char** argv) {
     else if (a == "--metrics-addr") options.metrics_addr = value();
     else if (a == "--prometheus") options.prometheus_addr = "127.0.0.1:9090";
     else if (a.rfind("--prometheus=", 0) == 0) options.prometheus_addr = a.substr(13);
-    else throw ConfigError(a, "unknown flag");
+    else if (a == "--fresh") options.fresh = true;
+    else if (a.rfind("-", 0) != 0) throw ConfigError(a, "unexpected argument (tessera run takes one manifest)");
+    else bad_argument(a, "run");
   }
   if (!options.prometheus_addr.empty() && std::system("command -v prometheus >/dev/null 2>&1") != 0)
     throw ConfigError("--prometheus", "no prometheus command on PATH (Debian: apt-get install prometheus)");
@@ -163,6 +210,8 @@ int run_job(int argc, char** argv) {
   if (!p.ok()) throw ConfigError(p.problems);
   if (nodes) p.job.spec.local.nodes = nodes;
   if (gpus) p.job.spec.local.gpus_per_node = gpus;
+  if (nodes || gpus)
+    options.cluster_from = detail::concat("--nodes ", p.job.spec.local.nodes, " --gpus-per-node ", p.job.spec.local.gpus_per_node);
   if (!work_dir.empty()) p.job.spec.local.work_dir = work_dir;
   if (access(options.worker_bin.c_str(), X_OK) != 0)
     throw ConfigError("--worker", "'" + options.worker_bin + "' is not an executable tessera-worker");
@@ -174,18 +223,24 @@ int run_job(int argc, char** argv) {
 }
 
 int run(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "validate") return validate(argc, argv);
-  if (argc >= 2 && std::string(argv[1]) == "run") return run_job(argc, argv);
-  if (argc < 3 || std::string(argv[1]) != "data") return usage(2);
-  const std::string cmd = argv[2];
-  if (cmd == "generate") return data_generate(argc, argv);
-  if (cmd == "verify") {
-    if (argc != 4) return usage(2);
+  if (argc < 2) return usage(2);
+  const std::string cmd = argv[1];
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
+  if (cmd == "validate") return asks_help(argc, argv, 2) ? help(kValidateUsage) : validate(argc, argv);
+  if (cmd == "run") return asks_help(argc, argv, 2) ? help(kRunUsage) : run_job(argc, argv);
+  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run or data; tessera --help)");
+  const std::string sub = argc >= 3 ? argv[2] : "";
+  if (sub == "generate") return asks_help(argc, argv, 3) ? help(kGenerateUsage) : data_generate(argc, argv);
+  if (sub == "verify") {
+    if (asks_help(argc, argv, 3)) return help(kVerifyUsage);
+    if (argc < 4) throw ConfigError("data verify", "name the dataset directory: tessera data verify DIR");
+    if (argc > 4) bad_argument(argv[4], "data verify");
     verify_dataset(argv[3]);
     std::printf("%s: every sample matches the manifest\n", argv[3]);
     return 0;
   }
-  return usage(2);
+  if (sub == "--help" || sub == "-h") return help("usage: tessera data generate|verify ... (tessera data generate --help)\n");
+  throw ConfigError(sub.empty() ? "data" : sub, "expected tessera data generate or tessera data verify");
 }
 
 }  // namespace

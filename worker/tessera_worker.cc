@@ -12,7 +12,7 @@
 // TESSERA_TOKEN and gets its rank, node and local rank from the job's ring plan. The rendezvous
 // also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. With --slots N the
 // process starts N workers (slots 0..N-1, the other flags passed on), forwards SIGTERM and SIGINT to
-// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch.
+// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch (epochs counted from 1, as in the log).
 // --metrics-addr (or TESSERA_METRICS_ADDR) serves the rank's Prometheus metrics at /metrics there
 // (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
 // at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
@@ -35,8 +35,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 
+#include "api/training_job.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/core/error.h"
@@ -68,6 +70,21 @@ std::string env_str(const char* name, const std::string& def) {
   const char* v = std::getenv(name);
   return v && *v ? v : def;
 }
+
+constexpr const char* kUsage =
+    "usage: tessera-worker --config JOB.yaml [--rank R --world-size N --node NAME --local-rank L]\n"
+    "                      [--rendezvous DIR | --rendezvous grpc://HOST:PORT --replica P --slot S]\n"
+    "                      [--metrics FILE] [--metrics-addr HOST:PORT] [--threads T]\n"
+    "       tessera-worker --slots N --replica P ...   (a pod's entrypoint: the N ranks of pod P)\n"
+    "One rank of a training job. Rank, world size, node and local rank also come from TESSERA_RANK,\n"
+    "TESSERA_WORLD_SIZE, TESSERA_NODE and TESSERA_LOCAL_RANK; the rendezvous from TESSERA_RENDEZVOUS.\n"
+    "  --config FILE         the TrainingJob manifest (or the job configuration the controller wrote)\n"
+    "  --rendezvous DIR      a directory shared by all ranks of this run (a fresh one per run)\n"
+    "  --rendezvous grpc://  the controller's rendezvous service; the rank comes from its ring plan\n"
+    "  --metrics FILE        append one JSON line per step and per epoch\n"
+    "  --metrics-addr H:P    serve Prometheus metrics at /metrics (port 0: a free one)\n"
+    "  --threads T           compute threads (default: spec.training.threads, else the cores)\n"
+    "Exit status: 0 done, 2 bad configuration, 1 any other failure.\n";
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -104,7 +121,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--replica") o.replica = number();
     else if (a == "--slot") o.slot = number();
     else if (a == "--slots") value();  // handled by run_slots
-    else throw ConfigError(a, "unknown flag (see the header of tessera_worker.cc or the README)");
+    else if (a.rfind("-", 0) != 0) throw ConfigError(a, "unexpected argument (the manifest goes after --config)");
+    else throw ConfigError(a, "unknown flag (tessera-worker --help lists them)");
   }
   if (o.config.empty()) throw ConfigError("--config", "a job configuration file is required");
   if (o.world < 1) throw ConfigError("--world-size", "must be at least 1");
@@ -118,6 +136,27 @@ Options parse(int argc, char** argv) {
   }
   if (o.local_rank < 0) o.local_rank = o.world == 1 ? 0 : o.rank;  // all on one node by default
   return o;
+}
+
+// A rendezvous directory keeps the addresses of the ranks that met there: ranks of a later run would
+// connect to peers that are gone and wait until their timeout. So each rank records itself first,
+// and one that finds its rank already recorded stops at once, saying why.
+void claim_rank(Store& store, const std::string& dir, int rank) {
+  const std::string key = "process/" + std::to_string(rank);
+  if (auto earlier = store.try_get(key))
+    throw ConfigError("--rendezvous", detail::concat("'", dir, "' holds the rendezvous of an earlier run (rank ", rank,
+                                                     " was ", *earlier, "); give each run a new directory, or empty this one"));
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  store.set(key, detail::concat("process ", getpid(), " on ", host));
+}
+
+// An epoch's validation as the --metrics lines and the summary carry it.
+nlohmann::ordered_json validation_fields(const EpochRecord& e) {
+  nlohmann::ordered_json v = {{"val_loss", e.val_loss}, {"val_metric", e.val_metric}, {"baseline_loss", e.baseline_loss},
+                              {"baseline_metric", e.baseline_metric}};
+  if (!e.iou.empty()) v["iou"] = e.iou;
+  return v;
 }
 
 std::atomic<int> g_forward_signal{0};
@@ -215,6 +254,11 @@ int run_slots(int argc, char** argv, int slots) {
 }
 
 int run(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--slots") {
       char* end = nullptr;
@@ -230,6 +274,11 @@ int run(int argc, char** argv) {
   Options o = parse(argc, argv);
   set_log_tag("rank " + std::to_string(o.rank));
   JobConfig job = load_job_config(o.config);
+  // Under `tessera run`, relative checkpoint and cache paths live in the job's work directory.
+  if (const char* wd = std::getenv("TESSERA_WORK_DIR"); wd && *wd) {
+    job.checkpoint.path = api::under_work_dir(job.checkpoint.path, wd);
+    job.data.cache.ssd_dir = api::under_work_dir(job.data.cache.ssd_dir, wd);
+  }
   if (o.threads > 0) job.training.threads = o.threads;
 
   std::unique_ptr<Store> store;
@@ -256,10 +305,13 @@ int run(int argc, char** argv) {
   // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
   if (o.world != job.workers)
     throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
-                      detail::concat(o.world, o.world == 1 ? " rank" : " ranks", " but the job has ", job.workers,
-                                     job.workers == 1 ? " worker" : " workers", " (spec.replicas x spec.ranksPerReplica)"));
+                      detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
+                                     " (spec.replicas x spec.ranksPerReplica)"));
   if (o.world > 1) {
-    if (!store) store = std::make_unique<FileStore>(o.rendezvous);
+    if (!store) {
+      store = std::make_unique<FileStore>(o.rendezvous);
+      claim_rank(*store, o.rendezvous, o.rank);
+    }
     Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
     groups = std::make_unique<CommGroups>(
         connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout), job.model.spatial.size()));
@@ -303,30 +355,26 @@ int run(int argc, char** argv) {
                   "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
                   "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"update_s\":%.6f,"
                   "\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
-                  o.rank, static_cast<long long>(r.step), r.epoch, r.loss, r.lr, r.strategy.c_str(), r.data_s, r.forward_s,
+                  o.rank, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(), r.data_s, r.forward_s,
                   r.backward_s, r.comm_s, r.comm_total_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
                   static_cast<unsigned long long>(r.bytes_inter));
     metrics << line << std::flush;
   };
   trainer.on_epoch = [&](const EpochRecord& e) {
     if (!metrics.is_open()) return;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "{\"type\":\"epoch\",\"rank\":%d,\"epoch\":%d,\"val_loss\":%.9g,\"val_metric\":%.9g,\"baseline_loss\":%.9g}\n",
-                  o.rank, e.epoch, e.val_loss, e.val_metric, e.baseline_loss);
-    metrics << line << std::flush;
+    nlohmann::ordered_json line = {{"type", "epoch"}, {"rank", o.rank}, {"epoch", e.epoch}};
+    line.update(validation_fields(e));
+    metrics << line.dump() << "\n" << std::flush;
   };
   TrainSummary s = trainer.run();
   if (o.rank == 0) {
-    char line[512];
-    std::snprintf(line, sizeof(line),
-                  "{\"type\":\"summary\",\"job\":\"%s\",\"steps\":%lld,\"first_step\":%lld,\"seconds\":%.3f,"
-                  "\"samples_per_second\":%.3f,\"switch_step\":%lld,\"val_loss\":%.9g,\"val_metric\":%.9g,"
-                  "\"baseline_loss\":%.9g}\n",
-                  job.name.c_str(), static_cast<long long>(s.steps), static_cast<long long>(s.first_step), s.seconds,
-                  s.samples_per_second, static_cast<long long>(s.switch_step), s.last_epoch.val_loss,
-                  s.last_epoch.val_metric, s.last_epoch.baseline_loss);
-    std::fputs(line, stdout);
+    nlohmann::ordered_json summary = {{"type", "summary"},      {"job", job.name},
+                                      {"steps", s.steps},        {"first_step", s.first_step},
+                                      {"seconds", s.seconds},    {"samples_per_second", s.samples_per_second},
+                                      {"switch_step", s.switch_step}};
+    summary.update(validation_fields(s.last_epoch));
+    const std::string line = summary.dump() + "\n";
+    std::fputs(line.c_str(), stdout);
     // In a pod: the summary is the container's termination message, which the controller reads.
     if (const char* file = std::getenv("TESSERA_TERMINATION_LOG"); file && *file) std::ofstream(file) << line;
   }

@@ -102,6 +102,9 @@ class Launch {
   Launch(const api::TrainingJob& job, const LocalOptions& options) : job_(job), options_(options), spec_(job.spec) {
     dir_ = spec_.local.work_dir;
     fs::create_directories(fs::path(dir_) / "logs");
+    work_dir_abs_ = fs::absolute(dir_).lexically_normal().string();
+    checkpoint_dir_ = api::under_work_dir(spec_.checkpoint.path, work_dir_abs_);
+    if (options_.fresh) remove_checkpoints();
     json spec = json::object();
     try {
       const json manifest = reconcile::yaml_to_json(YAML::LoadFile(options_.manifest));
@@ -174,10 +177,18 @@ class Launch {
       if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && live_pods() == 0) return finish();
       // The virtual cluster never grows: a gang that does not fit now never will.
       if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") {
+        const int r = spec_.replicas, k = spec_.ranks_per_replica, g = spec_.local.gpus_per_node;
+        // A replica's ranks share one node: what would fit.
+        const std::string fix =
+            g < k ? detail::concat("each replica needs ", detail::count(k, "GPU slot"), " on one node: give nodes of at least ", k,
+                                   " (--gpus-per-node ", k, ")")
+                  : detail::concat("it needs ", detail::count((r + g / k - 1) / (g / k), "node"), " of ",
+                                   detail::count(g, "GPU slot"), " (--nodes ", (r + g / k - 1) / (g / k), ")");
         return finish_local("Failed", "Unschedulable",
-                            detail::concat("the gang of ", spec_.replicas, " replicas x ", spec_.ranks_per_replica,
-                                           " ranks does not fit ", spec_.local.nodes, " virtual nodes of ",
-                                           spec_.local.gpus_per_node, " GPU slots (spec.local): ", (*c).value("message", "")));
+                            detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"),
+                                           " does not fit ", detail::count(spec_.local.nodes, "virtual node"), " of ",
+                                           detail::count(g, "GPU slot"), " (", options_.cluster_from, "); ", fix, ": ",
+                                           (*c).value("message", "")));
       }
       if (std::chrono::duration<double>(Clock::now() - last_line_at).count() >= options_.progress_seconds) {
         progress_line();
@@ -241,8 +252,26 @@ class Launch {
       const RendezvousProgress p = service_->progress(key());
       o.progress = reconcile::Progress{p.step, p.first_step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
       if (p.step >= 0) last_progress_ = p;
+      if (p.step >= 0 && p.first_step > 0 && !resume_told_ && status().value("restarts", 0) == 0) {
+        resume_told_ = true;  // said as the gang starts, so a user sees at once where it went on from
+        say(detail::concat("the job resumed from its checkpoint at step ", p.first_step, " in ", checkpoint_dir_,
+                           " (tessera run --fresh starts it over)"));
+      }
     }
     return o;
+  }
+
+  // --fresh: the job's checkpoint files go; everything else in the directory stays.
+  void remove_checkpoints() {
+    if (checkpoint_dir_.empty() || !fs::is_directory(checkpoint_dir_)) return;
+    static const std::regex kCheckpoint("ckpt-[0-9]+-rank[0-9]+\\.bin(\\.tmp.*)?");
+    int removed = 0;
+    for (const auto& e : fs::directory_iterator(checkpoint_dir_))
+      if (e.is_regular_file() && std::regex_match(e.path().filename().string(), kCheckpoint)) {
+        fs::remove(e.path());
+        ++removed;
+      }
+    say(detail::concat("--fresh: removed ", detail::count(removed, "checkpoint file"), " from ", checkpoint_dir_));
   }
 
   std::string key() const { return job_.namespace_ + "/" + job_.name; }
@@ -357,7 +386,8 @@ class Launch {
                                        "grpc://" + rendezvous_, "--replica", std::to_string(at.replica),
                                        "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_),
                                        "--metrics-addr", emulated_ ? "0.0.0.0:0" : "127.0.0.1:0"};
-      std::vector<std::string> env = {"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name};
+      std::vector<std::string> env = {"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name,
+                                      "TESSERA_WORK_DIR=" + work_dir_abs_};
       if (emulated_) {
         // In the node's namespace; Gloo binds the node's link, so ranks of other nodes come over it.
         argv.insert(argv.begin(), {"ip", "netns", "exec", "tessera-n" + pod.node.substr(pod.node.rfind('-') + 1)});
@@ -409,10 +439,12 @@ class Launch {
     if (p.step < 0 || status().value("phase", "") != "Running") return;
     const auto& c = spec_.communication;
     const std::string phase = status().value("trainingPhase", "sparse");
-    const std::string used = c.strategy == "hybrid" ? (phase == "sparse" ? c.sparse : c.dense) : c.strategy;
+    // hybrid: "sparse phase (hitopk)"; otherwise the one strategy.
+    const std::string exchange =
+        c.strategy == "hybrid" ? detail::concat(phase, " phase (", phase == "sparse" ? c.sparse : c.dense, ")") : c.strategy;
     say(detail::concat(job_.name, " Running  epoch ", p.epoch + 1, "/", spec_.training.epochs, "  step ", p.step, "  ",
-                       fixed(p.samples_per_second, 1), " samples/s  loss ", fixed(p.loss, 4), "  ", phase, " (", used,
-                       ")  restarts ", status().value("restarts", 0)));
+                       fixed(p.samples_per_second, 1), " samples/s  loss ", fixed(p.loss, 4), "  ", exchange,
+                       "  restarts ", status().value("restarts", 0)));
   }
 
   // The job ended as the reconcile decided: the summary of rank 0 completes a success.
@@ -428,17 +460,19 @@ class Launch {
       if (s.is_null()) return finish_local("Failed", "NoSummary", "rank 0 ended without a summary; see " + log);
       result_.steps = s.value("steps", int64_t{0});
       const int64_t first = s.value("first_step", int64_t{0});
-      if (first > 0 && status().value("restarts", 0) == 0)
-        say(detail::concat("the job resumed from its checkpoint at step ", first, " in ", spec_.checkpoint.path,
-                           first == result_.steps ? ": it had already finished" : ""));
+      if (first > 0 && first == result_.steps && status().value("restarts", 0) == 0)
+        say(detail::concat("the job's checkpoint in ", checkpoint_dir_, " is at its last step (", first,
+                           "): it had already finished (tessera run --fresh starts it over)"));
       result_.samples_per_second = s.value("samples_per_second", 0.0);
       result_.switch_step = s.value("switch_step", int64_t{-1});
       result_.val_loss = s.value("val_loss", 0.0);
       result_.val_metric = s.value("val_metric", 0.0);
       result_.baseline_loss = s.value("baseline_loss", 0.0);
+      result_.baseline_metric = s.value("baseline_metric", 0.0);
+      if (s.contains("iou")) result_.iou = s["iou"].get<std::vector<double>>();
       status()["step"] = result_.steps;
       status()["samplesPerSecond"] = result_.samples_per_second;  // over the whole run
-      status()["validation"] = {{"loss", result_.val_loss}, {"metric", result_.val_metric}, {"baselineLoss", result_.baseline_loss}};
+      status()["validation"] = reconcile::validation_status(s);
       if (result_.switch_step >= 0) {
         status()["switchStep"] = result_.switch_step;
         status()["trainingPhase"] = "dense";
@@ -496,8 +530,20 @@ class Launch {
     if (spec_.model.name == "cosmoflow")
       say(detail::concat("  validation MSE ", fixed(r.val_loss, 4), " vs predict-the-mean ", fixed(r.baseline_loss, 4), ": ",
                          fixed(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed(r.val_metric, 4)));
-    else
-      say(detail::concat("  validation loss ", fixed(r.val_loss, 4), ", accuracy ", fixed(r.val_metric, 4)));
+    else {
+      std::string line = detail::concat("  validation loss ", fixed(r.val_loss, 4), ", accuracy ", fixed(r.val_metric, 4),
+                                        " (the most frequent class alone: ", fixed(r.baseline_metric, 4), ")");
+      if (!r.iou.empty()) {
+        double mean = 0;
+        line += "; IoU per class";
+        for (size_t k = 0; k < r.iou.size(); ++k) {
+          line += detail::concat(k ? ", " : " ", fixed(r.iou[k], 3));
+          mean += r.iou[k] / static_cast<double>(r.iou.size());
+        }
+        line += detail::concat(", mean ", fixed(mean, 3));
+      }
+      say(line);
+    }
   }
 
   static std::string fixed(double v, int digits) {
@@ -548,7 +594,8 @@ class Launch {
   std::unique_ptr<Process> prometheus_;
   reconcile::ReconcileOptions options_reconcile_;
   int served_attempt_ = -1, threads_ = 1;
-  bool announced_ = false;
+  bool announced_ = false, resume_told_ = false;
+  std::string work_dir_abs_, checkpoint_dir_;  // the work directory, and where checkpoints go in it
   RendezvousProgress last_progress_;
   Clock::time_point start_;
   LocalResult result_;

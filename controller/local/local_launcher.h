@@ -31,6 +31,10 @@ struct LocalOptions {
   // every 2 s into <workDir>/prometheus, and stop it when the job ends (its data stays).
   std::string prometheus_addr;
   std::string prometheus_bin = "prometheus";
+  // Start from scratch: the job's checkpoints are removed first (its SSD cache is kept).
+  bool fresh = false;
+  // Where the virtual cluster's size came from, for messages: spec.local, or the flags that set it.
+  std::string cluster_from = "spec.local";
 };
 
 // One gang restart: the furthest step rank 0 reported before the failure, and where the new gang
@@ -53,7 +57,8 @@ struct LocalResult {
   int64_t steps = 0;
   double samples_per_second = 0;
   int64_t switch_step = -1;
-  double val_loss = 0, val_metric = 0, baseline_loss = 0;
+  double val_loss = 0, val_metric = 0, baseline_loss = 0, baseline_metric = 0;
+  std::vector<double> iou;  // segmentation: per class
   int exit_code() const { return phase == "Failed" ? 1 : 0; }
 };
 

@@ -524,9 +524,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
       if (summary.is_discarded()) continue;
       b.status.set("step", summary.value("steps", int64_t{0}));
       b.status.set("samplesPerSecond", summary.value("samples_per_second", 0.0));  // over the whole run
-      b.status.set("validation", {{"loss", summary.value("val_loss", 0.0)},
-                                  {"metric", summary.value("val_metric", 0.0)},
-                                  {"baselineLoss", summary.value("baseline_loss", 0.0)}});
+      b.status.set("validation", validation_status(summary));
     }
     b.status.set("phase", "Succeeded");
     b.status.set("completionTime", format_time(o.now));
@@ -716,7 +714,7 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     }
     if (switch_news || resumed || !last || o.now - *last >= opt.status_interval) {
       b.status.set("step", p.step);
-      b.status.set("epoch", p.epoch);
+      b.status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
       b.status.set("loss", p.loss);
       b.status.set("samplesPerSecond", p.samples_per_second);
       b.status.set("trainingPhase", training_phase(s.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch));
@@ -760,6 +758,15 @@ json yaml_to_json(const YAML::Node& n) {
   }
 }
 
+
+json validation_status(const json& summary) {
+  json v = {{"loss", summary.value("val_loss", 0.0)},
+            {"metric", summary.value("val_metric", 0.0)},
+            {"baselineLoss", summary.value("baseline_loss", 0.0)},
+            {"baselineMetric", summary.value("baseline_metric", 0.0)}};
+  if (summary.contains("iou")) v["iou"] = summary["iou"];
+  return v;
+}
 
 json with_defaults(json spec, const json& defaults) {
   if (!spec.is_object() || !defaults.is_object()) return spec;

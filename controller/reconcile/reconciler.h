@@ -116,6 +116,11 @@ json yaml_to_json(const YAML::Node& node);
 // value the spec sets is kept whole).
 json with_defaults(json spec, const json& defaults);
 
+// status.validation from rank 0's summary line: loss, metric, and what they compare with
+// (baselineLoss for regression; baselineMetric, the most frequent class's accuracy, and the IoU of
+// each class for segmentation).
+json validation_status(const json& summary);
+
 // The status a kPatchStatus action leaves: `status` with the patch's top-level keys set (null removes one).
 json apply_status_patch(json status, const json& patch);
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);

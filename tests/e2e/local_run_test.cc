@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <sys/wait.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -158,6 +161,113 @@ TEST(LocalRunTest, ConfigurationErrorFailsTheJobWithoutRestarts) {
   EXPECT_EQ(s["reason"], "InvalidConfiguration");
   EXPECT_EQ(s["restarts"], 0);
   EXPECT_NE(s["message"].get<std::string>().find("spec.dataset.path"), std::string::npos) << s.dump(2);
+  std::filesystem::remove_all(dir);
+}
+
+// ---- the command line as a newcomer meets it ----
+
+struct Shell {
+  int rc;
+  std::string out, err;
+};
+
+// Runs `command` under sh with stdout and stderr kept apart.
+Shell sh(const std::string& command, const std::string& dir) {
+  const int st = std::system((command + " >" + dir + "/out.txt 2>" + dir + "/err.txt").c_str());
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, read_file(dir + "/out.txt"), read_file(dir + "/err.txt")};
+}
+
+TEST(CliTest, EveryCommandExplainsItselfOnStandardOutput) {
+  const std::string dir = make_temp_dir("tessera-cli-help");
+  const std::string bin = std::filesystem::path(kCli).parent_path().string();
+  for (const std::string cmd : {"tessera --help", "tessera -h", "tessera validate --help", "tessera run -h",
+                                "tessera run job.yaml --help", "tessera data generate --help", "tessera data verify -h",
+                                "tessera-worker --help", "tessera-worker -h", "tessera-bench --help", "tessera-bench -h",
+                                "tessera-bench train --help", "tessera-controller --help"}) {
+    const Shell r = sh(bin + "/" + cmd, dir);
+    EXPECT_EQ(r.rc, 0) << cmd << ": " << r.err;
+    EXPECT_NE(r.out.find("usage"), std::string::npos) << cmd << " printed: " << r.out;
+    EXPECT_EQ(r.err, "") << cmd;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
+  const std::string dir = make_temp_dir("tessera-cli-args");
+  std::ofstream(dir + "/a.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec: {}\n";
+  auto expect_error = [&](const std::string& args, const std::string& message) {
+    const Shell r = sh(kCli + " " + args, dir);
+    EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
+    const std::string said = r.out + r.err;  // validate lists problems on stdout, the others fail on stderr
+    EXPECT_NE(said.find(message), std::string::npos) << args << " said: " << said;
+  };
+  expect_error("validate " + dir, dir + ": is a directory, not a manifest file");
+  expect_error("validate " + dir + "/missing.yaml", "no such file");
+  expect_error("run " + dir + "/a.yaml " + dir + "/b.yaml", dir + "/b.yaml: unexpected argument (tessera run takes one manifest)");
+  expect_error("run " + dir + "/a.yaml --nodes", "--nodes: needs a value");
+  expect_error("run " + dir + "/a.yaml --bogus", "--bogus: unknown flag (tessera run --help lists them)");
+  expect_error("data generate --kind unet --samples 1 --size 15 --out " + dir + "/u", "--size: 15: unet3d needs a multiple of 4");
+  expect_error("data verify", "tessera data verify DIR");
+  expect_error("frobnicate", "frobnicate: unknown command");
+  // Validation runs the model's own rules: this split fails when the ranks meet, so it is refused here.
+  std::ofstream(dir + "/unet.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: u}\nspec:\n"
+                                       "  ranksPerReplica: 4\n  model: {name: unet3d, inputSize: 8}\n"
+                                       "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
+                                       "  parallelism: {spatial: {d: 4}}\n";
+  expect_error("validate " + dir + "/unet.yaml",
+               "spec.parallelism.spatial.d: 4 parts, but unet3d with inputSize 8 splits volumes down to 2^3 "
+               "(model.layers.bottom.conv1): at most 2 parts in each dimension");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliTest, GenerateRefusesANonEmptyDirectoryUnlessToldToReplaceTheDataset) {
+  const std::string dir = make_temp_dir("tessera-cli-gen");
+  const std::string gen = kCli + " data generate --kind cosmoflow --size 8 --out " + dir + "/d --samples ";
+  ASSERT_EQ(sh(gen + "3", dir).rc, 0);
+  Shell again = sh(gen + "2", dir);
+  EXPECT_EQ(again.rc, 2);
+  EXPECT_NE(again.err.find("is not empty (4 files); choose a new directory, or pass --replace"), std::string::npos) << again.err;
+  ASSERT_EQ(sh(gen + "2 --replace", dir).rc, 0);
+  int samples = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/d")) samples += e.path().extension() == ".h5";
+  EXPECT_EQ(samples, 2);  // the third sample of the first dataset is gone with it
+  EXPECT_EQ(sh(kCli + " data verify " + dir + "/d", dir).rc, 0);
+  std::ofstream(dir + "/d/notes.txt") << "mine";
+  Shell other = sh(gen + "2 --replace", dir);
+  EXPECT_EQ(other.rc, 2);
+  EXPECT_NE(other.err.find("holds notes.txt, which is not part of a dataset"), std::string::npos) << other.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/d/notes.txt"));
+  std::filesystem::remove_all(dir);
+}
+
+// Relative checkpoint and cache paths go under --work-dir; a second run says at once that it
+// resumed (here: that the job had finished); --fresh starts over and keeps the SSD cache.
+TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
+  const std::string dir = make_temp_dir("tessera-cli-fresh");
+  std::ofstream(dir + "/job.yaml")
+      << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: fresh}\nspec:\n"
+         "  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+         "  dataset: {format: synthetic, synthetic: cosmo, samples: 16, validationSamples: 4}\n"
+         "  training: {epochs: 1, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}\n"
+         "  cache: {memory: 16Mi, localSSD: {path: ssd, sizeLimit: 64Mi}}\n"
+         "  checkpoint: {path: ckpt}\n";
+  const std::string run = "cd " + dir + " && " + kCli + " run job.yaml --work-dir " + dir + "/wd --progress 1";
+  const Shell first = sh(run, dir);
+  ASSERT_EQ(first.rc, 0) << first.out << first.err;
+  bool checkpoint = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/wd/ckpt")) checkpoint |= e.path().extension() == ".bin";
+  EXPECT_TRUE(checkpoint) << "no checkpoint under the work directory";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt")) << "the checkpoint went to the current directory";
+  const Shell second = sh(run, dir);
+  ASSERT_EQ(second.rc, 0) << second.out << second.err;
+  EXPECT_NE(second.out.find("is at its last step (4): it had already finished (tessera run --fresh starts it over)"),
+            std::string::npos)
+      << second.out;
+  const Shell fresh = sh(run + " --fresh", dir);
+  ASSERT_EQ(fresh.rc, 0) << fresh.out << fresh.err;
+  EXPECT_NE(fresh.out.find("--fresh: removed 1 checkpoint file from " + dir + "/wd/ckpt"), std::string::npos) << fresh.out;
+  EXPECT_EQ(fresh.out.find("already finished"), std::string::npos) << fresh.out;
+  EXPECT_EQ(json::parse(read_file(dir + "/wd/status.json"))["status"]["step"], 4);
   std::filesystem::remove_all(dir);
 }
 

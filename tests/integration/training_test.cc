@@ -2,6 +2,7 @@
 // one process with the global batch; the hybrid schedule switches every rank at the same step; a
 // gang killed mid-run resumes from its checkpoint on the uninterrupted loss trajectory.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "tests/support/fork_ranks.h"
 #include "tests/support/process.h"
@@ -184,6 +186,32 @@ TEST(TrainingTest, AWorldSizeThatIsNotTheJobsFailsAtOnce) {
   EXPECT_NE(read_file(dir + "/log.txt").find("--world-size: 3 ranks but the job has 2 workers (spec.replicas x spec.ranksPerReplica)"),
             std::string::npos)
       << read_file(dir + "/log.txt");
+  std::filesystem::remove_all(dir);
+}
+
+// A rendezvous directory left by an earlier run makes the ranks of a new one fail at once, saying
+// so, instead of connecting to the addresses of processes that are gone.
+TEST(TrainingTest, AStaleRendezvousDirectoryFailsAtOnce) {
+  const std::string dir = make_temp_dir("tessera-stale");
+  auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", ""));
+  auto rank0 = [&](const std::string& log) {
+    return spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "2", "--rendezvous", dir + "/rdv"}, dir + "/" + log);
+  };
+  pid_t earlier = rank0("earlier.txt");  // waits for a rank 1 that never comes: killed, as a crashed run would be
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30) * testing::kSlowdown;
+  while ((!std::filesystem::exists(dir + "/rdv") || std::filesystem::is_empty(dir + "/rdv")) &&
+         std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  kill(earlier, SIGKILL);
+  wait_exit(earlier, std::chrono::seconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(wait_exit(rank0("later.txt"), std::chrono::seconds(60)), 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30) * testing::kSlowdown);
+  const std::string log = read_file(dir + "/later.txt");
+  EXPECT_NE(log.find("--rendezvous: '" + dir + "/rdv' holds the rendezvous of an earlier run (rank 0 was process "), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("give each run a new directory, or empty this one"), std::string::npos) << log;
   std::filesystem::remove_all(dir);
 }
 

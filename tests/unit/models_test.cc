@@ -145,5 +145,26 @@ TEST(ModelsTest, ConfigurationErrors) {
   EXPECT_EQ(field(c), "model.name");
 }
 
+TEST(ModelsTest, SpatialGridsAreCheckedWithoutBuildingTheModel) {
+  auto problem = [](const std::string& name, int size, SpatialGrid grid) -> std::string {
+    ModelConfig c;
+    c.name = name;
+    c.input_size = size;
+    c.spatial = grid;
+    try {
+      check_spatial_grid(c);
+    } catch (const ConfigError& e) {
+      return e.problems().front().field + ": " + e.problems().front().reason;
+    }
+    return "fits";
+  };
+  EXPECT_EQ(problem("unet3d", 8, {2, 1, 1}), "fits");
+  EXPECT_EQ(problem("unet3d", 8, {4, 1, 1}),
+            "parallelism.spatial.d: 4 parts, but unet3d with inputSize 8 splits volumes down to 2^3 (model.layers.bottom.conv1): "
+            "at most 2 parts in each dimension");
+  EXPECT_EQ(problem("cosmoflow", 64, {2, 2, 4}), "fits");
+  EXPECT_EQ(problem("cosmoflow", 64, {1, 1, 8}).substr(0, 24), "parallelism.spatial.w: 8");
+}
+
 }  // namespace
 }  // namespace tessera

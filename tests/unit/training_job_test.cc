@@ -118,7 +118,12 @@ TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
   EXPECT_EQ(field("image: 5"), "spec.image: expected a string, got the number 5 (quote it)");
   EXPECT_EQ(field("runPolicy: {suspend: \"true\"}"), "spec.runPolicy.suspend: expected true or false, got the string 'true'");
   EXPECT_EQ(field("cache: {memory: 1.5}"),
-            "spec.cache.memory: expected an integer or a string such as 512Mi or 10G, got the number 1.5 (quote it)");
+            "spec.cache.memory: expected an integer or a string such as 512Mi or 10G, got the number 1.5 (quote a fractional quantity)");
+  EXPECT_EQ(field("cache: {memory: 256MB}"),
+            "spec.cache.memory: '256MB': MB is not a unit of this quantity; use Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, "
+            "T (powers of 1000), as in 512Mi or 10G");
+  EXPECT_EQ(field("cache: {memory: \"256MB\"}"), field("cache: {memory: 256MB}"));
+  EXPECT_EQ(field("cache: {memory: \"-5Gi\"}"), "spec.cache.memory: -5Gi: must not be negative");
   EXPECT_EQ(field("cache: {memory: \"1.5Gi\"}"), "accepted");
   EXPECT_EQ(field("communication: {density: 0}"), "spec.communication.density: 0 is outside (0, 1]");
   EXPECT_EQ(field("model: {name: cosmoflow, inputSize: 48}"),
@@ -135,7 +140,8 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   EXPECT_EQ(p.problems[0].field, file);
   EXPECT_NE(p.problems[0].reason.find("line"), std::string::npos);
   EXPECT_THROW(api::load_training_job(file), ConfigError);
-  EXPECT_EQ(api::read_training_job("/nonexistent/job.yaml").problems.at(0).reason, "cannot read the file");
+  EXPECT_EQ(api::read_training_job("/nonexistent/job.yaml").problems.at(0).reason, "no such file");
+  EXPECT_EQ(api::read_training_job(::testing::TempDir()).problems.at(0).reason, "is a directory, not a manifest file");
   FILE* g = std::fopen(file.c_str(), "w");
   std::fputs("- not\n- a mapping\n", g);
   std::fclose(g);

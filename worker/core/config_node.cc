@@ -1,5 +1,8 @@
 #include "worker/core/config_node.h"
 
+#include <filesystem>
+#include <ios>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -68,12 +71,17 @@ ConfigNode::ConfigNode(YAML::Node node)
 }
 
 ConfigNode ConfigNode::load_file(const std::string& file) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) throw ConfigError(file, "is a directory, not a manifest file");
+  if (!std::filesystem::exists(file, ec)) throw ConfigError(file, "no such file");
   try {
     return ConfigNode(YAML::LoadFile(file));
   } catch (const YAML::BadFile&) {
     throw ConfigError(file, "cannot read the file");
   } catch (const YAML::Exception& e) {
     throw ConfigError(file, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+  } catch (const std::ios_base::failure& e) {
+    throw ConfigError(file, std::string("cannot read the file: ") + e.what());
   }
 }
 
@@ -169,7 +177,15 @@ int64_t ConfigNode::integer(const std::string& key, int64_t def, int64_t min, in
     return def;
   }
   if (v < min || v > max) {
-    problem(key, detail::concat(v, " is outside [", min, ", ", max, "]"));
+    // A bound no one would write (the type's limit) is left out of the message.
+    const bool no_max = max >= std::numeric_limits<int32_t>::max(), no_min = min <= std::numeric_limits<int32_t>::min();
+    if (v < min && no_max) {
+      problem(key, min == 0 ? detail::concat("must not be negative, got ", v) : detail::concat("must be at least ", min, ", got ", v));
+    } else if (v > max && no_min) {
+      problem(key, detail::concat("must be at most ", max, ", got ", v));
+    } else {
+      problem(key, detail::concat(v, " is outside [", min, ", ", max, "]"));
+    }
     return def;
   }
   return v;
@@ -261,16 +277,28 @@ std::map<std::string, std::string> ConfigNode::string_map(const std::string& key
   return out;
 }
 
-bool ConfigNode::quantity(const std::string& key, const std::regex& form, const char* example, std::string* number,
-                          std::string* unit) const {
+bool ConfigNode::quantity(const std::string& key, const std::regex& form, const char* example, const char* units,
+                          std::string* number, std::string* unit) const {
   YAML::Node n;
   if (!scalar(key, "a quantity", &n)) return false;
   const std::string& s = n.Scalar();
   std::smatch m;
   // As a Kubernetes int-or-string: an unquoted number must be an integer.
-  if ((!quoted(n) && std::regex_match(s, kFloat) && !std::regex_match(s, kInt)) || !std::regex_match(s, m, form)) {
+  if (!quoted(n) && std::regex_match(s, kFloat) && !std::regex_match(s, kInt)) {
     problem(key, std::string("expected an integer or a string such as ") + example + ", got " + describe(n) +
-                     (quoted(n) ? "" : " (quote it)"));
+                     " (quote a fractional quantity)");
+    return false;
+  }
+  if (!std::regex_match(s, m, form)) {
+    static const std::regex kNumberAndUnit("[0-9]+(\\.[0-9]+)?([A-Za-z]+)");
+    std::smatch u;
+    if (s.size() > 1 && s[0] == '-' && std::regex_match(s.substr(1), form)) {
+      problem(key, s + ": must not be negative");
+    } else if (std::regex_match(s, u, kNumberAndUnit)) {
+      problem(key, "'" + s + "': " + u[2].str() + " is not a unit of this quantity; use " + units + ", as in " + example);
+    } else {
+      problem(key, std::string("expected an integer or a string such as ") + example + ", got " + describe(n));
+    }
     return false;
   }
   *number = m[1].str();
@@ -296,7 +324,9 @@ std::optional<double> parse_quantity(const std::string& q) {
 
 int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
   std::string number, unit;
-  if (!has(key) || !quantity(key, kBytes, "512Mi or 10G", &number, &unit)) return def;
+  if (!has(key) ||
+      !quantity(key, kBytes, "512Mi or 10G", "Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)", &number, &unit))
+    return def;
   const double v = *parse_quantity(number + unit);
   if (v >= 9.2e18) {
     problem(key, number + unit + " is too large");
@@ -307,7 +337,7 @@ int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
 
 double ConfigNode::cpu(const std::string& key, double def) const {
   std::string number, unit;
-  if (!has(key) || !quantity(key, kCpu, "\"1.5\" or 500m", &number, &unit)) return def;
+  if (!has(key) || !quantity(key, kCpu, "\"1.5\" or 500m", "m (thousandths of a core)", &number, &unit)) return def;
   return *parse_quantity(number + unit);
 }
 

@@ -84,9 +84,9 @@ class ConfigNode {
   ConfigNode(YAML::Node node, std::string path, std::shared_ptr<std::vector<FieldProblem>> problems)
       : node_(std::move(node)), path_(std::move(path)), problems_(std::move(problems)) {}
   // A Kubernetes quantity at key matching `form` (groups 1: the number, 3: the unit); false, with a
-  // problem, when it does not.
-  bool quantity(const std::string& key, const std::regex& form, const char* example, std::string* number,
-                std::string* unit) const;
+  // problem, when it does not (a wrong unit is told with the `units` that are right).
+  bool quantity(const std::string& key, const std::regex& form, const char* example, const char* units,
+                std::string* number, std::string* unit) const;
   // The scalar at key, or nothing (with a problem) when it is not a scalar.
   const YAML::Node* scalar(const std::string& key, const char* what, YAML::Node* out) const;
   YAML::Node node_;

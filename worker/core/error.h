@@ -69,6 +69,11 @@ std::string concat(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+// "1 worker", "2 workers": a count and its noun, plural unless the count is 1.
+template <typename N>
+std::string count(N n, const std::string& noun) {
+  return concat(n, " ", noun, n == 1 ? "" : "s");
+}
 [[noreturn]] void check_failed(const char* file, int line, const char* expr, const std::string& msg);
 }  // namespace detail
 

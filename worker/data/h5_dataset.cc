@@ -3,8 +3,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
+#include <vector>
 
 #include "worker/core/checksum.h"
 #include "worker/core/log.h"
@@ -111,12 +114,40 @@ Sample Hdf5Dataset::get_block(uint64_t index, const VolumeBox& box) const {
   return s;
 }
 
+namespace {
+
+// Makes out_dir ready for a new dataset: new or empty, or (with replace) holding only a dataset.
+void prepare_output(const std::string& out_dir, bool replace) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(out_dir, ec)) return;
+  if (!fs::is_directory(out_dir, ec)) throw ConfigError("--out", "'" + out_dir + "' exists and is not a directory");
+  static const std::regex kDatasetFile("manifest\\.tsv|sample-[0-9]+\\.h5(\\.tmp)?");
+  std::vector<fs::path> dataset, other;
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    (e.is_regular_file() && std::regex_match(name, kDatasetFile) ? dataset : other).push_back(e.path());
+  }
+  if (dataset.empty() && other.empty()) return;
+  if (!replace)
+    throw ConfigError("--out", detail::concat("'", out_dir, "' is not empty (", detail::count(dataset.size() + other.size(), "file"),
+                                              "); choose a new directory, or pass --replace to replace the dataset there"));
+  if (!other.empty())
+    throw ConfigError("--out", detail::concat("'", out_dir, "' holds ", other.front().filename().string(),
+                                              ", which is not part of a dataset; --replace removes only a dataset's files"));
+  for (const auto& p : dataset) fs::remove(p);
+}
+
+}  // namespace
+
 void generate_dataset(const std::string& kind, uint64_t samples, int size, const std::string& out_dir, uint64_t seed,
-                      bool int16) {
+                      bool int16, bool replace) {
   if (kind != "cosmoflow" && kind != "unet") throw ConfigError("--kind", "'" + kind + "' (expected cosmoflow or unet)");
   if (samples < 1) throw ConfigError("--samples", "must be positive");
   if (kind == "cosmoflow" && (size < 4 || (size & (size - 1)))) throw ConfigError("--size", "cosmoflow needs a power of two");
   if (size < 4) throw ConfigError("--size", "must be at least 4");
+  if (kind == "unet" && size % 4) throw ConfigError("--size", detail::concat(size, ": unet3d needs a multiple of 4"));
+  prepare_output(out_dir, replace);
   PosixFileSystem fs;
   fs.make_dir(out_dir);
   const SampleFormat format = kind == "cosmoflow" ? SampleFormat::kCosmo : SampleFormat::kUNet;

@@ -39,9 +39,11 @@ class Hdf5Dataset : public Dataset {
 };
 
 // Writes `samples` generated samples of edge `size` (cosmo: cosmology fields, raw densities as int16
-// counts or float32; unet: labelled shapes) and the manifest into out_dir. Prints progress.
+// counts or float32; unet: labelled shapes) and the manifest into out_dir. Prints progress. out_dir
+// must be empty or new; with `replace`, a dataset already there (its manifest and sample files, and
+// nothing else) is removed first.
 void generate_dataset(const std::string& kind, uint64_t samples, int size, const std::string& out_dir, uint64_t seed,
-                      bool int16 = true);
+                      bool int16 = true, bool replace = false);
 // Reads every file and checks it against the manifest; throws Error naming the first bad file.
 void verify_dataset(const std::string& dir);
 

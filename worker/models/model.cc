@@ -288,7 +288,8 @@ class UNet3D final : public Model {
   }
   double forward_flops() const override {
     Shape in = {1, in_ch_, W_, W_, W_};
-    if (partition_) return 0;  // per-rank blocks: not tracked for the U-Net
+    if (partition_)
+      for (int d = 0; d < 3; ++d) in[2 + d] = partition_->owned(d).size();  // this rank's block (with halos in the layers)
     const int b = skip1_;
     double f = enc1_.forward_flops(in);
     Shape s1 = enc1_.output_shape(in);
@@ -324,6 +325,20 @@ class UNet3D final : public Model {
 };
 
 }  // namespace
+
+void check_spatial_grid(const ModelConfig& c) {
+  if (c.spatial.size() <= 1 || !supports_spatial(c.name)) return;
+  const bool cosmo = c.name == "cosmoflow";
+  const int64_t smallest = cosmo ? std::min<int64_t>(4, c.input_size) : c.input_size / 4;
+  const char* layer = cosmo ? "shuffle" : "bottom.conv1";
+  static const char* kDim[] = {"d", "h", "w"};
+  for (int d = 0; d < 3; ++d)
+    if (c.spatial[d] > smallest)
+      throw ConfigError(
+          detail::concat("parallelism.spatial.", kDim[d]),
+          detail::concat(c.spatial[d], " parts, but ", c.name, " with inputSize ", c.input_size, " splits volumes down to ",
+                         smallest, "^3 (model.layers.", layer, "): at most ", smallest, " parts in each dimension"));
+}
 
 std::vector<int> hidden_widths(const ModelConfig& c) {
   if (!c.hidden.empty()) return c.hidden;

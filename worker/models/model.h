@@ -79,5 +79,10 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, Communicator* spati
 
 // The models that run under spatial parallelism.
 inline bool supports_spatial(const std::string& model) { return model == "cosmoflow" || model == "unet3d"; }
+// The rule make_model applies to a spatial grid when the ranks meet, checked without building
+// anything: each dimension is split into at most as many parts as the smallest volume the model's
+// spatial layers split has voxels (cosmoflow: the 4^3 its pooling ends at; unet3d: its bottom level,
+// inputSize / 4). Throws ConfigError at parallelism.spatial.d|h|w, naming the layer.
+void check_spatial_grid(const ModelConfig& c);
 
 }  // namespace tessera

@@ -66,11 +66,12 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.communication = s.communication;
   j.checkpoint = s.checkpoint;
 
-  // What only the model knows: build it once on one rank (the split is checked when the ranks meet).
+  // What only the model knows: build it once on one rank, and check its spatial split's rule.
   ModelConfig single = j.model;
   single.spatial = SpatialGrid{};
   try {
     make_model(single);
+    check_spatial_grid(j.model);
   } catch (const ConfigError& e) {
     std::vector<FieldProblem> problems = e.problems();
     for (auto& p : problems) p.field = "spec." + p.field;

@@ -15,6 +15,24 @@
 namespace tessera {
 namespace {
 
+// Adds a batch to tally (resized to 3 x classes): the targets of each class, the predictions (the
+// arg-max over dimension 1 of the output) of each class, and the correct predictions of each class.
+void tally_classes(const Tensor& out, const Tensor& targets, std::vector<double>& tally) {
+  const int64_t n = out.dim(0), c = out.dim(1), per = n ? out.numel() / (n * c) : 0;
+  if (tally.size() < static_cast<size_t>(3 * c)) tally.resize(3 * c, 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t s = 0; s < per; ++s) {
+      int64_t best = 0;
+      for (int64_t k = 1; k < c; ++k)
+        if (out[(i * c + k) * per + s] > out[(i * c + best) * per + s]) best = k;
+      const auto t = static_cast<int64_t>(targets[i * per + s]);
+      if (t < 0 || t >= c) continue;
+      tally[t] += 1;
+      tally[c + best] += 1;
+      if (best == t) tally[2 * c + t] += 1;
+    }
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -171,6 +189,7 @@ EpochRecord Trainer::validate(int epoch) {
   const int64_t b = std::max<int64_t>(1, config_.training.batch_size / replicas_);
   double loss_sum = 0, metric_sum = 0, count = 0;
   std::vector<double> target_sum, target_sq;
+  std::vector<double> tally;  // classes: [targets of class c..., predictions of c..., correct c...]
   for (int64_t start = replica_ * b; start < n; start += b * replicas_) {
     std::vector<uint64_t> idx;
     for (int64_t i = start; i < std::min(n, start + b); ++i) idx.push_back(static_cast<uint64_t>(i));
@@ -183,6 +202,7 @@ EpochRecord Trainer::validate(int epoch) {
     loss_sum += model_->loss(out, batch.targets).loss * k;
     metric_sum += model_->metric(out, batch.targets) * k;
     count += k;
+    if (model_->task() != Task::kRegression) tally_classes(out, batch.targets, tally);
     if (model_->task() == Task::kRegression) {
       const int64_t t = batch.targets.numel() / batch.targets.dim(0);
       target_sum.resize(t, 0.0);
@@ -207,6 +227,25 @@ EpochRecord Trainer::validate(int epoch) {
   for (size_t i = 0; i < t; ++i) {
     const double mean = v[3 + i] / v[2];
     r.baseline_loss += (v[3 + t + i] / v[2] - mean * mean) / static_cast<double>(t);
+  }
+  if (model_->task() != Task::kRegression) {
+    // Every rank sums the same classes, also one that validated nothing.
+    int64_t classes = static_cast<int64_t>(tally.size() / 3);
+    if (groups_) groups_->world->allreduce(&classes, 1, DType::kInt64, ReduceOp::kMax, Millis(0));
+    tally.resize(3 * static_cast<size_t>(classes), 0.0);
+    if (groups_) groups_->world->allreduce(std::span<double>(tally));
+    const size_t c = static_cast<size_t>(classes);
+    double total = 0, most = 0;
+    for (size_t k = 0; k < c; ++k) {
+      total += tally[k];
+      most = std::max(most, tally[k]);
+    }
+    r.baseline_metric = total > 0 ? most / total : 0.0;
+    if (model_->task() == Task::kSegmentation)
+      for (size_t k = 0; k < c; ++k) {
+        const double joined = tally[k] + tally[c + k] - tally[2 * c + k];
+        r.iou.push_back(joined > 0 ? tally[2 * c + k] / joined : 1.0);  // a class absent and never predicted: perfect
+      }
   }
   return r;
 }
@@ -396,10 +435,22 @@ TrainSummary Trainer::run() {
       }
       if (rank_ == 0) {
         const auto& e = summary.last_epoch;
-        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
-                 model_->task() == Task::kRegression ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (",
-                                                                      e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
-                                                     : std::string());
+        std::string scale;  // what the figures compare with
+        if (model_->task() == Task::kRegression) {
+          scale = detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)");
+        } else {
+          scale = detail::concat(" (the most frequent class alone: ", e.baseline_metric, ")");
+          if (!e.iou.empty()) {
+            double mean = 0;
+            scale += ", IoU per class";
+            for (size_t k = 0; k < e.iou.size(); ++k) {
+              scale += detail::concat(k ? ", " : " ", e.iou[k]);
+              mean += e.iou[k] / static_cast<double>(e.iou.size());
+            }
+            scale += detail::concat(" (mean ", mean, ")");
+          }
+        }
+        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric, scale);
       }
     }
   }

@@ -44,6 +44,8 @@ struct EpochRecord {
   double val_loss = 0;         // mean validation loss
   double val_metric = 0;       // MAE (regression) or accuracy
   double baseline_loss = 0;    // predict-the-mean MSE on the validation set (regression only)
+  double baseline_metric = 0;  // accuracy of always predicting the most frequent class (classification, segmentation)
+  std::vector<double> iou;     // segmentation: intersection over union of each class
 };
 
 struct TrainSummary {
