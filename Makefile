@@ -41,8 +41,7 @@ RUN_ARGS ?=
 run: build
 	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
-	rm -rf .tessera/cosmoflow-local/checkpoints
-	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml $(RUN_ARGS)
+	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml --fresh $(RUN_ARGS)
 
 # The PyTorch baseline of `tessera-bench train` needs python3-torch (not needed by the tests).
 deps-bench: deps
@@ -67,6 +66,7 @@ CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
 bench-cluster: build deps-bench
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json > $(CLUSTER_OUT)/cluster.jsonl
+	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.01 --json >> $(CLUSTER_OUT)/cluster.jsonl
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only calibration,exchange,target
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \

@@ -13,7 +13,9 @@ hitopk: one per local rank) share their node's link. With n ranks on each of m n
 bucket of S floats, density d, k = dS entries of 8 bytes (index, value):
 
   dense   2(N-1) (a_x + 4S/N b_x)                          x = inter if m > 1 else intra
-  torus   2(n-1) (a_l + 4S/n b_l) + 2(m-1) (a_i + 4S/m b_i)
+  torus   2(n-1) (a_l + 4S/n b_l) + 2(m-1) (a_i + 4S/m b_i), the two overlapped in C chunks
+          (C = S / 2^20, 1 to 8): L/C + max(X, L (C-1)/C) for the intra part L and the inter part X
+          when the link is the bottleneck (when the CPU is, both parts share it and add up)
   topk    sel(S) + (N-1) (a_x + 8k b_x) + add(N k)
   hitopk  (n-1) (a_l + 4S/n b_l) + sel(S/n) + (m-1) (a_i + 8dS b_i) + (n-1) (a_l + 8mdS/n b_l) + add(m d S)
 
@@ -120,12 +122,24 @@ def exchange_cost(strategy, S, d, m, n, mc):
     if strategy == "dense":
         ring(2 * (N - 1), 4.0 * S / N)
     elif strategy == "torus":
-        if n > 1:
+        if n > 1 and m > 1:
+            # Pipelined in C chunks (worker/comm/exchange.cc): the inter-node all-reduce of chunk c
+            # runs beside the intra-node reduce-scatter of c + 1 and all-gather of c - 1.
+            chunks = min(8, max(1, S // (1 << 20)))
+            t0 = cost[0]
+            intra(2 * (n - 1), 4.0 * S / n)
+            local_s = cost[0] - t0
+            inter(2 * (m - 1), 4.0 * S / m)
+            cross_s = cost[0] - t0 - local_s
+            if mc.b_i > mc.cpu_b * xslow:  # the link is the bottleneck: the copies hide behind it
+                cost[0] = t0 + local_s / chunks + max(cross_s, local_s * (chunks - 1) / chunks)
+            # else both parts are CPU work on the same shared cores, and add up
+        elif n > 1:
             intra(2 * (n - 1), 4.0 * S / n)
         else:  # a reduce-scatter and an all-gather of one member are copies (two streams each)
             cpu(0, 4 * S, 0)
-        if m > 1:
-            inter(2 * (m - 1), 4.0 * S / m)
+            if m > 1:
+                inter(2 * (m - 1), 4.0 * S / m)
     elif strategy == "topk":
         # error feedback (residual += gradient: three streams), selection, zeroing the bucket, scatter-add
         cpu(S, 4 * S, N * k)

@@ -268,6 +268,53 @@ TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
   EXPECT_NE(fresh.out.find("--fresh: removed 1 checkpoint file from " + dir + "/wd/ckpt"), std::string::npos) << fresh.out;
   EXPECT_EQ(fresh.out.find("already finished"), std::string::npos) << fresh.out;
   EXPECT_EQ(json::parse(read_file(dir + "/wd/status.json"))["status"]["step"], 4);
+  // A longer job on the same work directory goes on from that checkpoint, and says so as it starts.
+  std::string longer = read_file(dir + "/job.yaml");
+  longer.replace(longer.find("epochs: 1"), 9, "epochs: 2");
+  std::ofstream(dir + "/job.yaml") << longer;
+  const Shell resumed = sh(run, dir);
+  ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
+  const size_t said = resumed.out.find("the job resumed from its checkpoint at step 4 in " + dir + "/wd/ckpt");
+  EXPECT_NE(said, std::string::npos) << resumed.out;
+  EXPECT_LT(said, resumed.out.find("fresh Succeeded")) << resumed.out;
+  std::filesystem::remove_all(dir);
+}
+
+// A gang the virtual nodes cannot hold fails at once, naming the flags that sized them and what would fit.
+TEST(CliTest, AGangThatDoesNotFitSaysWhatWould) {
+  const std::string dir = make_temp_dir("tessera-cli-fit");
+  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: fit}\nspec:\n"
+                                      "  replicas: 2\n  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+                                      "  dataset: {format: synthetic, samples: 16, validationSamples: 4}\n";
+  const Shell r = sh(kCli + " run " + dir + "/job.yaml --nodes 1 --work-dir " + dir + "/wd", dir);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("the gang of 2 replicas x 1 rank does not fit 1 virtual node of 1 GPU slot "
+                                 "(--nodes 1 --gpus-per-node 1); it needs 2 nodes of 1 GPU slot (--nodes 2)"),
+            std::string::npos)
+      << r.out << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+// Segmentation reports what its accuracy compares with: the most frequent class alone, and the IoU
+// of each class.
+TEST(CliTest, SegmentationReportsTheMajorityClassAndPerClassIoU) {
+  const std::string dir = make_temp_dir("tessera-cli-unet");
+  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: seg}\nspec:\n"
+                                      "  model: {name: unet3d, inputSize: 8, baseChannels: 4}\n"
+                                      "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
+                                      "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.001}}\n";
+  const Shell r = sh(kCli + " run " + dir + "/job.yaml --work-dir " + dir + "/wd", dir);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("(the most frequent class alone: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("; IoU per class "), std::string::npos) << r.out;
+  const json v = json::parse(read_file(dir + "/wd/status.json"))["status"]["validation"];
+  EXPECT_GT(v["baselineMetric"].get<double>(), 0.0) << v;
+  EXPECT_LE(v["baselineMetric"].get<double>(), 1.0) << v;
+  ASSERT_EQ(v["iou"].size(), 3u) << v;  // unet3d's default 3 classes
+  for (const auto& x : v["iou"]) {
+    EXPECT_GE(x.get<double>(), 0.0);
+    EXPECT_LE(x.get<double>(), 1.0);
+  }
   std::filesystem::remove_all(dir);
 }
 

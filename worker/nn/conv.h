@@ -49,7 +49,7 @@ class ConvLayer : public Layer {
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
-  bool takes_channels_last() const override { return true; }
+  Layouts layouts() const override { return Layouts::kChannelsLast; }
   std::vector<Param*> params() override;
   double forward_flops(const Shape& in) const override;
   const ConvOptions& options() const { return options_; }

@@ -16,7 +16,7 @@ class LeakyReLU : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
-  bool takes_channels_last() const override { return true; }  // entry by entry: any layout
+  Layouts layouts() const override { return Layouts::kEither; }  // entry by entry
 
  private:
   float slope_;

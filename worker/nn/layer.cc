@@ -22,8 +22,8 @@ Tensor Sequential::forward(const Tensor& x, bool training) {
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
-    const bool cl = l.takes_channels_last() && h.rank() >= 3;
-    h = dnnl_util::to_layout(h, cl ? Layout::kChannelsLast : Layout::kPlain);
+    if (l.layouts() == Layer::Layouts::kChannelsLast && h.rank() >= 3) h = dnnl_util::to_layout(h, Layout::kChannelsLast);
+    if (l.layouts() == Layer::Layouts::kPlain) h = dnnl_util::to_layout(h, Layout::kPlain);
     h = l.forward(h, training);
     out_layout_[i] = h.layout();
   }

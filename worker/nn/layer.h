@@ -40,10 +40,12 @@ class Layer {
   // is data: backward() then returns an empty tensor (and skips that work).
   void set_input_grad(bool on) { input_grad_ = on; }
   bool input_grad() const { return input_grad_; }
-  // Whether forward() also takes a channels-last input (see Tensor). Such a layer returns its output
-  // in its input's layout; backward() takes dy in the output's layout and returns dx in the input's.
-  // Sequential hands these layers channels-last activations and every other layer plain ones.
-  virtual bool takes_channels_last() const { return false; }
+  // The layouts forward() takes (see Tensor). A layer that takes both returns its output in its
+  // input's layout; backward() takes dy in the output's layout and returns dx in the input's.
+  // Sequential hands kChannelsLast layers channels-last activations, kPlain layers plain ones, and
+  // kEither layers (entry by entry) whatever the layer before them gave.
+  enum class Layouts { kPlain, kEither, kChannelsLast };
+  virtual Layouts layouts() const { return Layouts::kPlain; }
   // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
   virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
 
@@ -61,8 +63,8 @@ class Layer {
 using GradReady = std::function<void(Layer&)>;
 
 // Layers applied in order. It takes and returns plain tensors; inside, activations stay
-// channels-last from one layer that takes them to the next (no conversion between a convolution, its
-// activation and its pooling), and are converted where a layer needs plain ones.
+// channels-last from one layer that wants them to the next (no conversion between a convolution, its
+// activation and its pooling), and are converted only where a layer needs plain ones.
 class Sequential {
  public:
   Layer& add(std::unique_ptr<Layer> layer);

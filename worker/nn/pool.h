@@ -26,7 +26,7 @@ class Pool : public Layer {
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
-  bool takes_channels_last() const override { return true; }
+  Layouts layouts() const override { return Layouts::kChannelsLast; }
   const PoolOptions& options() const { return options_; }
 
  private:
