@@ -201,6 +201,9 @@ TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
     const std::string said = r.out + r.err;  // validate lists problems on stdout, the others fail on stderr
     EXPECT_NE(said.find(message), std::string::npos) << args << " said: " << said;
   };
+  const Shell valid = sh(kCli + " validate " + dir + "/a.yaml", dir);
+  EXPECT_EQ(valid.rc, 0) << valid.out << valid.err;
+  EXPECT_NE(valid.out.find("valid: TrainingJob a, 1 worker (1 replica x 1 rank)"), std::string::npos) << valid.out;
   expect_error("validate " + dir, dir + ": is a directory, not a manifest file");
   expect_error("validate " + dir + "/missing.yaml", "no such file");
   expect_error("run " + dir + "/a.yaml " + dir + "/b.yaml", dir + "/b.yaml: unexpected argument (tessera run takes one manifest)");

@@ -289,6 +289,8 @@ TEST(SpatialModel, UNet3DEqualsSingleRank) {
       sc.spatial = grid;
       auto m = make_model(sc, comm.get());
       const Partition& p = *m->input_partition();
+      // This rank's share of the work: its block's outputs, an even share of the volume here.
+      EXPECT_DOUBLE_EQ(m->forward_flops() * grid.size(), ref->forward_flops()) << "rank " << r;
       Tensor o = m->forward(crop(x, p), true);
       EXPECT_LT(rel_error(o, crop(out, p)), 1e-5) << "logits, rank " << r;
       Tensor lab = crop(labels.reshape({2, 1, 8, 8, 8}), p);

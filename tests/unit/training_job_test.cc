@@ -124,6 +124,8 @@ TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
             "T (powers of 1000), as in 512Mi or 10G");
   EXPECT_EQ(field("cache: {memory: \"256MB\"}"), field("cache: {memory: 256MB}"));
   EXPECT_EQ(field("cache: {memory: \"-5Gi\"}"), "spec.cache.memory: -5Gi: must not be negative");
+  EXPECT_EQ(field("dataset: {seed: -5}"), "spec.dataset.seed: must not be negative, got -5");
+  EXPECT_EQ(field("replicas: 0"), "spec.replicas: 0 is outside [1, 100000]");
   EXPECT_EQ(field("cache: {memory: \"1.5Gi\"}"), "accepted");
   EXPECT_EQ(field("communication: {density: 0}"), "spec.communication.density: 0 is outside (0, 1]");
   EXPECT_EQ(field("model: {name: cosmoflow, inputSize: 48}"),

@@ -379,7 +379,9 @@ TrainSummary Trainer::run() {
     const double waited = buckets_ ? buckets_->finish() : 0.0;
     rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch);
     rec.comm_s = seconds_since(t0);
-    rec.comm_total_s = (buckets_ ? buckets_->busy_seconds() : 0.0) + (rec.comm_s - waited);
+    // All of the step's communication: the buckets' work on the communication thread, or what the step
+    // waited for them if that was longer (the thread waiting for a core), plus the loss all-reduce.
+    rec.comm_total_s = std::max(buckets_ ? buckets_->busy_seconds() : 0.0, waited) + (rec.comm_s - waited);
 
     t0 = Clock::now();
     if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
