@@ -16,7 +16,7 @@
 // --metrics-addr (or TESSERA_METRICS_ADDR) serves the rank's Prometheus metrics at /metrics there
 // (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
 // at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
-// configuration, 1 any other failure.
+// configuration, 3 training diverged (the controller does not retry it), 1 any other failure.
 #include <omp.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -84,7 +84,7 @@ constexpr const char* kUsage =
     "  --metrics FILE        append one JSON line per step and per epoch\n"
     "  --metrics-addr H:P    serve Prometheus metrics at /metrics (port 0: a free one)\n"
     "  --threads T           compute threads (default: spec.training.threads, else the cores)\n"
-    "Exit status: 0 done, 2 bad configuration, 1 any other failure.\n";
+    "Exit status: 0 done, 2 bad configuration, 3 training diverged (not retried), 1 any other failure.\n";
 
 Options parse(int argc, char** argv) {
   Options o;

@@ -283,6 +283,24 @@ TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
   std::filesystem::remove_all(dir);
 }
 
+// A run whose loss diverges fails at once with its own reason; it is not restarted to diverge again.
+TEST(CliTest, ADivergedRunFailsAtOnceWithoutRestarts) {
+  const std::string dir = make_temp_dir("tessera-cli-nan");
+  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: nan}\nspec:\n"
+                                      "  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+                                      "  dataset: {format: synthetic, samples: 64, validationSamples: 4}\n"
+                                      "  training: {epochs: 4, batchSize: 2, optimizer: {name: sgd, learningRate: 1000000}}\n"
+                                      "  runPolicy: {backoffLimit: 3}\n";
+  const Shell r = sh(kCli + " run " + dir + "/job.yaml --work-dir " + dir + "/wd", dir);
+  EXPECT_NE(r.rc, 0) << r.out << r.err;
+  const json s = json::parse(read_file(dir + "/wd/status.json"))["status"];
+  EXPECT_EQ(s["phase"], "Failed") << s;
+  EXPECT_EQ(s["reason"], "TrainingDiverged") << s;
+  EXPECT_EQ(s["restarts"], 0) << s;
+  EXPECT_NE(s["message"].get<std::string>().find("training diverged: loss is"), std::string::npos) << s;
+  std::filesystem::remove_all(dir);
+}
+
 // A gang the virtual nodes cannot hold fails at once, naming the flags that sized them and what would fit.
 TEST(CliTest, AGangThatDoesNotFitSaysWhatWould) {
   const std::string dir = make_temp_dir("tessera-cli-fit");

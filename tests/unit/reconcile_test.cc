@@ -222,6 +222,18 @@ TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.dataset.path"), std::string::npos);
 }
 
+TEST(ReconcileTest, ExitStatusThreeIsADivergedRunAndIsNotRetried) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Failed", 3), pod(0, 1, "Running")};
+  o.pods[0].message = "training diverged: loss is nan at step 7";
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=TrainingDiverged",
+                                                   "event Warning TrainingDiverged", "delete pod j-0-1"}));
+  const std::string message = d.actions[0].object["message"].get<std::string>();
+  EXPECT_NE(message.find("loss is nan at step 7"), std::string::npos) << message;
+  EXPECT_NE(message.find("not retried"), std::string::npos) << message;
+}
+
 TEST(ReconcileTest, BackoffLimitExceededFailsTheJob) {
   Observed o = running(2);
   o.pods = {pod(2, 0, "Failed", 1), pod(2, 1, "Running")};

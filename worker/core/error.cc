@@ -27,6 +27,9 @@ int run_command(const char* program, const std::function<int()>& body) {
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 2;
+  } catch (const NumericError& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 3;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
     return 1;

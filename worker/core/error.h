@@ -59,7 +59,8 @@ class NumericError : public Error {
 };
 
 // The body of a command's main(): runs `body` and returns its exit status; a ConfigError that
-// escapes it is printed as "<program>: <message>" and exits with 2, any other exception with 1.
+// escapes it is printed as "<program>: <message>" and exits with 2, a NumericError (training
+// diverged) with 3, any other exception with 1.
 int run_command(const char* program, const std::function<int()>& body);
 
 namespace detail {
