@@ -22,6 +22,7 @@
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "worker/core/error.h"
+#include "worker/core/log.h"
 #include "worker/metrics/http_server.h"
 
 namespace tessera::local {
@@ -530,20 +531,9 @@ class Launch {
     if (spec_.model.name == "cosmoflow")
       say(detail::concat("  validation MSE ", fixed(r.val_loss, 4), " vs predict-the-mean ", fixed(r.baseline_loss, 4), ": ",
                          fixed(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed(r.val_metric, 4)));
-    else {
-      std::string line = detail::concat("  validation loss ", fixed(r.val_loss, 4), ", accuracy ", fixed(r.val_metric, 4),
-                                        " (the most frequent class alone: ", fixed(r.baseline_metric, 4), ")");
-      if (!r.iou.empty()) {
-        double mean = 0;
-        line += "; IoU per class";
-        for (size_t k = 0; k < r.iou.size(); ++k) {
-          line += detail::concat(k ? ", " : " ", fixed(r.iou[k], 3));
-          mean += r.iou[k] / static_cast<double>(r.iou.size());
-        }
-        line += detail::concat(", mean ", fixed(mean, 3));
-      }
-      say(line);
-    }
+    else
+      say(detail::concat("  validation loss ", fixed(r.val_loss, 4), ", accuracy ", fixed(r.val_metric, 4),
+                         class_scores_text(r.baseline_metric, r.iou)));
   }
 
   static std::string fixed(double v, int digits) {

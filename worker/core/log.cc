@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -55,6 +56,23 @@ void log_line(LogLevel level, const std::string& msg) {
   line += '\n';
   ssize_t rc = ::write(STDERR_FILENO, line.data(), line.size());
   (void)rc;
+}
+
+std::string class_scores_text(double baseline_metric, const std::vector<double>& iou) {
+  auto fixed = [](double v, int digits) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+    return std::string(buf);
+  };
+  std::string text = " (the most frequent class alone: " + fixed(baseline_metric, 4) + ")";
+  if (iou.empty()) return text;
+  double mean = 0;
+  text += "; IoU per class";
+  for (size_t k = 0; k < iou.size(); ++k) {
+    text += (k ? ", " : " ") + fixed(iou[k], 3);
+    mean += iou[k] / static_cast<double>(iou.size());
+  }
+  return text + ", mean " + fixed(mean, 3);
 }
 
 }  // namespace tessera

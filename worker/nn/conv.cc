@@ -2,6 +2,7 @@
 
 #include "worker/core/error.h"
 #include "worker/nn/dnnl_util.h"
+#include "worker/nn/elementwise.h"
 
 namespace tessera {
 
@@ -154,7 +155,7 @@ Tensor ConvLayer<T>::forward(const Tensor& x, bool training) {
   std::unordered_map<int, memory> args;
   args[DNNL_ARG_SRC] = p.src_fwd.to(p.fwd_pd.src_desc(), x);
   args[DNNL_ARG_WEIGHTS] = p.wei_fwd.to(p.fwd_pd.weights_desc(), weight_.value);
-  if (options_.bias) args[DNNL_ARG_BIAS] = dnnl_util::plain_memory(bias_.value);
+  if (options_.bias) args[DNNL_ARG_BIAS] = dnnl_util::memory_of(bias_.value);
   memory dst = p.dst_fwd.target(p.fwd_pd.dst_desc(), y);
   args[DNNL_ARG_DST] = dst;
   p.fwd.execute(dnnl_util::stream(), args);
@@ -175,7 +176,8 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
                 shape_str(p.out));
   TESSERA_CHECK(dy.layout() == x_.layout(), "layer ", name(), ": gradient in another layout than the forward pass");
   auto& s = dnnl_util::stream();
-  const Tensor dz = options_.activation ? activation_grad(dy) : dy;  // through the fused activation
+  // Through the fused activation: its output is positive exactly where its input is.
+  const Tensor dz = options_.activation ? leaky_relu_grad(y_, dy, options_.activation_slope) : dy;
   // Input gradient.
   Tensor dx;
   if (input_grad()) {
@@ -196,7 +198,7 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
   Tensor db;
   if (options_.bias) {
     db = Tensor(bias_.value.shape());
-    args[DNNL_ARG_DIFF_BIAS] = dnnl_util::plain_memory(db);
+    args[DNNL_ARG_DIFF_BIAS] = dnnl_util::memory_of(db);
   }
   p.bw.execute(s, args);
   s.wait();
@@ -207,20 +209,6 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
   if (options_.bias)
     for (int64_t i = 0; i < db.numel(); ++i) bias_.grad[i] += db[i];
   return dx;
-}
-
-template <class T>
-Tensor ConvLayer<T>::activation_grad(const Tensor& dy) const {
-  // y > 0 exactly where the pre-activation z > 0, for every slope in [0, 1].
-  Tensor dz(dy.shape(), dy.layout());
-  const float* y = y_.data();
-  const float* g = dy.data();
-  float* o = dz.data();
-  const float slope = options_.activation_slope;
-  const int64_t n = dy.numel();
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) o[i] = y[i] > 0.0f ? g[i] : slope * g[i];
-  return dz;
 }
 
 template <class T>

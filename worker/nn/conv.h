@@ -58,7 +58,6 @@ class ConvLayer : public Layer {
 
  private:
   detail::ConvPlan<Traits>& plan_for(const Shape& in);
-  Tensor activation_grad(const Tensor& dy) const;
   ConvOptions options_;
   Param weight_, bias_;
   std::unique_ptr<detail::ConvPlan<Traits>> plan_;

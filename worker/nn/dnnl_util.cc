@@ -33,10 +33,6 @@ memory::desc plain_desc(const Shape& s) {
   return memory::desc(dims_of(s), memory::data_type::f32, plain_tag(s.size()));
 }
 
-memory plain_memory(const Tensor& t) {
-  return memory(plain_desc(t.shape()), engine(), const_cast<float*>(t.data()));
-}
-
 memory::desc desc_of(const Shape& s, Layout layout) {
   if (layout == Layout::kPlain) return plain_desc(s);
   using tag = memory::format_tag;

@@ -16,8 +16,6 @@ dnnl::memory::dims dims_of(const Shape& s);
 // The plain (row-major) layout for a tensor of rank 1..5.
 dnnl::memory::format_tag plain_tag(size_t rank);
 dnnl::memory::desc plain_desc(const Shape& s);
-// A memory object over the tensor's storage, plain layout.
-dnnl::memory plain_memory(const Tensor& t);
 // The descriptor of a tensor of shape `s` stored in `layout`.
 dnnl::memory::desc desc_of(const Shape& s, Layout layout);
 // A memory object over the tensor's storage, in its own layout.

@@ -21,14 +21,17 @@ Tensor LeakyReLU::forward(const Tensor& x, bool training) {
 Tensor LeakyReLU::backward(const Tensor& dy) {
   TESSERA_CHECK(dy.shape() == x_.shape() && dy.layout() == x_.layout(), "layer ", name(), ": gradient shape ",
                 shape_str(dy.shape()), " or layout differs from the forward pass");
+  return leaky_relu_grad(x_, dy, slope_);
+}
+
+Tensor leaky_relu_grad(const Tensor& gate, const Tensor& dy, float slope) {
   Tensor dx(dy.shape(), dy.layout());
-  const float* xp = x_.data();
+  const float* gp = gate.data();
   const float* g = dy.data();
   float* o = dx.data();
-  const float s = slope_;
   const int64_t n = dy.numel();
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) o[i] = xp[i] > 0.0f ? g[i] : s * g[i];
+  for (int64_t i = 0; i < n; ++i) o[i] = gp[i] > 0.0f ? g[i] : slope * g[i];
   return dx;
 }
 

@@ -23,6 +23,11 @@ class LeakyReLU : public Layer {
   Tensor x_;
 };
 
+// The gradient through a leaky ReLU of slope `slope`: dy where gate > 0, slope * dy elsewhere. The
+// gate is the activation's input, or its output (both are positive at the same entries for slopes
+// in [0, 1]).
+Tensor leaky_relu_grad(const Tensor& gate, const Tensor& dy, float slope);
+
 class ReLU : public LeakyReLU {
  public:
   explicit ReLU(std::string name) : LeakyReLU(std::move(name), 0.0f) {}

@@ -437,21 +437,10 @@ TrainSummary Trainer::run() {
       }
       if (rank_ == 0) {
         const auto& e = summary.last_epoch;
-        std::string scale;  // what the figures compare with
-        if (model_->task() == Task::kRegression) {
-          scale = detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)");
-        } else {
-          scale = detail::concat(" (the most frequent class alone: ", e.baseline_metric, ")");
-          if (!e.iou.empty()) {
-            double mean = 0;
-            scale += ", IoU per class";
-            for (size_t k = 0; k < e.iou.size(); ++k) {
-              scale += detail::concat(k ? ", " : " ", e.iou[k]);
-              mean += e.iou[k] / static_cast<double>(e.iou.size());
-            }
-            scale += detail::concat(" (mean ", mean, ")");
-          }
-        }
+        const std::string scale =  // what the figures compare with
+            model_->task() == Task::kRegression
+                ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
+                : class_scores_text(e.baseline_metric, e.iou);
         log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric, scale);
       }
     }
