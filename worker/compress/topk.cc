@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 
 #include "worker/core/error.h"
 
@@ -97,24 +98,27 @@ uint32_t MSTopK::sample_threshold(std::span<const float> x, size_t rank_from_top
 }
 
 bool MSTopK::gather(std::span<const float> x, uint32_t t, size_t max_ties) {
-  above_.clear();
-  ties_.clear();
   const float* p = x.data();
   const size_t d = x.size();
   constexpr size_t kBlock = 32;
-  bool finite = true;
-  size_t i = 0;
+  size_t na = 0, nt = 0;
+  uint32_t worst = 0;  // the largest magnitude seen: every non-finite entry is above t, so in a scanned block
+  // Branch-free: every entry is written, and the count moves on only for a candidate. Candidates are
+  // (magnitude, index) keys, so the selection compares contiguous integers.
   auto scan = [&](size_t from, size_t to) {
+    if (na + kBlock > above_.size()) above_.resize(std::max(2 * above_.size(), na + kBlock));
+    if (nt + kBlock > ties_.size()) ties_.resize(std::max(2 * ties_.size(), nt + kBlock));
+    uint64_t* a = above_.data();
+    uint32_t* e = ties_.data();
     for (size_t j = from; j < to; ++j) {
-      uint32_t u = abs_bits(p[j]);
-      if (u > t) {
-        if (u >= kNonFinite) finite = false;
-        above_.push_back(static_cast<uint32_t>(j));
-      } else if (u == t && ties_.size() < max_ties) {
-        ties_.push_back(static_cast<uint32_t>(j));
-      }
+      const uint32_t u = abs_bits(p[j]);
+      a[na] = (static_cast<uint64_t>(u) << 32) | j;
+      na += u > t;
+      e[nt] = static_cast<uint32_t>(j);
+      nt += (u == t) & (nt < max_ties);
     }
   };
+  size_t i = 0;
   for (; i + kBlock <= d; i += kBlock) {
     uint32_t m = 0;
     for (size_t j = 0; j < kBlock; ++j) {
@@ -122,10 +126,14 @@ bool MSTopK::gather(std::span<const float> x, uint32_t t, size_t max_ties) {
       std::memcpy(&u, p + i + j, sizeof(u));
       m = std::max(m, u & kAbsMask);
     }
+    worst = std::max(worst, m);
     if (m >= t) scan(i, i + kBlock);
   }
+  for (size_t j = i; j < d; ++j) worst = std::max(worst, abs_bits(p[j]));
   scan(i, d);
-  return finite;
+  above_count_ = na;
+  ties_count_ = nt;
+  return worst < kNonFinite;
 }
 
 void MSTopK::select(std::span<const float> x, size_t k, std::vector<uint32_t>& idx, std::string_view bucket) {
@@ -149,16 +157,18 @@ void MSTopK::select(std::span<const float> x, size_t k, std::vector<uint32_t>& i
     if (t == 0) break;     // more than d-k zeros: the band would be most of the gradient
     ++stats_.passes;
     if (!gather(x, t, k)) throw_non_finite(x, bucket);
-    stats_.candidates = above_.size() + ties_.size();
-    if (above_.size() >= k) {
-      std::nth_element(above_.begin(), above_.begin() + (k - 1), above_.end(),
-                       [&](uint32_t a, uint32_t b) { return abs_bits(x[a]) > abs_bits(x[b]); });
-      idx.assign(above_.begin(), above_.begin() + k);
+    stats_.candidates = above_count_ + ties_count_;
+    if (above_count_ >= k) {
+      const auto end = above_.begin() + static_cast<std::ptrdiff_t>(above_count_);
+      std::nth_element(above_.begin(), above_.begin() + static_cast<std::ptrdiff_t>(k - 1), end, std::greater<uint64_t>());
+      idx.resize(k);
+      for (size_t j = 0; j < k; ++j) idx[j] = static_cast<uint32_t>(above_[j]);  // the index half of the key
       return;
     }
-    if (above_.size() + ties_.size() >= k) {
-      idx.assign(above_.begin(), above_.end());
-      idx.insert(idx.end(), ties_.begin(), ties_.begin() + (k - above_.size()));
+    if (above_count_ + ties_count_ >= k) {
+      idx.resize(above_count_);
+      for (size_t j = 0; j < above_count_; ++j) idx[j] = static_cast<uint32_t>(above_[j]);
+      idx.insert(idx.end(), ties_.begin(), ties_.begin() + static_cast<std::ptrdiff_t>(k - above_count_));
       return;
     }
     rank *= 4;  // threshold too high: lower it

@@ -4,7 +4,8 @@
 // on the training path: it estimates the threshold from a strided random sample, gathers every entry
 // above it in one streaming pass over the gradient (comparing magnitudes as integers, 32 entries at a
 // time, so the pass runs near memory bandwidth), and picks exactly k from the small candidate set
-// with a selection. Its result is exact: the magnitudes are the true top k (ties broken any way).
+// with a selection on (magnitude, index) keys. Its result is exact: the magnitudes are the true top k
+// (ties broken any way).
 // If the sampled threshold turns out too high it is lowered and the pass repeated; degenerate inputs
 // (mostly equal magnitudes) fall back to the exact selector.
 //
@@ -47,14 +48,17 @@ class MSTopK {
 
  private:
   uint32_t sample_threshold(std::span<const float> x, size_t rank_from_top);
-  // Gathers |x| > t into above_ and |x| == t into ties_ (at most `max_ties`); false if a non-finite
-  // element was seen.
+  // Gathers the entries with |x| > t into above_ (as |x| bits << 32 | index) and the indices of those
+  // with |x| == t into ties_ (at most `max_ties`), counting them in above_count_ and ties_count_;
+  // false if a non-finite element was seen.
   bool gather(std::span<const float> x, uint32_t t, size_t max_ties);
 
   Options options_;
   uint64_t rng_;
   Stats stats_;
-  std::vector<uint32_t> sample_, above_, ties_;
+  std::vector<uint32_t> sample_, ties_;
+  std::vector<uint64_t> above_;
+  size_t above_count_ = 0, ties_count_ = 0;  // the filled part of above_ and ties_ (they are scratch beyond)
 };
 
 // The number of entries a sparse strategy sends for a bucket of n entries at `density` in (0, 1]:
