@@ -44,7 +44,7 @@ VolumeSpec parse_volume(const ConfigNode& v) {
 
 ModelSpec parse_model(const ConfigNode& m) {
   m.allow_only({"name", "inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "dropout",
-                "leakySlope", "batchNorm", "seed"});
+                "leakySlope", "batchNorm", "seed", "weightInit", "biasInit"});
   ModelSpec s;
   s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d"});
   s.input_size = static_cast<int>(m.integer("inputSize", s.input_size, 4, 4096));
@@ -57,6 +57,8 @@ ModelSpec parse_model(const ConfigNode& m) {
   s.leaky_slope = m.number("leakySlope", s.leaky_slope, Interval::closed(0, 1));
   s.batch_norm = m.boolean("batchNorm", s.batch_norm);
   s.seed = static_cast<uint64_t>(m.integer("seed", 1, 0, INT64_MAX));
+  s.weight_init = m.choice("weightInit", s.weight_init, {"uniform", "heNormal"});
+  s.bias_init = m.choice("biasInit", s.bias_init, {"uniform", "zero"});
   return s;
 }
 

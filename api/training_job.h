@@ -38,6 +38,8 @@ struct ModelSpec {
   double leaky_slope = 0.3;
   bool batch_norm = false;
   uint64_t seed = 1;
+  std::string weight_init = "uniform";  // uniform (PyTorch's default) | heNormal
+  std::string bias_init = "uniform";    // uniform (PyTorch's default) | zero
 };
 
 // A directory every pod of the job mounts: exactly one source. Empty kind: none given.

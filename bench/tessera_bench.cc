@@ -171,6 +171,23 @@ std::vector<float> sorted_magnitudes(const std::vector<float>& x, const std::vec
   return m;
 }
 
+// The JSON line a Python peer in bench/ prints (`script_and_args` after /usr/bin/python3 bench/), or
+// null when it cannot run (python3-torch is not installed).
+nlohmann::json python_peer(const std::string& script_and_args) {
+  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/", script_and_args, " 2>/dev/null");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  if (pclose(p) != 0 || out.empty()) return nullptr;
+  try {
+    return nlohmann::json::parse(out);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 int cmd_topk(Flags& f) {
   const size_t d = static_cast<size_t>(f.integer("size", 25600000, 1));
   const double density = f.num("density", 0.001);
@@ -196,18 +213,28 @@ int cmd_topk(Flags& f) {
   }
   const bool exact = sorted_magnitudes(x, exact_idx) == sorted_magnitudes(x, ms_idx);
   const double p = median(pass), n = median(nth), m = median(ms);
+  // The peer: torch.topk on as many floats, one thread (null without python3-torch).
+  const nlohmann::json peer = python_peer(detail::concat("torch_topk.py --size ", d, " --density ", density, " --repeat ", repeat));
+  const double torch_ms = peer.is_object() ? peer.value("torch_topk_ms", 0.0) : 0.0;
   if (json) {
     std::printf("{\"bench\":\"topk\",\"size\":%zu,\"density\":%g,\"k\":%zu,\"repeat\":%d,\"pass_ms\":%.3f,"
                 "\"nth_element_ms\":%.3f,\"mstopk_ms\":%.3f,\"mstopk_over_pass\":%.3f,\"mstopk_over_nth_element\":%.4f,"
-                "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s}\n",
+                "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s",
                 d, density, k, repeat, p, n, m, m / p, m / n, selector.last().passes, selector.last().candidates,
                 exact ? "true" : "false");
+    if (torch_ms > 0) std::printf(",\"torch_topk_ms\":%.3f,\"mstopk_over_torch_topk\":%.4f", torch_ms, m / torch_ms);
+    std::printf("}\n");
   } else {
     std::printf("top-k of %zu floats, k=%zu (density %g), median of %d, one thread\n", d, k, density, repeat);
     std::printf("  streaming pass   %9.3f ms  (%.1f GB/s)\n", p, d * 4 / p / 1e6);
     std::printf("  nth_element      %9.3f ms\n", n);
     std::printf("  MSTopK           %9.3f ms  = %.2fx pass, %.3fx nth_element, %s\n", m, m / p, m / n,
                 exact ? "exact" : "NOT the true top-k");
+    if (torch_ms > 0) {
+      std::printf("  torch.topk       %9.3f ms  (MSTopK %.3fx)\n", torch_ms, m / torch_ms);
+    } else {
+      std::printf("  torch.topk: not measured (install python3-torch)\n");
+    }
   }
   return exact ? 0 : 1;
 }
@@ -651,22 +678,10 @@ double time_it(const std::function<void()>& fn, int iters) {
   return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
 }
 
-// The PyTorch baseline, or null when python3 with torch is not installed.
+// The PyTorch baseline of `train`, or null when python3 with torch is not installed.
 nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const std::string& hidden) {
-  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch_cosmoflow.py --size ", size,
-                                         " --batch ", batch, " --threads ", threads, " --iters ", iters, " --hidden ", hidden,
-                                         " 2>/dev/null");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
-  if (pclose(p) != 0 || out.empty()) return nullptr;
-  try {
-    return nlohmann::json::parse(out);
-  } catch (const std::exception&) {
-    return nullptr;
-  }
+  return python_peer(detail::concat("torch_cosmoflow.py --size ", size, " --batch ", batch, " --threads ", threads,
+                                    " --iters ", iters, " --hidden ", hidden));
 }
 
 int cmd_train(Flags& f) {

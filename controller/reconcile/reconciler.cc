@@ -475,9 +475,11 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     if (!failed->reason.empty()) why += " (" + failed->reason + ")";
     if (!failed->message.empty()) why += ": " + failed->message;
     if (failed->exit_code == 2) return b.fail("InvalidConfiguration", why + "; a configuration error is not retried");
-    if (failed->exit_code == 3)
-      return b.fail("TrainingDiverged", why + "; a diverged run would diverge again, so it is not retried (lower "
-                                              "spec.training.optimizer.learningRate or set spec.training.gradClip)");
+    if (failed->exit_code == 3) {
+      const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
+      return b.fail("TrainingDiverged", why + "; a diverged run would diverge again, so it is not retried" +
+                                            (why.find(hint) == std::string::npos ? " (" + hint + ")" : ""));
+    }
     if (attempt >= rp.backoff_limit)
       return b.fail("BackoffLimitExceeded", detail::concat(why, "; the gang was restarted ", attempt,
                                                            " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));

@@ -182,7 +182,7 @@ TEST(NnForward, Conv3dMatchesNaiveOnOddShapes) {
     for (int p : {0, 1}) {
       SCOPED_TRACE("stride " + std::to_string(s) + " pad " + std::to_string(p));
       Conv conv("c", {3, 5, 3, s, p, 3, true, 7});
-      init_he_normal(conv.bias().value, 1, 5);
+      conv.bias().value = random_tensor({5}, 5);
       Tensor x = random_tensor({2, 3, 7, 5, 9}, 1);
       expect_close(conv.forward(x, false), naive_conv(x, conv.weight().value, conv.bias().value, s, p, true), 1e-4);
     }
@@ -190,7 +190,7 @@ TEST(NnForward, Conv3dMatchesNaiveOnOddShapes) {
 
 TEST(NnForward, Conv2dMatchesNaive) {
   Conv conv("c", {2, 4, 3, 1, 1, 2, true, 3});
-  init_he_normal(conv.bias().value, 1, 6);
+  conv.bias().value = random_tensor({4}, 6);
   Tensor x = random_tensor({3, 2, 9, 7}, 2);
   expect_close(conv.forward(x, false), naive_conv(x, conv.weight().value, conv.bias().value, 1, 1, false), 1e-4);
 }
@@ -198,7 +198,7 @@ TEST(NnForward, Conv2dMatchesNaive) {
 TEST(NnForward, Deconv3dMatchesNaive) {
   for (int s : {1, 2}) {
     Deconv d("d", {4, 3, s == 2 ? 2 : 3, s, s == 2 ? 0 : 1, 3, true, 9});
-    init_he_normal(d.bias().value, 1, 8);
+    d.bias().value = random_tensor({3}, 8);
     Tensor x = random_tensor({2, 4, 3, 5, 3}, 3);
     expect_close(d.forward(x, false), naive_deconv(x, d.weight().value, d.bias().value, s, s == 2 ? 0 : 1), 1e-4);
   }
@@ -299,7 +299,7 @@ TEST(NnBackward, Activations) {
 
 TEST(NnBackward, BatchNorm) {
   BatchNorm bn("batchnorm", 3);
-  init_he_normal(bn.params()[0]->value, 1, 3, 0.5f);
+  bn.params()[0]->value = random_tensor({3}, 3, 0.5f);
   check_gradients(bn, random_tensor({4, 3, 3, 2, 2}, 18));
 }
 

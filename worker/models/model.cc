@@ -30,13 +30,21 @@ namespace {
 
 bool power_of_two(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// The output layer's initialisation: the model's, but with He normal weights half as spread (the
+// outputs start small against the targets).
+ParamInit output_init(const ModelConfig& c) {
+  ParamInit init = c.init;
+  if (init.weights == ParamInit::Weights::kHeNormal) init.gain = 0.5f;
+  return init;
+}
+
 // Fully connected layers fc1.. of the given widths after `features` inputs, each with its
 // activation (LeakyReLU or ReLU) and optional dropout; returns the last width.
 int add_hidden(Sequential& net, const ModelConfig& c, const std::vector<int>& widths, int features, bool leaky, uint64_t& seed) {
   for (size_t i = 0; i < widths.size(); ++i) {
     if (widths[i] < 1) throw ConfigError(detail::concat("model.hidden[", i, "]"), "must be positive");
     const std::string f = "fc" + std::to_string(i + 1);
-    net.add(std::make_unique<Linear>(f, features, widths[i], ++seed));
+    net.add(std::make_unique<Linear>(f, features, widths[i], ++seed, c.init));
     if (leaky) {
       net.add(std::make_unique<LeakyReLU>(f + ".act", c.leaky_slope));
     } else {
@@ -112,6 +120,7 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
     const int out = std::min(base << block, c.max_channels);
     const std::string b = "block" + std::to_string(block + 1);
     ConvOptions conv{ch, out, 3, 1, 1, 3, true, ++seed};
+    conv.init = c.init;
     const PoolOptions pool{true, 2, 2, 0, 3};
     // Without batch norm between them, the activation runs inside the convolution (a post-op).
     const bool fuse = !split && !c.batchnorm;
@@ -144,7 +153,7 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   net.add(std::make_unique<Flatten>("flatten"));
   const int features = add_hidden(net, c, hidden_widths(c), ch * size * size * size,
                                   /*leaky=*/true, seed);
-  net.add(std::make_unique<Linear>("output", features, outputs, ++seed, 0.5f));
+  net.add(std::make_unique<Linear>("output", features, outputs, ++seed, output_init(c)));
   net.layers().front()->set_input_grad(false);
   if (split)
     m->set_spatial(std::make_unique<Partition>(std::array<int64_t, 3>{W, W, W}, c.spatial, spatial->rank(), "parallelism.spatial"),
@@ -166,6 +175,7 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   auto conv_relu = [&](int in, int out) {  // ReLU fused into the convolution
     ConvOptions o{in, out, 3, 1, 1, 2, true, ++seed};
     o.activation = true;
+    o.init = c.init;
     return o;
   };
   net.add(std::make_unique<Conv>("conv1", conv_relu(in_ch, base)));
@@ -175,7 +185,7 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   net.add(std::make_unique<Flatten>("flatten"));
   const int features = add_hidden(net, c, hidden_widths(c), 2 * base * (W / 4) * (W / 4),
                                   /*leaky=*/false, seed);
-  net.add(std::make_unique<Linear>("output", features, classes, ++seed, 1.0f));
+  net.add(std::make_unique<Linear>("output", features, classes, ++seed, output_init(c)));
   net.layers().front()->set_input_grad(false);
   return m;
 }
@@ -199,6 +209,7 @@ class UNet3D final : public Model {
     using Extent = std::array<int64_t, 3>;
     const Extent e1 = {W_, W_, W_}, e2 = {W_ / 2, W_ / 2, W_ / 2}, e3 = {W_ / 4, W_ / 4, W_ / 4};
     auto conv = [&](const std::string& n, ConvOptions o, Extent e) -> std::unique_ptr<Layer> {
+      o.init = c.init;
       if (split) return std::make_unique<DistConv>(n, o, ctx, e);
       return std::make_unique<Conv>(n, o);
     };
@@ -220,7 +231,8 @@ class UNet3D final : public Model {
       }
     };
     auto up = [&](Sequential& s, const std::string& n, int in, int out, Extent e) {
-      const ConvOptions o{in, out, 2, 2, 0, 3, true, ++seed};
+      ConvOptions o{in, out, 2, 2, 0, 3, true, ++seed};
+      o.init = c.init;
       if (split) {
         s.add(std::make_unique<DistDeconv>(n, o, ctx, e));
       } else {

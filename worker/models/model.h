@@ -27,6 +27,7 @@ struct ModelConfig {
   float leaky_slope = 0.3f;        // cosmoflow activations
   bool batchnorm = false;          // cosmoflow: BatchNorm after each conv
   uint64_t seed = 1;               // weight initialisation
+  ParamInit init;                  // how weights and biases start (every layer; see ParamInit)
   SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow, unet3d)
 };
 

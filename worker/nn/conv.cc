@@ -78,8 +78,8 @@ ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)
     fan_in *= o.kernel;
   }
   weight_ = Param{this->name() + ".weight", Tensor(ws), Tensor::zeros(ws), true};
-  init_he_normal(weight_.value, fan_in, o.seed);
   if (o.bias) bias_ = Param{this->name() + ".bias", Tensor::zeros({o.out_channels}), Tensor::zeros({o.out_channels}), false};
+  init_params(weight_.value, o.bias ? &bias_.value : nullptr, fan_in, o.seed, o.init);
 }
 
 template <class T>

@@ -20,7 +20,7 @@ struct ConvOptions {
   int padding = 1;      // on every side of every spatial dimension, unless pad_l / pad_r are given
   int spatial_dims = 3; // 2 (N, C, H, W) or 3 (N, C, D, H, W)
   bool bias = true;
-  uint64_t seed = 1;    // weight initialisation (He normal); biases start at zero
+  uint64_t seed = 1;    // of the weight and bias initialisation
   // Per spatial dimension, before and after; override `padding` when given (spatial parallelism pads
   // blocks unevenly at the volume's edge).
   std::vector<int> pad_l{}, pad_r{};
@@ -28,6 +28,7 @@ struct ConvOptions {
   // layer: y = z for z > 0, activation_slope * z otherwise (slope 0: ReLU; slopes in [0, 1]).
   bool activation = false;
   float activation_slope = 0.0f;
+  ParamInit init{};
 };
 
 // Padding of spatial dimension i before (pad_before) and after (pad_after) the input.

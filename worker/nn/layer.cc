@@ -61,10 +61,23 @@ double Sequential::forward_flops(Shape in) const {
   return f;
 }
 
-void init_he_normal(Tensor& w, int64_t fan_in, uint64_t seed, float gain) {
+void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init) {
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.0f, gain / std::sqrt(static_cast<float>(std::max<int64_t>(fan_in, 1))));
-  for (auto& v : w.span()) v = n(rng);
+  const float inv = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(fan_in, 1)));
+  if (init.weights == ParamInit::Weights::kHeNormal) {
+    std::normal_distribution<float> n(0.0f, init.gain * std::sqrt(2.0f) * inv);
+    for (auto& v : weight.span()) v = n(rng);
+  } else {
+    std::uniform_real_distribution<float> u(-init.gain * inv, init.gain * inv);
+    for (auto& v : weight.span()) v = u(rng);
+  }
+  if (!bias) return;
+  if (init.biases == ParamInit::Biases::kZero) {
+    bias->zero();
+  } else {
+    std::uniform_real_distribution<float> u(-inv, inv);
+    for (auto& v : bias->span()) v = u(rng);
+  }
 }
 
 }  // namespace tessera

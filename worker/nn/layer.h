@@ -81,7 +81,19 @@ class Sequential {
   std::vector<Layout> out_layout_;  // of each layer's output in the last forward pass
 };
 
-// He-normal initialisation of a weight with `fan_in` inputs, deterministic in `seed`.
-void init_he_normal(Tensor& w, int64_t fan_in, uint64_t seed, float gain = 1.4142135f);
+// How a layer's weights and biases start (model.weightInit, model.biasInit).
+struct ParamInit {
+  // kUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default for its Conv and Linear layers;
+  // kHeNormal: N(0, 2 / fan_in), which keeps the activations' scale through ReLU layers.
+  enum class Weights { kUniform, kHeNormal };
+  // kUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default; kZero: zero.
+  enum class Biases { kUniform, kZero };
+  Weights weights = Weights::kUniform;
+  Biases biases = Biases::kUniform;
+  float gain = 1.0f;  // scales the weights' spread (a model's output layer may start smaller)
+};
+
+// Draws a layer's weight (and bias, if not null) with `fan_in` inputs, deterministic in `seed`.
+void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init);
 
 }  // namespace tessera

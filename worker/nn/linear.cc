@@ -6,13 +6,13 @@
 
 namespace tessera {
 
-Linear::Linear(std::string name, int in_features, int out_features, uint64_t seed, float init_gain)
+Linear::Linear(std::string name, int in_features, int out_features, uint64_t seed, ParamInit init)
     : Layer(std::move(name)), in_(in_features), out_(out_features) {
   if (in_ < 1 || out_ < 1)
     throw ConfigError("model.layers." + this->name(), detail::concat("linear: invalid sizes ", in_, " -> ", out_));
   weight_ = Param{this->name() + ".weight", Tensor({out_, in_}), Tensor::zeros({out_, in_}), true};
-  init_he_normal(weight_.value, in_, seed, init_gain);
   bias_ = Param{this->name() + ".bias", Tensor::zeros({out_}), Tensor::zeros({out_}), false};
+  init_params(weight_.value, &bias_.value, in_, seed, init);
 }
 
 Shape Linear::output_shape(const Shape& in) const {

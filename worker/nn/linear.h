@@ -7,7 +7,7 @@ namespace tessera {
 
 class Linear : public Layer {
  public:
-  Linear(std::string name, int in_features, int out_features, uint64_t seed = 1, float init_gain = 1.4142135f);
+  Linear(std::string name, int in_features, int out_features, uint64_t seed = 1, ParamInit init = {});
   const char* kind() const override { return "linear"; }
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;

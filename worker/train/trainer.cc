@@ -390,7 +390,7 @@ TrainSummary Trainer::run() {
     rec.update_s = seconds_since(t0);
     if (!std::isfinite(rec.loss))
       throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
-                                        " (lower spec.training.optimizer.learningRate or set gradClip)"));
+                                        " (lower spec.training.optimizer.learningRate or set spec.training.gradClip)"));
     last_loss = rec.loss;
     last_sps = tr.batch_size / std::max(1e-9, rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s);
     ++step_;
