@@ -63,8 +63,8 @@ ModelSpec parse_model(const ConfigNode& m) {
 }
 
 DatasetSpec parse_dataset(const ConfigNode& d) {
-  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath", "remoteThrottle",
-                "volume"});
+  d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath",
+                "validationSplit", "remoteThrottle", "volume"});
   DatasetSpec s;
   s.format = d.choice("format", s.format, {"synthetic", "hdf5"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
@@ -73,6 +73,7 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
   s.seed = static_cast<uint64_t>(d.integer("seed", 1, 0, INT64_MAX));
   s.path = d.str("path", "");
   s.validation_path = d.str("validationPath", "");
+  s.validation_split = d.number("validationSplit", 0, {0, 1, true, true});
   ConfigNode rt = d.child("remoteThrottle");
   rt.allow_only({"mbps", "latencyMs"});
   s.remote_mbps = rt.number("mbps", 0, Interval::at_least(0));
@@ -197,13 +198,22 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
                                                  s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
 
   ConfigNode data = spec.child("dataset");
+  if (!spec.has("dataset")) {
+    spec.problem("dataset", "required: where the samples come from (format: hdf5 with a path, or format: synthetic "
+                            "for generated samples)");
+  } else if (!data.has("format") && !data.has("synthetic")) {
+    data.problem("format", "required: hdf5 (the files under path) or synthetic (generated samples)");
+  }
   const std::string fits = s.model.name == "cosmoflow" ? "cosmo" : s.model.name == "unet3d" ? "shapes" : "images";
   if (s.dataset.synthetic.empty()) s.dataset.synthetic = fits;
   else if (s.dataset.synthetic != fits)
     data.problem("synthetic", "'" + s.dataset.synthetic + "' data does not fit model " + s.model.name + " (it takes " + fits + ")");
   if (s.dataset.format == "hdf5") {
     if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
-    if (s.dataset.validation_path.empty()) data.problem("validationPath", "required for an hdf5 dataset");
+    if (!s.dataset.validation_path.empty() && s.dataset.validation_split > 0)
+      data.problem("validationSplit", "give validationPath or validationSplit, not both");
+  } else if (s.dataset.validation_split > 0) {
+    data.problem("validationSplit", "holds out part of an hdf5 dataset; synthetic data has validationSamples");
   }
 
   if (s.resources.gpu != 0 && s.resources.gpu != s.ranks_per_replica)

@@ -153,6 +153,7 @@ void claim_rank(Store& store, const std::string& dir, int rank) {
 
 // An epoch's validation as the --metrics lines and the summary carry it.
 nlohmann::ordered_json validation_fields(const EpochRecord& e) {
+  if (!e.validated) return {{"validated", false}};
   nlohmann::ordered_json v = {{"val_loss", e.val_loss}, {"val_metric", e.val_metric}, {"baseline_loss", e.baseline_loss},
                               {"baseline_metric", e.baseline_metric}};
   if (!e.iou.empty()) v["iou"] = e.iou;

@@ -466,6 +466,7 @@ class Launch {
                            "): it had already finished (tessera run --fresh starts it over)"));
       result_.samples_per_second = s.value("samples_per_second", 0.0);
       result_.switch_step = s.value("switch_step", int64_t{-1});
+      result_.validated = s.value("validated", true);
       result_.val_loss = s.value("val_loss", 0.0);
       result_.val_metric = s.value("val_metric", 0.0);
       result_.baseline_loss = s.value("baseline_loss", 0.0);
@@ -528,7 +529,9 @@ class Launch {
     say(line);
     for (const auto& h : r.restart_history)
       say(detail::concat("  restart: ", h.reason, " at step ", h.failed_at_step, "; resumed at step ", h.resumed_at_step));
-    if (spec_.model.name == "cosmoflow")
+    if (!r.validated)
+      say("  no validation: the job has no validation set (spec.dataset.validationPath or validationSplit gives one)");
+    else if (spec_.model.name == "cosmoflow")
       say(detail::concat("  validation MSE ", fixed(r.val_loss, 4), " vs predict-the-mean ", fixed(r.baseline_loss, 4), ": ",
                          fixed(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed(r.val_metric, 4)));
     else

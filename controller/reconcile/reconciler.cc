@@ -765,6 +765,8 @@ json yaml_to_json(const YAML::Node& n) {
 
 
 json validation_status(const json& summary) {
+  if (!summary.value("validated", true))
+    return {{"message", "no validation set: give spec.dataset.validationPath or validationSplit"}};
   json v = {{"loss", summary.value("val_loss", 0.0)},
             {"metric", summary.value("val_metric", 0.0)},
             {"baselineLoss", summary.value("baseline_loss", 0.0)},

@@ -194,7 +194,7 @@ TEST(CliTest, EveryCommandExplainsItselfOnStandardOutput) {
 
 TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
   const std::string dir = make_temp_dir("tessera-cli-args");
-  std::ofstream(dir + "/a.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec: {}\n";
+  std::ofstream(dir + "/a.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec: {dataset: {format: synthetic}}\n";
   auto expect_error = [&](const std::string& args, const std::string& message) {
     const Shell r = sh(kCli + " " + args, dir);
     EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
@@ -298,6 +298,37 @@ TEST(CliTest, ADivergedRunFailsAtOnceWithoutRestarts) {
   EXPECT_EQ(s["reason"], "TrainingDiverged") << s;
   EXPECT_EQ(s["restarts"], 0) << s;
   EXPECT_NE(s["message"].get<std::string>().find("training diverged: loss is"), std::string::npos) << s;
+  std::filesystem::remove_all(dir);
+}
+
+// An hdf5 dataset needs no validation directory: without one the job trains and says it has no
+// validation; with validationSplit it holds out that fraction of its samples and validates on them.
+TEST(CliTest, ValidationIsOptionalOrASplitOfTheTrainingFiles) {
+  const std::string dir = make_temp_dir("tessera-cli-split");
+  ASSERT_EQ(sh(kCli + " data generate --kind cosmoflow --size 8 --samples 40 --out " + dir + "/data", dir).rc, 0);
+  auto job = [&](const std::string& name, const std::string& validation) {
+    std::ofstream(dir + "/" + name + ".yaml")
+        << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: " << name << "}\nspec:\n"
+        << "  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+        << "  dataset: {format: hdf5, path: " << dir << "/data" << validation << "}\n"
+        << "  training: {epochs: 1, batchSize: 4}\n";
+    return sh(kCli + " run " + dir + "/" + name + ".yaml --work-dir " + dir + "/" + name, dir);
+  };
+  const Shell none = job("none", "");
+  EXPECT_EQ(none.rc, 0) << none.out << none.err;
+  EXPECT_NE(none.out.find("no validation: the job has no validation set"), std::string::npos) << none.out;
+  EXPECT_NE(none.out.find(": 10 steps,"), std::string::npos) << none.out;  // all 40 samples train
+  const json sn = json::parse(read_file(dir + "/none/status.json"))["status"];
+  EXPECT_EQ(sn["phase"], "Succeeded") << sn;
+  EXPECT_NE(sn["validation"]["message"].get<std::string>().find("no validation set"), std::string::npos) << sn;
+  EXPECT_FALSE(sn["validation"].contains("loss")) << sn;
+
+  const Shell split = job("split", ", validationSplit: 0.2");
+  EXPECT_EQ(split.rc, 0) << split.out << split.err;
+  EXPECT_NE(split.out.find(": 8 steps,"), std::string::npos) << split.out;  // 32 samples train, 8 validate
+  EXPECT_NE(split.out.find("validation MSE"), std::string::npos) << split.out;
+  const json ss = json::parse(read_file(dir + "/split/status.json"))["status"];
+  EXPECT_GT(ss["validation"]["baselineLoss"].get<double>(), 0) << ss;
   std::filesystem::remove_all(dir);
 }
 

@@ -105,6 +105,22 @@ TEST(ShardingTest, EverySampleOncePerEpochAcrossReplicas) {
   EXPECT_EQ(epoch_order(n, 7, 1), epoch_order(n, 7, 1));
 }
 
+// A validation split holds out round(fraction * n) samples, disjoint from the training ones and
+// together all of them, the same for the same seed; a split that leaves nothing to train on is refused.
+TEST(ShardingTest, ValidationSplitHoldsOutAFractionOfTheSamples) {
+  std::shared_ptr<const Dataset> all = make_synthetic({"cosmo", 8, 50, 1});
+  auto [train, val] = split_validation(all, 0.1, 3);
+  ASSERT_EQ(val->size(), 5u);
+  ASSERT_EQ(train->size(), 45u);
+  std::set<float> seen;  // each cosmo sample's first target tells the samples apart
+  for (uint64_t i = 0; i < train->size(); ++i) seen.insert(train->get(i).target[0]);
+  for (uint64_t i = 0; i < val->size(); ++i) seen.insert(val->get(i).target[0]);
+  EXPECT_EQ(seen.size(), 50u);
+  auto again = split_validation(all, 0.1, 3);
+  for (uint64_t i = 0; i < val->size(); ++i) EXPECT_EQ(again.second->get(i).target[0], val->get(i).target[0]);
+  EXPECT_THROW(split_validation(all, 0.99, 3), ConfigError);
+}
+
 std::function<std::string()> source(const std::string& value, int* calls) {
   return [value, calls] {
     ++*calls;

@@ -39,6 +39,7 @@ spec:
   replicas: 2
   ranksPerReplica: 2
   model: {name: cosmoflow, inputSize: 32}
+  dataset: {format: synthetic}
   training: {epochs: 3, batchSize: 16, optimizer: {name: adam, learningRate: 0.002}, schedule: {decay: cosine, warmupEpochs: 1}}
   parallelism: {spatial: {d: 2}}
   communication: {strategy: hybrid, density: 0.001, switchAtEpoch: 2, bucketSize: 4Mi}
@@ -88,6 +89,7 @@ spec:
 )"));
   const std::set<std::string> want = {"apiVersion",
                                       "metadata.name",
+                                      "spec.dataset",
                                       "spec.ranksPerReplica",
                                       "spec.training.bachSize",
                                       "spec.training.optimizer.learningRate",
@@ -101,7 +103,8 @@ spec:
 // silently winning.
 TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
   auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
-                                              "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n");
+                                              "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"
+                                              "  dataset: {format: synthetic}\n");
   std::vector<std::string> got;
   for (const auto& q : p) got.push_back(q.field + ": " + q.reason);
   const std::vector<std::string> want = {"spec.replicas: is given twice (lines 5 and 6); keep one",
@@ -111,7 +114,8 @@ TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
 
 TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
   auto field = [](const std::string& spec) {
-    auto p = problems_of(std::string(kHeader) + "spec:\n  " + spec + "\n");
+    const std::string data = spec.rfind("dataset:", 0) == 0 ? "" : "  dataset: {format: synthetic}\n";
+    auto p = problems_of(std::string(kHeader) + "spec:\n  " + spec + "\n" + data);
     return p.empty() ? std::string("accepted") : p.front().field + ": " + p.front().reason;
   };
   EXPECT_EQ(field("replicas: \"2\""), "spec.replicas: expected an integer, got the string '2'");

@@ -1,6 +1,7 @@
 #include "worker/data/dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -98,6 +99,21 @@ std::vector<uint64_t> epoch_order(uint64_t size, uint64_t seed, int epoch) {
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
   std::shuffle(order.begin(), order.end(), rng);
   return order;
+}
+
+std::pair<std::unique_ptr<Dataset>, std::unique_ptr<Dataset>> split_validation(std::shared_ptr<const Dataset> all,
+                                                                               double fraction, uint64_t seed) {
+  const uint64_t n = all->size();
+  const auto held = static_cast<uint64_t>(std::max<double>(1.0, std::round(fraction * static_cast<double>(n))));
+  if (held >= n)
+    throw ConfigError("spec.dataset.validationSplit",
+                      detail::concat(fraction, " of ", detail::count(n, "sample"), " leaves no sample to train on"));
+  std::vector<uint64_t> order = epoch_order(n, seed, -1);  // not any epoch's training order
+  std::vector<uint64_t> val(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(held));
+  std::vector<uint64_t> train(order.begin() + static_cast<std::ptrdiff_t>(held), order.end());
+  std::sort(val.begin(), val.end());
+  std::sort(train.begin(), train.end());
+  return {std::make_unique<Subset>(all, std::move(train)), std::make_unique<Subset>(all, std::move(val))};
 }
 
 std::vector<uint64_t> shard_batch(const std::vector<uint64_t>& order, int64_t step, int global_batch, int replica,

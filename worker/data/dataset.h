@@ -32,6 +32,28 @@ class Dataset {
 // Crops (C, D, H, W) volumes (and (D, H, W) labels) to box.
 Tensor crop_volume(const Tensor& v, const VolumeBox& box);
 
+// Some of another dataset's samples, by index: the two parts of a validation split.
+class Subset : public Dataset {
+ public:
+  Subset(std::shared_ptr<const Dataset> all, std::vector<uint64_t> indices)
+      : all_(std::move(all)), indices_(std::move(indices)) {}
+  uint64_t size() const override { return indices_.size(); }
+  Sample get(uint64_t index) const override { return all_->get(indices_.at(index)); }
+  Shape input_shape() const override { return all_->input_shape(); }
+  Shape target_shape() const override { return all_->target_shape(); }
+  Sample get_block(uint64_t index, const VolumeBox& box) const override { return all_->get_block(indices_.at(index), box); }
+
+ private:
+  std::shared_ptr<const Dataset> all_;
+  std::vector<uint64_t> indices_;
+};
+
+// spec.dataset.validationSplit: holds out round(fraction * size) samples, at least 1, chosen by a
+// permutation of `seed` (the same on every rank), and returns {training, validation}, each in file
+// order. ConfigError at spec.dataset.validationSplit when either part would be empty.
+std::pair<std::unique_ptr<Dataset>, std::unique_ptr<Dataset>> split_validation(std::shared_ptr<const Dataset> all,
+                                                                               double fraction, uint64_t seed);
+
 struct SyntheticConfig {
   std::string kind = "cosmo";  // cosmo | shapes | images
   int size = 32;               // W

@@ -34,6 +34,7 @@ struct TrainingConfig {
 struct DataConfig {
   std::string format = "synthetic";  // synthetic | hdf5
   std::string path, validation_path; // hdf5: directories with a manifest.tsv
+  double validation_split = 0;       // hdf5 without validation_path: the fraction of path held out; 0: none
   CacheOptions cache;                // spec.cache: memory, localSSD.{path, sizeLimit}
   double remote_mbps = 0;            // emulate a slow remote tier (dataset.remoteThrottle.mbps); 0: off
   double remote_latency_ms = 0;

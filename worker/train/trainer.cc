@@ -81,8 +81,12 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
         throw ConfigError(std::string("spec.dataset.") + field, e.problems().front().reason);
       }
     };
-    train_ = open(dc.path, "path");
-    val_ = open(dc.validation_path, "validationPath");
+    if (dc.validation_split > 0) {
+      std::tie(train_, val_) = split_validation(open(dc.path, "path"), dc.validation_split, config_.training.seed);
+    } else {
+      train_ = open(dc.path, "path");
+      if (!dc.validation_path.empty()) val_ = open(dc.validation_path, "validationPath");
+    }
   } else {
     train_ = make_synthetic(config_.dataset);
     SyntheticConfig vc = config_.dataset;
@@ -185,6 +189,10 @@ void Trainer::begin_exchange(StepRecord& rec) {
 EpochRecord Trainer::validate(int epoch) {
   EpochRecord r;
   r.epoch = epoch;
+  if (!val_) {
+    r.validated = false;
+    return r;
+  }
   const int64_t n = static_cast<int64_t>(val_->size());
   const int64_t b = std::max<int64_t>(1, config_.training.batch_size / replicas_);
   double loss_sum = 0, metric_sum = 0, count = 0;
@@ -435,7 +443,9 @@ TrainSummary Trainer::run() {
         log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (",
                  c.bytes[2] / 1e6, " MB)", c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
       }
-      if (rank_ == 0) {
+      if (rank_ == 0 && !summary.last_epoch.validated) {
+        log_info("epoch ", epoch + 1, ": no validation set (spec.dataset.validationPath or validationSplit gives one)");
+      } else if (rank_ == 0) {
         const auto& e = summary.last_epoch;
         const std::string scale =  // what the figures compare with
             model_->task() == Task::kRegression

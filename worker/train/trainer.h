@@ -41,6 +41,7 @@ struct StepRecord {
 
 struct EpochRecord {
   int epoch = 0;
+  bool validated = true;       // false: the job has no validation set, and the figures below are not set
   double val_loss = 0;         // mean validation loss
   double val_metric = 0;       // MAE (regression) or accuracy
   double baseline_loss = 0;    // predict-the-mean MSE on the validation set (regression only)
