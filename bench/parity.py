@@ -27,16 +27,20 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from torch_cosmoflow import cosmoflow  # the same layers as the speed benchmark's peer
+
 RECIPE = {"epochs": 6, "batch": 4, "lr": 0.001, "min_lr": 0.0002, "hidden": [128, 64], "slope": 0.3}
 
-# Tessera configurations: name -> (replicas, ranks per replica, spatial d parts, communication).
-# spatial4 is examples/cosmoflow-local.yaml's job: hitopk at density 0.01 for 4 epochs, then torus.
+# Tessera configurations: name -> (replicas, ranks per replica, spatial d parts, communication,
+# initialisation). spatial4 is examples/cosmoflow-local.yaml's job: hitopk at density 0.01 for 4
+# epochs, then torus, from He-normal weights.
 HYBRID = "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.01, switchAtEpoch: 4}"
+HE = ", weightInit: heNormal, biasInit: zero"
 CONFIGS = {
-    "1": (1, 1, 1, "{strategy: dense}"),
-    "dp2": (2, 1, 1, "{strategy: dense}"),
-    "spatial4": (2, 2, 2, HYBRID),
-    "spatial4-dense": (2, 2, 2, "{strategy: dense}"),
+    "1": (1, 1, 1, "{strategy: dense}", ""),
+    "dp2": (2, 1, 1, "{strategy: dense}", ""),
+    "spatial4": (2, 2, 2, HYBRID, HE),
+    "spatial4-dense": (2, 2, 2, "{strategy: dense}", ""),
 }
 
 
@@ -50,21 +54,6 @@ def load(directory):
             xs.append(np.log1p(h["full"][...].astype(np.float32)))
             ys.append(h["unitPar"][...].astype(np.float32))
     return torch.from_numpy(np.stack(xs)), torch.from_numpy(np.stack(ys))
-
-
-def cosmoflow(size, hidden, slope):
-    layers, ch, s, block = [], 4, size, 0
-    while s > 4:
-        out = min(16 << block, 256)
-        layers += [nn.Conv3d(ch, out, 3, padding=1), nn.LeakyReLU(slope), nn.MaxPool3d(2)]
-        ch, s, block = out, s // 2, block + 1
-    layers.append(nn.Flatten())
-    features = ch * s ** 3
-    for h in hidden:
-        layers += [nn.Linear(features, h), nn.LeakyReLU(slope)]
-        features = h
-    layers.append(nn.Linear(features, 4))
-    return nn.Sequential(*layers)
 
 
 def he_init(net, output_gain):
@@ -81,7 +70,7 @@ def train_torch(train, val, seed, threads, init):
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     x, y = train
-    net = cosmoflow(x.shape[-1], RECIPE["hidden"], RECIPE["slope"])
+    net, _ = cosmoflow(x.shape[-1], 16, 256, RECIPE["hidden"], RECIPE["slope"])
     if init == "he":
         he_init(net, 0.5)
     elif init == "he-zero-output":
@@ -116,7 +105,8 @@ def validate(net, val):
 
 
 def manifest(name, data, seed, config, init):
-    replicas, ranks, d, communication = CONFIGS[config]
+    replicas, ranks, d, communication, default_init = CONFIGS[config]
+    init = init or default_init
     spatial = f"\n  parallelism: {{spatial: {{d: {d}}}}}" if d > 1 else ""
     return f"""apiVersion: tessera.dev/v1alpha1
 kind: TrainingJob
@@ -162,8 +152,8 @@ def main():
     p.add_argument("--configs", default="1,dp2,spatial4", help="Tessera configurations: " + ", ".join(CONFIGS))
     p.add_argument("--threads", type=int, default=1, help="PyTorch's threads")
     p.add_argument("--skip-torch", action="store_true")
-    p.add_argument("--weight-init", help="Tessera's model.weightInit (default: the manifest default)")
-    p.add_argument("--bias-init", help="Tessera's model.biasInit (default: the manifest default)")
+    p.add_argument("--weight-init", help="Tessera's model.weightInit (default: the configuration's)")
+    p.add_argument("--bias-init", help="Tessera's model.biasInit (default: the configuration's)")
     p.add_argument("--torch-init", choices=["default", "he", "he-zero-output"], default="default",
                    help="PyTorch's own initialisation, or He normal with zero biases")
     a = p.parse_args()
@@ -188,7 +178,7 @@ def main():
             for s in seeds:
                 mse, secs = train_tessera(a.tessera, a.data, s, c, work, init)
                 results.setdefault(c, []).append(mse)
-                print(json.dumps({"framework": "tessera", "config": c, "init": init.lstrip(", "), "seed": s, "val_mse": mse,
+                print(json.dumps({"framework": "tessera", "config": c, "init": (init or CONFIGS[c][4]).lstrip(", "), "seed": s, "val_mse": mse,
                                   "seconds": round(secs, 1)}), flush=True)
     torch_mean = np.mean(results["pytorch"]) if "pytorch" in results else None
     for c in configs:

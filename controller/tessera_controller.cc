@@ -73,7 +73,11 @@ nlohmann::json load_job_defaults(const std::string& file) {
   }
   if (spec.is_null()) return nlohmann::json::object();
   if (!spec.is_object()) throw ConfigError("--job-defaults", file + ": must be a mapping of TrainingJob spec fields");
-  const nlohmann::json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "defaults"}}}, {"spec", spec}};
+  // Every job names its own data (spec.dataset is required), so the defaults need not.
+  nlohmann::json checked = spec;
+  if (!checked.contains("dataset")) checked["dataset"] = {{"format", "synthetic"}};
+  const nlohmann::json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "defaults"}}},
+                              {"spec", checked}};
   const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), file));
   if (!parsed.ok()) {
     std::vector<FieldProblem> problems = parsed.problems;
