@@ -4,7 +4,7 @@ ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench bench-cluster clean
+.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -43,9 +43,18 @@ run: build
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
 	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml --fresh $(RUN_ARGS)
 
-# The PyTorch baseline of `tessera-bench train` needs python3-torch (not needed by the tests).
+# The PyTorch peers of `tessera-bench` need python3-torch, and bench/parity.py reads the dataset
+# with python3-h5py (neither is needed by the tests).
 deps-bench: deps
-	@dpkg-query -W -f='$${Status}' python3-torch 2>/dev/null | grep -q "install ok installed" || apt-get install -y -q python3-torch
+	@for p in python3-torch python3-h5py; do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || apt-get install -y -q $$p; \
+	done
+
+# Validation MSE of the make run recipe in Tessera and PyTorch, 3 seeds each (about 25 minutes).
+bench-parity: build deps-bench
+	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
+	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
+	/usr/bin/python3 bench/parity.py --data $(DATA_DIR) --tessera $(BUILD_DIR)/bin/tessera --seeds 1,2,3 --threads 2
 
 bench: build deps-bench cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json
