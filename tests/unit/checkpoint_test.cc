@@ -34,6 +34,24 @@ TEST(CheckpointTest, RoundTripLatestAndPrune) {
   std::filesystem::remove_all(dir);
 }
 
+// A process stopped while writing leaves <file>.tmp: the rank removes its own at the next start and
+// keeps its complete checkpoints and the other ranks' files.
+TEST(CheckpointTest, PartlyWrittenCheckpointsOfTheRankAreRemoved) {
+  const std::string dir = testing::make_temp_dir("tessera-ckpt-tmp");
+  CheckpointData d;
+  d.arrays["param/w"] = {1.0f};
+  write_checkpoint(dir, 4, 0, d);
+  std::ofstream(checkpoint_file(dir, 8, 0) + ".tmp") << "half";
+  std::ofstream(checkpoint_file(dir, 8, 1) + ".tmp") << "half";
+  EXPECT_EQ(remove_partial_checkpoints(dir, 0), 1);
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_file(dir, 8, 0) + ".tmp"));
+  EXPECT_TRUE(std::filesystem::exists(checkpoint_file(dir, 8, 1) + ".tmp"));
+  EXPECT_EQ(latest_checkpoint(dir, 0).value(), 4);
+  EXPECT_EQ(remove_partial_checkpoints(dir, 0), 0);
+  EXPECT_EQ(remove_partial_checkpoints(dir + "/absent", 0), 0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CheckpointTest, CorruptAndTruncatedFilesAreErrorsNamingTheFile) {
   const std::string dir = testing::make_temp_dir("tessera-ckpt");
   CheckpointData d;

@@ -140,11 +140,13 @@ CheckpointData read_checkpoint(const std::string& file) {
 }
 
 namespace {
-std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir, int rank) {
+// This rank's files named ckpt-<step>-rank<rank> and a suffix matching `suffix_re`, by step.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& dir, int rank,
+                                                              const std::string& suffix_re = "\\.bin") {
   std::vector<std::pair<int64_t, std::string>> out;
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return out;
-  const std::regex re("ckpt-(\\d+)-rank" + std::to_string(rank) + "\\.bin");
+  const std::regex re("ckpt-(\\d+)-rank" + std::to_string(rank) + suffix_re);
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
@@ -159,6 +161,15 @@ std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank) {
   auto all = list_checkpoints(dir, rank);
   if (all.empty()) return std::nullopt;
   return all.back().first;
+}
+
+int remove_partial_checkpoints(const std::string& dir, int rank) {
+  int n = 0;
+  for (const auto& [step, file] : list_checkpoints(dir, rank, "\\.bin\\.tmp")) {
+    std::error_code ec;
+    if (std::filesystem::remove(file, ec)) ++n;
+  }
+  return n;
 }
 
 void prune_checkpoints(const std::string& dir, int rank, int keep) {

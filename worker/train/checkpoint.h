@@ -22,6 +22,9 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
 CheckpointData read_checkpoint(const std::string& file);
 // The newest step with a checkpoint of `rank` in dir, if any.
 std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank);
+// Deletes this rank's partly written checkpoints (<file>.tmp, left by a process stopped while it
+// wrote one) and returns how many there were.
+int remove_partial_checkpoints(const std::string& dir, int rank);
 // Deletes this rank's checkpoints except the newest `keep`.
 void prune_checkpoints(const std::string& dir, int rank, int keep);
 

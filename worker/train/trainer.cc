@@ -278,6 +278,9 @@ void Trainer::save(int64_t next_step) {
 
 void Trainer::restore() {
   if (config_.checkpoint.path.empty()) return;
+  if (const int partial = remove_partial_checkpoints(config_.checkpoint.path, rank_))
+    log_info("removed ", detail::count(partial, "partly written checkpoint"), " of rank ", rank_, " in ",
+             config_.checkpoint.path, " (an earlier run stopped while writing)");
   int64_t mine = latest_checkpoint(config_.checkpoint.path, rank_).value_or(-1);
   // Every rank resumes from the same step: the newest one all of them have.
   int64_t agreed = mine;
