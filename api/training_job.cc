@@ -64,7 +64,7 @@ ModelSpec parse_model(const ConfigNode& m) {
 
 DatasetSpec parse_dataset(const ConfigNode& d) {
   d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath",
-                "validationSplit", "remoteThrottle", "volume"});
+                "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume"});
   DatasetSpec s;
   s.format = d.choice("format", s.format, {"synthetic", "hdf5"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
@@ -74,6 +74,9 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
   s.path = d.str("path", "");
   s.validation_path = d.str("validationPath", "");
   s.validation_split = d.number("validationSplit", 0, {0, 1, true, true});
+  s.crop = d.boolean("crop", false);
+  s.input_key = d.str("inputKey", "");
+  s.target_key = d.str("targetKey", "");
   ConfigNode rt = d.child("remoteThrottle");
   rt.allow_only({"mbps", "latencyMs"});
   s.remote_mbps = rt.number("mbps", 0, Interval::at_least(0));
@@ -212,8 +215,11 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
     if (!s.dataset.validation_path.empty() && s.dataset.validation_split > 0)
       data.problem("validationSplit", "give validationPath or validationSplit, not both");
-  } else if (s.dataset.validation_split > 0) {
-    data.problem("validationSplit", "holds out part of an hdf5 dataset; synthetic data has validationSamples");
+  } else {
+    if (s.dataset.validation_split > 0)
+      data.problem("validationSplit", "holds out part of an hdf5 dataset; synthetic data has validationSamples");
+    for (const char* f : {"crop", "inputKey", "targetKey"})
+      if (data.has(f)) data.problem(f, "applies to an hdf5 dataset (files indexed by `tessera data index`)");
   }
 
   if (s.resources.gpu != 0 && s.resources.gpu != s.ranks_per_replica)

@@ -59,6 +59,8 @@ struct DatasetSpec {
   uint64_t seed = 1;
   std::string path, validation_path; // hdf5: directories with a manifest.tsv
   double validation_split = 0;       // hdf5: the fraction of path held out for validation; 0: none
+  bool crop = false;                 // hdf5: train on sub-volumes of model.inputSize that tile each file's volume
+  std::string input_key, target_key; // hdf5: the array names the directories were indexed with; empty: any
   double remote_mbps = 0;            // remoteThrottle: emulate a slow remote tier; 0: off
   double remote_latency_ms = 0;
   VolumeSpec volume;                 // in a cluster: what is mounted (read-only) at path and validationPath

@@ -63,7 +63,7 @@
 #include "controller/kube/client.h"
 #include "controller/kube/operator.h"
 #include "controller/placement/ring_planner.h"
-#include "worker/data/h5_dataset.h"
+#include "worker/data/file_dataset.h"
 #include "worker/metrics/http_server.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"

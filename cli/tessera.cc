@@ -10,6 +10,11 @@
 //       port); --prometheus starts Debian's Prometheus scraping them (default 127.0.0.1:9090)
 //   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]
 //       writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv
+//   tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]
+//                          [--progress S]
+//       scans a directory of HDF5 files or .npy pairs, checks them and writes its manifest.tsv
+//   tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX
+//       writes the block of a sample that a rank of the job reads (PREFIX_x.npy, PREFIX_y.npy)
 //   tessera data verify DIR
 //       reads every file of a dataset and checks it against the manifest
 //
@@ -29,8 +34,10 @@
 #include "controller/local/local_launcher.h"
 #include "worker/core/error.h"
 #include "worker/core/log.h"
-#include "worker/data/h5_dataset.h"
+#include "worker/data/dataset_index.h"
+#include "worker/spatial/partition.h"
 #include "worker/train/job_config.h"
+#include "worker/train/trainer.h"
 
 namespace tessera {
 namespace {
@@ -53,6 +60,27 @@ constexpr const char* kGenerateUsage =
     "Writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv into DIR, which\n"
     "must be new or empty; --replace replaces a dataset already there. CosmoFlow sizes are powers of\n"
     "two, U-Net sizes multiples of 4.\n";
+constexpr const char* kIndexUsage =
+    "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
+    "                              [--progress S]\n"
+    "Scans DIR (recursively, sorted) for sample files: HDF5 files (.h5, .hdf5), one sample each, or .npy\n"
+    "pairs NAME_x.npy (volume) and NAME_y.npy (labels). Detects their layout from the first, checks that\n"
+    "every file agrees (shapes, types, target lengths, no NaN in float volumes, whole labels) and writes\n"
+    "DIR/manifest.tsv with every file's size and checksum. The files are not changed. docs/data.md\n"
+    "describes the layouts.\n"
+    "  --layout L       cosmo (C, D, H, W), cosmo-channels-last (D, H, W, C), unet, unet-npy (default: detected)\n"
+    "  --input-key K    the HDF5 dataset of the volume (default full, else volume)\n"
+    "  --target-key K   the HDF5 dataset of the targets or labels (default unitPar, else segmentation)\n"
+    "  --transform T    log1p, none or standardize (each volume by its channels' mean and std); default\n"
+    "                   log1p for cosmo layouts, none for unet\n"
+    "  --channels C     which end of a 4-d cosmo volume holds the channels, when detection cannot tell\n"
+    "  --progress S     report progress every S seconds (default 5)\n";
+constexpr const char* kReadUsage =
+    "usage: tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
+    "Reads sample I of the job's dataset (spec.dataset.path, or validationPath with --validation;\n"
+    "samples are numbered in file order, a cropped file's sub-volumes in D, H, W order) as rank R of\n"
+    "the job reads it: its block under spec.parallelism.spatial, transformed. Writes the block to\n"
+    "PREFIX_x.npy and its targets (or labels) to PREFIX_y.npy, float32.\n";
 constexpr const char* kVerifyUsage =
     "usage: tessera data verify DIR\n"
     "Reads every file of a dataset and checks it against its manifest.\n";
@@ -64,6 +92,9 @@ int usage(int code) {
                "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
                "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
+               "  tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
+               "                     [--progress S]\n"
+               "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
                "  tessera data verify DIR\n"
                "tessera COMMAND --help explains one command.\n");
   return code;
@@ -222,6 +253,80 @@ int run_job(int argc, char** argv) {
   return launcher.run().exit_code();
 }
 
+int data_index(int argc, char** argv) {
+  std::string dir;
+  IndexOptions o;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
+      return argv[++i];
+    };
+    if (a == "--layout") o.layout = value();
+    else if (a == "--input-key") o.input_key = value();
+    else if (a == "--target-key") o.target_key = value();
+    else if (a == "--transform") o.transform = value();
+    else if (a == "--channels") o.channels = value();
+    else if (a == "--progress") o.progress_seconds = std::max(0L, number(a, value()));
+    else if (a.rfind("-", 0) != 0 && dir.empty()) dir = a;
+    else bad_argument(a, "data index");
+  }
+  if (dir.empty()) throw ConfigError("data index", "name the dataset directory: tessera data index DIR");
+  const DatasetIndex x = index_dataset(dir, o);
+  std::printf("%s: indexed %s (%s) in %s/manifest.tsv\n", dir.c_str(), detail::count(x.entries.size(), "sample").c_str(),
+              x.describe().c_str(), dir.c_str());
+  return 0;
+}
+
+int data_read(int argc, char** argv) {
+  std::string file, out;
+  long sample = -1, rank = 0;
+  bool validation = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
+      return argv[++i];
+    };
+    if (a == "--sample") sample = number(a, value());
+    else if (a == "--rank") rank = number(a, value());
+    else if (a == "--validation") validation = true;
+    else if (a == "--out") out = value();
+    else if (a.rfind("-", 0) != 0 && file.empty()) file = a;
+    else bad_argument(a, "data read");
+  }
+  if (file.empty()) throw ConfigError("data read", "name the job: tessera data read JOB.yaml --sample I --out PREFIX");
+  if (sample < 0) throw ConfigError("--sample", "required, a sample number from 0");
+  if (out.empty()) throw ConfigError("--out", "required: the prefix of the .npy files to write");
+  const JobConfig c = load_job_config(file);
+  if (c.data.format != "hdf5") throw ConfigError("spec.dataset.format", "'" + c.data.format + "': only files are read (format: hdf5)");
+  if (rank < 0 || rank >= c.workers) throw ConfigError("--rank", detail::concat(rank, " is not a rank of the job's ", c.workers, " workers"));
+  const std::string dir = validation ? c.data.validation_path : c.data.path;
+  if (dir.empty()) throw ConfigError("--validation", "the job has no spec.dataset.validationPath");
+  ModelConfig whole = c.model;
+  whole.spatial = {};
+  const auto model = make_model(whole);
+  PosixFileSystem fs;
+  const auto data = open_file_dataset(c, *model, dir, validation ? "validationPath" : "path", fs, nullptr);
+  if (static_cast<uint64_t>(sample) >= data->size())
+    throw ConfigError("--sample", detail::concat(sample, " is past the ", detail::count(data->size(), "sample"), " under ", dir));
+  const Shape s = data->input_shape();
+  VolumeBox box;
+  const Partition part({s[1], s[2], s[3]}, c.model.spatial, static_cast<int>(rank % c.model.spatial.size()), "--rank");
+  for (int d = 0; d < 3; ++d) {
+    box.begin[d] = part.owned(d).begin;
+    box.end[d] = part.owned(d).end;
+  }
+  const Sample b = data->get_block(static_cast<uint64_t>(sample), box);
+  write_npy(out + "_x.npy", b.input);
+  write_npy(out + "_y.npy", b.target);
+  std::printf("sample %ld of %s: %s, sub-volume %s; rank %ld reads block %s: %s (transform %s), targets %s\n", sample,
+              detail::count(data->size(), "sample").c_str(), data->file(static_cast<uint64_t>(sample)).c_str(),
+              data->sub_volume(static_cast<uint64_t>(sample)).str().c_str(), rank, box.str().c_str(),
+              shape_str(b.input.shape()).c_str(), data->index().transform.c_str(), shape_str(b.target.shape()).c_str());
+  return 0;
+}
+
 int run(int argc, char** argv) {
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
@@ -231,6 +336,8 @@ int run(int argc, char** argv) {
   if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run or data; tessera --help)");
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "generate") return asks_help(argc, argv, 3) ? help(kGenerateUsage) : data_generate(argc, argv);
+  if (sub == "index") return asks_help(argc, argv, 3) ? help(kIndexUsage) : data_index(argc, argv);
+  if (sub == "read") return asks_help(argc, argv, 3) ? help(kReadUsage) : data_read(argc, argv);
   if (sub == "verify") {
     if (asks_help(argc, argv, 3)) return help(kVerifyUsage);
     if (argc < 4) throw ConfigError("data verify", "name the dataset directory: tessera data verify DIR");
@@ -239,8 +346,8 @@ int run(int argc, char** argv) {
     std::printf("%s: every sample matches the manifest\n", argv[3]);
     return 0;
   }
-  if (sub == "--help" || sub == "-h") return help("usage: tessera data generate|verify ... (tessera data generate --help)\n");
-  throw ConfigError(sub.empty() ? "data" : sub, "expected tessera data generate or tessera data verify");
+  if (sub == "--help" || sub == "-h") return help("usage: tessera data generate|index|read|verify ... (tessera data index --help)\n");
+  throw ConfigError(sub.empty() ? "data" : sub, "expected tessera data generate, index, read or verify");
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "tests/support/fork_ranks.h"
-#include "worker/data/h5_dataset.h"
+#include "worker/data/file_dataset.h"
 #include "worker/data/loader.h"
 
 namespace tessera {
@@ -24,11 +24,11 @@ TEST(Hdf5Test, BlockReadsEqualSlicesOfTheFullRead) {
   generate_dataset("cosmoflow", 2, 16, dir + "/cosmo", 3);
   generate_dataset("unet", 1, 12, dir + "/unet", 4);
   PosixFileSystem fs;
-  Hdf5Dataset cosmo(dir + "/cosmo", fs, nullptr), unet(dir + "/unet", fs, nullptr);
+  FileDataset cosmo(dir + "/cosmo", fs, nullptr), unet(dir + "/unet", fs, nullptr);
   EXPECT_EQ(cosmo.input_shape(), (Shape{4, 16, 16, 16}));
   EXPECT_EQ(cosmo.target_shape(), (Shape{4}));
   EXPECT_EQ(unet.target_shape(), (Shape{12, 12, 12}));
-  for (Hdf5Dataset* ds : {&cosmo, &unet}) {
+  for (FileDataset* ds : {&cosmo, &unet}) {
     const Shape s = ds->input_shape();
     Sample full = ds->get(0);
     // The boxes of D split in 2 and 4, D x H in 2 x 2, and odd offsets.
@@ -49,12 +49,12 @@ TEST(Hdf5Test, BlockReadsEqualSlicesOfTheFullRead) {
     }
   }
   // The stored bytes of a half-volume read are about half of a whole read: only its chunks are read.
-  BlockRead whole = read_sample_block(cosmo.file(0), SampleFormat::kCosmo);
-  BlockRead half = read_sample_block(cosmo.file(0), SampleFormat::kCosmo, {{0, 0, 0}, {8, 16, 16}});
+  ArrayRead whole = read_array({cosmo.file(0), "full"});
+  ArrayRead half = read_array({cosmo.file(0), "full"}, {{0, 0, 0}, {8, 16, 16}});
   EXPECT_LT(half.stored_bytes, whole.stored_bytes * 0.7);
   EXPECT_GT(half.stored_bytes, 0u);
   // Raw densities were stored; the dataset serves them log1p-transformed.
-  EXPECT_NEAR(cosmo.get(1).input[5], std::log1p(read_sample_block(cosmo.file(1), SampleFormat::kCosmo).input[5]), 1e-6);
+  EXPECT_NEAR(cosmo.get(1).input[5], std::log1p(read_array({cosmo.file(1), "full"}).values[5]), 1e-6);
   std::filesystem::remove_all(dir);
 }
 
@@ -63,7 +63,7 @@ TEST(Hdf5Test, MissingAndCorruptFilesAreNamed) {
   generate_dataset("cosmoflow", 3, 8, dir, 1);
   verify_dataset(dir);
   PosixFileSystem fs;
-  Hdf5Dataset ds(dir, fs, nullptr);
+  FileDataset ds(dir, fs, nullptr);
   const std::string victim = ds.file(1);
   {
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
@@ -83,7 +83,7 @@ TEST(Hdf5Test, MissingAndCorruptFilesAreNamed) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(ds.file(2)), std::string::npos) << e.what();
   }
-  EXPECT_THROW(Hdf5Dataset(dir + "/nowhere", fs, nullptr), ConfigError);
+  EXPECT_THROW(FileDataset(dir + "/nowhere", fs, nullptr), ConfigError);
   std::filesystem::remove_all(dir);
 }
 
@@ -249,7 +249,7 @@ TEST(LoaderTest, LoadErrorsReachTheConsumer) {
   const std::string dir = make_temp_dir("tessera-loader");
   generate_dataset("cosmoflow", 2, 8, dir, 1);
   PosixFileSystem fs;
-  Hdf5Dataset ds(dir, fs, nullptr);
+  FileDataset ds(dir, fs, nullptr);
   std::filesystem::remove(ds.file(1));
   PrefetchLoader loader(ds, 1, 2);
   loader.start({{0}, {1}});

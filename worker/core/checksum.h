@@ -8,9 +8,11 @@
 
 namespace tessera {
 
-inline uint64_t fnv1a64(const void* data, size_t n) {
+constexpr uint64_t kFnv1a64Basis = 1469598103934665603ull;
+
+// h: the checksum of the bytes before these (a stream checksummed in pieces), or the basis.
+inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnv1a64Basis) {
   const auto* p = static_cast<const unsigned char*>(data);
-  uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; ++i) {
     h ^= p[i];
     h *= 1099511628211ull;

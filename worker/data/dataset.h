@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/data/h5_sample.h"
+#include "worker/data/arrays.h"
 #include "worker/data/synthetic.h"
 
 namespace tessera {

@@ -33,6 +33,9 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.data.path = s.dataset.path;
   j.data.validation_path = s.dataset.validation_path;
   j.data.validation_split = s.dataset.validation_split;
+  j.data.crop = s.dataset.crop;
+  j.data.input_key = s.dataset.input_key;
+  j.data.target_key = s.dataset.target_key;
   j.data.remote_mbps = s.dataset.remote_mbps;
   j.data.remote_latency_ms = s.dataset.remote_latency_ms;
   j.data.cache.memory_bytes = s.cache.memory_bytes;

@@ -33,8 +33,10 @@ struct TrainingConfig {
 
 struct DataConfig {
   std::string format = "synthetic";  // synthetic | hdf5
-  std::string path, validation_path; // hdf5: directories with a manifest.tsv
+  std::string path, validation_path; // hdf5: directories indexed by `tessera data index`
   double validation_split = 0;       // hdf5 without validation_path: the fraction of path held out; 0: none
+  bool crop = false;                 // samples: sub-volumes of the model's input size tiling each file's volume
+  std::string input_key, target_key; // the array names the job expects the index to record; empty: any
   CacheOptions cache;                // spec.cache: memory, localSSD.{path, sizeLimit}
   double remote_mbps = 0;            // emulate a slow remote tier (dataset.remoteThrottle.mbps); 0: off
   double remote_latency_ms = 0;

@@ -9,7 +9,7 @@
 #include "worker/core/error.h"
 #include "worker/core/log.h"
 #include "worker/nn/batchnorm.h"
-#include "worker/data/h5_dataset.h"
+#include "worker/data/file_dataset.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -37,6 +37,36 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 }  // namespace
+
+std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Model& model, const std::string& dir,
+                                               const std::string& field, FileSystem& remote, TieredCache* cache) {
+  const DataConfig& dc = config.data;
+  DatasetIndex index;
+  try {
+    index = read_index(dir);
+  } catch (const ConfigError& e) {
+    throw ConfigError("spec.dataset." + field, e.problems().front().reason);
+  }
+  for (auto [key, want, name, flag] : {std::tuple{index.input_key, dc.input_key, "inputKey", "--input-key"},
+                                       std::tuple{index.target_key, dc.target_key, "targetKey", "--target-key"}})
+    if (!want.empty() && key != want)
+      throw ConfigError(std::string("spec.dataset.") + name,
+                        detail::concat("'", want, "', but '", dir, "' was indexed with ",
+                                       key.empty() ? std::string("unnamed .npy arrays") : "'" + key + "'", " (", index.describe(),
+                                       "); re-index with `tessera data index ", dir, " ", flag, " ", want, "`"));
+  if (index.segmentation() != (model.task() == Task::kSegmentation))
+    throw ConfigError("spec.model.name", detail::concat(config.model.name, " does not train on '", dir, "' (", index.describe(), ")"));
+  const auto extent = fit_sample(index.volume(), model.sample_shape(), dc.crop, dir);
+  if (!index.segmentation() && index.target.shape != model.target_shape())
+    throw ConfigError("spec.model.outputs", detail::concat("the model predicts ", model.target_shape().at(0), " targets but the samples under '",
+                                                           dir, "' have ", index.target_key, " ", index.target.str(), "; set outputs: ",
+                                                           index.target.shape.at(0)));
+  const int classes = config.model.outputs ? config.model.outputs : 3;
+  if (index.segmentation() && index.classes > classes)
+    throw ConfigError("spec.model.outputs", detail::concat("the labels under '", dir, "' go up to ", index.classes - 1, " (", index.classes,
+                                                           " classes) but the model has ", classes, "; set outputs: ", index.classes));
+  return std::make_unique<FileDataset>(dir, std::move(index), extent, remote, cache);
+}
 
 Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
   const int world = groups_ ? groups_->topology.world_size() : 1;
@@ -73,13 +103,10 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
     CacheOptions co = dc.cache;
     if (!co.ssd_dir.empty()) co.ssd_dir += "/rank" + std::to_string(rank_);  // each rank caches its own blocks
     cache_ = std::make_unique<TieredCache>(co, *posix_);
-    // A missing or broken dataset directory is reported at the manifest field that names it.
     auto open = [&](const std::string& dir, const char* field) {
-      try {
-        return std::make_unique<Hdf5Dataset>(dir, *remote, cache_.get());
-      } catch (const ConfigError& e) {
-        throw ConfigError(std::string("spec.dataset.") + field, e.problems().front().reason);
-      }
+      auto data = open_file_dataset(config_, *model_, dir, field, *remote, cache_.get());
+      files_.push_back(data.get());
+      return data;
     };
     if (dc.validation_split > 0) {
       std::tie(train_, val_) = split_validation(open(dc.path, "path"), dc.validation_split, config_.training.seed);
@@ -126,8 +153,7 @@ Trainer::~Trainer() = default;
 
 uint64_t Trainer::remote_bytes_read() const {
   uint64_t n = 0;
-  for (const Dataset* d : {train_.get(), val_.get()})
-    if (auto* h = dynamic_cast<const Hdf5Dataset*>(d)) n += h->remote_bytes_read();
+  for (const FileDataset* f : files_) n += f->remote_bytes_read();
   return n;
 }
 

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "worker/comm/topology.h"
+#include "worker/data/file_dataset.h"
 #include "worker/data/loader.h"
 #include "worker/train/bucket_exchange.h"
 #include "worker/train/control_agent.h"
@@ -58,6 +59,13 @@ struct TrainSummary {
   EpochRecord last_epoch;
 };
 
+// Opens an indexed dataset directory (spec.dataset.<field>) for the job's model, as every rank does:
+// ConfigError at the field that names it when it is missing or not indexed, at spec.dataset.inputKey
+// or targetKey when it was indexed with other array names, and at the model's field when the model
+// does not fit its samples (task, channels, inputSize and spec.dataset.crop, outputs).
+std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Model& model, const std::string& dir,
+                                               const std::string& field, FileSystem& remote, TieredCache* cache);
+
 class Trainer {
  public:
   // groups: the rank's communicators, or null for a single process.
@@ -98,6 +106,7 @@ class Trainer {
   std::unique_ptr<FileSystem> posix_, remote_fs_;
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<Dataset> train_, val_;
+  std::vector<const FileDataset*> files_;  // the file datasets under train_ and val_
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
