@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -23,6 +24,7 @@ struct JobState {
   std::string token;
   std::vector<placement::RankAssignment> plan;
   std::map<std::string, std::string> kv;
+  size_t kv_bytes = 0;                                 // keys and values
   std::map<int, int64_t> registrations;                // rank -> times registered
   std::map<int, std::string> metrics;                  // rank -> "host:port" of its /metrics
   std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
@@ -31,6 +33,38 @@ struct JobState {
   RendezvousService::Progress progress;                // of rank 0
   int64_t furthest_step = -1;
 };
+
+// Equal strings, in time that depends on their lengths only (a token guessed byte by byte learns nothing).
+bool same_secret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+Status invalid(const std::string& field, const std::string& why) {
+  return Status(StatusCode::INVALID_ARGUMENT, "rendezvous: " + field + ": " + why);
+}
+
+// A store key or barrier name: not empty, bounded.
+Status check_name(const std::string& field, const std::string& v, const RendezvousLimits& limits) {
+  if (v.empty()) return invalid(field, "must not be empty");
+  if (v.size() > limits.key_bytes)
+    return invalid(field, detail::concat(v.size(), " bytes, above the limit of ", limits.key_bytes));
+  return Status::OK;
+}
+
+Status check_timeout(int64_t ms, const RendezvousLimits& limits) {
+  if (ms < 0 || ms > limits.timeout_ms)
+    return invalid("timeout_ms", detail::concat(ms, " is outside [0, ", limits.timeout_ms, "]"));
+  return Status::OK;
+}
+
+Status check_rank(const std::string& field, int64_t rank, size_t world) {
+  if (rank < 0 || rank >= static_cast<int64_t>(world))
+    return invalid(field, detail::concat(rank, " is not a rank of the job's ", world, " (0..", world - 1, ")"));
+  return Status::OK;
+}
 
 // The host of a gRPC peer ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", "ipv6:%5B::1%5D:41234").
 std::string peer_host(std::string peer) {
@@ -44,6 +78,8 @@ std::string peer_host(std::string peer) {
 }  // namespace
 
 struct RendezvousService::Impl final : public v1::Rendezvous::Service {
+  explicit Impl(RendezvousLimits l) : limits(l) {}
+  const RendezvousLimits limits;
   std::mutex mu;
   std::condition_variable cv;
   std::map<std::string, JobState> jobs;  // GUARDED_BY(mu)
@@ -55,7 +91,7 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
   Status find(const v1::JobAuth& auth, JobState** out) {
     auto it = jobs.find(auth.job());
     if (it == jobs.end()) return Status(StatusCode::NOT_FOUND, "rendezvous: no job '" + auth.job() + "'");
-    if (it->second.token != auth.token())
+    if (!same_secret(it->second.token, auth.token()))
       return Status(StatusCode::PERMISSION_DENIED, "rendezvous: wrong token for job '" + auth.job() + "'");
     *out = &it->second;
     return Status::OK;
@@ -66,9 +102,12 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     ++counters.registrations;
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    if (req->metrics_port() < 0 || req->metrics_port() > 65535)
+      return invalid("metrics_port", detail::concat(req->metrics_port(), " is not a port (0: none)"));
+    if (req->host().size() > 253) return invalid("host", "longer than a host name can be");
     for (const auto& a : job->plan) {
       if (a.replica == req->replica() && a.slot == req->slot()) {
-        if (req->metrics_port() > 0 && req->metrics_port() < 65536)
+        if (req->metrics_port() > 0)
           job->metrics[a.rank] = peer_host(ctx->peer()) + ":" + std::to_string(req->metrics_port());
         resp->set_rank(a.rank);
         resp->set_world_size(static_cast<int>(job->plan.size()));
@@ -88,13 +127,29 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
       std::lock_guard<std::mutex> lock(mu);
       JobState* job = nullptr;
       if (Status s = find(req->auth(), &job); !s.ok()) return s;
+      if (Status s = check_name("key", req->key(), limits); !s.ok()) return s;
+      const auto& lim = limits;
+      if (req->value().size() > lim.value_bytes)
+        return invalid("value", detail::concat(req->value().size(), " bytes, above the limit of ", lim.value_bytes));
+      auto it = job->kv.find(req->key());
+      const size_t old = it == job->kv.end() ? 0 : req->key().size() + it->second.size();
+      const size_t bytes = job->kv_bytes - old + req->key().size() + req->value().size();
+      if (it == job->kv.end() && job->kv.size() >= lim.keys)
+        return Status(StatusCode::RESOURCE_EXHAUSTED, detail::concat("rendezvous: job '", req->auth().job(), "' has ",
+                                                                     lim.keys, " keys, the most a job may store"));
+      if (bytes > lim.store_bytes)
+        return Status(StatusCode::RESOURCE_EXHAUSTED, detail::concat("rendezvous: job '", req->auth().job(), "' would store ", bytes,
+                                                                     " bytes, above the limit of ", lim.store_bytes));
       job->kv[req->key()] = req->value();
+      job->kv_bytes = bytes;
     }
     cv.notify_all();
     return Status::OK;
   }
 
   Status Get(ServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override {
+    if (Status s = check_name("key", req->key(), limits); !s.ok()) return s;
+    if (Status s = check_timeout(req->timeout_ms(), limits); !s.ok()) return s;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
@@ -118,6 +173,13 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     ++counters.heartbeats;
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    if (Status s = check_rank("rank", req->rank(), job->plan.size()); !s.ok()) return s;
+    if (req->step() < 0) return invalid("step", detail::concat(req->step(), " is negative"));
+    if (req->epoch() < 0) return invalid("epoch", detail::concat(req->epoch(), " is negative"));
+    if (req->steps_per_epoch() < 0) return invalid("steps_per_epoch", detail::concat(req->steps_per_epoch(), " is negative"));
+    if (!std::isfinite(req->loss())) return invalid("loss", "is not a finite number");
+    if (!std::isfinite(req->samples_per_second()) || req->samples_per_second() < 0)
+      return invalid("samples_per_second", "is not a finite number of at least 0");
     job->furthest_step = std::max(job->furthest_step, req->step());
     if (req->rank() == 0) {
       if (job->progress.first_step < 0) job->progress.first_step = req->step();
@@ -140,6 +202,12 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     std::unique_lock<std::mutex> lock(mu);
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    if (Status s = check_name("name", req->name(), limits); !s.ok()) return s;
+    if (Status s = check_timeout(req->timeout_ms(), limits); !s.ok()) return s;
+    const auto world = job->plan.size();
+    if (req->count() != static_cast<int64_t>(world))
+      return invalid("count", detail::concat(req->count(), " ranks, but a barrier waits for all the job's ", world));
+    if (Status s = check_rank("rank", req->rank(), world); !s.ok()) return s;
     const int64_t round = job->barrier_generation[req->name()];
     auto& arrived = job->barriers[req->name()];
     arrived.insert(req->rank());
@@ -171,10 +239,13 @@ std::string new_job_token() {
   return t;
 }
 
-RendezvousService::RendezvousService(const std::string& address) : impl_(std::make_unique<Impl>()) {
+RendezvousService::RendezvousService(const std::string& address, RendezvousLimits limits)
+    : impl_(std::make_unique<Impl>(limits)) {
   grpc::ServerBuilder builder;
   // One controller per port: a second one must fail to listen, not share the workers' connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(limits.message_bytes));
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(impl_.get());
   impl_->server = builder.BuildAndStart();

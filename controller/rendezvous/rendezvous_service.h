@@ -2,7 +2,10 @@
 // with its token and ring plan; workers register as (replica, slot) and get their rank from the
 // plan (the same rank again after a restart), then use the job's key-value store (with waits) to
 // bootstrap their communicators, and barriers. Requests with a wrong token are refused
-// (PERMISSION_DENIED); unknown jobs are NOT_FOUND. Thread-safe; serves on its own threads.
+// (PERMISSION_DENIED, the token compared in constant time); unknown jobs are NOT_FOUND; every
+// field is checked (ranks inside the world, a barrier's count the job's world size, steps and
+// epochs not negative, finite numbers) and the store is bounded (RendezvousLimits).
+// Thread-safe; serves on its own threads.
 #pragma once
 
 #include <cstdint>
@@ -44,13 +47,25 @@ struct RendezvousCounters {
   int64_t registrations = 0, heartbeats = 0;
 };
 
+// What one job may ask of the service. Requests beyond them are refused (INVALID_ARGUMENT naming
+// the field, RESOURCE_EXHAUSTED for the store's totals); messages above message_bytes are refused by
+// gRPC on either side.
+struct RendezvousLimits {
+  size_t key_bytes = 1024;               // a store key or barrier name
+  size_t value_bytes = size_t{1} << 20;  // one stored value
+  size_t keys = 65536;                   // keys per job
+  size_t store_bytes = size_t{64} << 20; // keys and values per job
+  size_t message_bytes = size_t{2} << 20;
+  int64_t timeout_ms = 24 * 3600 * 1000; // the longest wait a Get or Barrier may ask for
+};
+
 // A new random job token (128 bits, hex).
 std::string new_job_token();
 
 class RendezvousService {
  public:
   // Listens on `address` ("127.0.0.1:0" picks a free port).
-  explicit RendezvousService(const std::string& address = "127.0.0.1:0");
+  explicit RendezvousService(const std::string& address = "127.0.0.1:0", RendezvousLimits limits = {});
   ~RendezvousService();
   int port() const;
   std::string target() const;  // "127.0.0.1:<port>"

@@ -1,10 +1,14 @@
 // The controller's rendezvous service with workers' GrpcStore clients: token checks, rank
 // assignment from the ring plan (the same rank after a restart), Gloo bootstrapped through it, a
 // missing worker timing out with a message naming it, barriers.
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "controller/placement/ring_planner.h"
 #include "controller/rendezvous/rendezvous_service.h"
+#include "tessera.grpc.pb.h"
 #include "tests/support/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
@@ -112,11 +116,105 @@ TEST(RendezvousTest, MissingWorkerTimesOutNamingIt) {
         << message(errors[i]);
   GrpcStore store(service.target(), "job", "t");
   try {
-    store.barrier("never", 0, 2, Millis(200));
+    store.barrier("never", 0, 4, Millis(200));
     FAIL();
   } catch (const StoreTimeout& e) {
-    EXPECT_NE(std::string(e.what()).find("barrier 'never' has 1 of 2 ranks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("barrier 'never' has 1 of 4 ranks"), std::string::npos) << e.what();
   }
+}
+
+// Requests as a confused or hostile client could send them, on the raw gRPC API: every field is
+// checked and named, the store is bounded, and messages above the limit never reach the handlers.
+TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
+  RendezvousLimits limits;
+  limits.keys = 8;
+  limits.store_bytes = 4096;
+  limits.value_bytes = 1024;
+  limits.key_bytes = 64;
+  limits.message_bytes = 64 << 10;
+  RendezvousService service("127.0.0.1:0", limits);
+  service.add_job("job", "t", two_by_two());
+  auto channel = grpc::CreateChannel(service.target(), grpc::InsecureChannelCredentials());
+  auto stub = v1::Rendezvous::NewStub(channel);
+  v1::JobAuth auth;
+  auth.set_job("job");
+  auth.set_token("t");
+  auto expect = [](const grpc::Status& s, grpc::StatusCode code, const std::string& text) {
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+  };
+  auto heartbeat = [&](auto&& edit) {
+    v1::HeartbeatRequest req;
+    *req.mutable_auth() = auth;
+    req.set_rank(1);
+    req.set_step(10);
+    req.set_steps_per_epoch(5);
+    edit(req);
+    v1::HeartbeatResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Heartbeat(&ctx, req, &resp);
+  };
+  EXPECT_TRUE(heartbeat([](auto&) {}).ok());
+  expect(heartbeat([](auto& r) { r.set_rank(99); }), grpc::StatusCode::INVALID_ARGUMENT,
+         "rendezvous: rank: 99 is not a rank of the job's 4 (0..3)");
+  expect(heartbeat([](auto& r) { r.set_step(-3); }), grpc::StatusCode::INVALID_ARGUMENT, "step: -3 is negative");
+  expect(heartbeat([](auto& r) { r.set_epoch(-1); }), grpc::StatusCode::INVALID_ARGUMENT, "epoch: -1 is negative");
+  expect(heartbeat([](auto& r) { r.set_loss(std::nan("")); }), grpc::StatusCode::INVALID_ARGUMENT, "loss: is not a finite number");
+  expect(heartbeat([](auto& r) { r.set_samples_per_second(-1); }), grpc::StatusCode::INVALID_ARGUMENT, "samples_per_second");
+  expect(heartbeat([](auto& r) { r.mutable_auth()->set_token("T"); }), grpc::StatusCode::PERMISSION_DENIED, "wrong token");
+
+  auto barrier = [&](int rank, int count, int64_t timeout_ms) {
+    v1::BarrierRequest req;
+    *req.mutable_auth() = auth;
+    req.set_name("b");
+    req.set_rank(rank);
+    req.set_count(count);
+    req.set_timeout_ms(timeout_ms);
+    v1::BarrierResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Barrier(&ctx, req, &resp);
+  };
+  expect(barrier(0, -1, 100), grpc::StatusCode::INVALID_ARGUMENT, "count: -1 ranks, but a barrier waits for all the job's 4");
+  expect(barrier(0, 2, 100), grpc::StatusCode::INVALID_ARGUMENT, "count: 2 ranks");
+  expect(barrier(4, 4, 100), grpc::StatusCode::INVALID_ARGUMENT, "rank: 4 is not a rank");
+  expect(barrier(0, 4, -5), grpc::StatusCode::INVALID_ARGUMENT, "timeout_ms: -5 is outside");
+  expect(barrier(0, 4, 50), grpc::StatusCode::DEADLINE_EXCEEDED, "has 1 of 4 ranks");
+
+  auto set = [&](const std::string& key, size_t bytes) {
+    v1::SetRequest req;
+    *req.mutable_auth() = auth;
+    req.set_key(key);
+    req.set_value(std::string(bytes, 'x'));
+    v1::SetResponse resp;
+    grpc::ClientContext ctx;
+    return stub->Set(&ctx, req, &resp);
+  };
+  expect(set("", 1), grpc::StatusCode::INVALID_ARGUMENT, "key: must not be empty");
+  expect(set(std::string(65, 'k'), 1), grpc::StatusCode::INVALID_ARGUMENT, "key: 65 bytes, above the limit of 64");
+  expect(set("k", 1025), grpc::StatusCode::INVALID_ARGUMENT, "value: 1025 bytes, above the limit of 1024");
+  // 4 values of 1000 bytes fit in 4096; the fifth does not; replacing one does.
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(set("k" + std::to_string(i), 1000).ok());
+  expect(set("k4", 1000), grpc::StatusCode::RESOURCE_EXHAUSTED, "above the limit of 4096");
+  EXPECT_TRUE(set("k0", 900).ok());
+  for (int i = 4; i < 8; ++i) EXPECT_TRUE(set("k" + std::to_string(i), 1).ok());
+  expect(set("k8", 1), grpc::StatusCode::RESOURCE_EXHAUSTED, "has 8 keys, the most a job may store");
+  // Above the message limit, gRPC refuses the request before it is read.
+  expect(set("big", 100 << 10), grpc::StatusCode::RESOURCE_EXHAUSTED, "");
+
+  v1::GetRequest get;
+  *get.mutable_auth() = auth;
+  get.set_key("k1");
+  get.set_timeout_ms(-1);
+  v1::GetResponse got;
+  grpc::ClientContext ctx;
+  expect(stub->Get(&ctx, get, &got), grpc::StatusCode::INVALID_ARGUMENT, "timeout_ms: -1");
+
+  v1::RegisterRequest reg;
+  *reg.mutable_auth() = auth;
+  reg.set_metrics_port(70000);
+  v1::RegisterResponse assigned;
+  grpc::ClientContext rctx;
+  expect(stub->Register(&rctx, reg, &assigned), grpc::StatusCode::INVALID_ARGUMENT, "metrics_port: 70000 is not a port");
 }
 
 }  // namespace

@@ -368,7 +368,8 @@ TEST(TrainingTest, OverlappedExchangeTrainsBitwiseLikeTheSequentialOne) {
 }
 
 // A hitopk job resumes with its error-feedback residuals (one shard of each bucket per rank); a
-// checkpoint whose residuals do not fit the job's buckets (bucketSize changed) is refused by name.
+// checkpoint whose residuals do not fit the job's buckets (bucketSize changed) is refused by name,
+// as a configuration error at spec.checkpoint.path that says how to start afresh.
 TEST(TrainingTest, ResumedResidualsMustFitTheBuckets) {
   const std::string dir = make_temp_dir("tessera-residuals");
   auto run = [&](const std::string& tag, const std::string& bucket, int epochs) {
@@ -382,10 +383,46 @@ TEST(TrainingTest, ResumedResidualsMustFitTheBuckets) {
   EXPECT_EQ(run("a", "8Ki", 1), std::vector<int>(4, 0)) << read_file(dir + "/log-a-0.txt");
   EXPECT_EQ(run("b", "8Ki", 2), std::vector<int>(4, 0)) << read_file(dir + "/log-b-0.txt");
   EXPECT_NE(read_file(dir + "/log-b-0.txt").find("resuming at step 10"), std::string::npos) << read_file(dir + "/log-b-0.txt");
-  for (int code : run("c", "64Ki", 3)) EXPECT_EQ(code, 1);  // the convolutions now share one bucket
-  EXPECT_NE(read_file(dir + "/log-c-0.txt").find("does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"),
-            std::string::npos)
-      << read_file(dir + "/log-c-0.txt");
+  // The convolutions now share one bucket: a configuration error, which a restart would not fix.
+  for (int code : run("c", "64Ki", 3)) EXPECT_EQ(code, 2);
+  const std::string log = read_file(dir + "/log-c-0.txt");
+  EXPECT_NE(log.find("spec.checkpoint.path: '" + dir + "/ckpt/ckpt-0000000020-rank0.bin' was written by another configuration"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("does not fit this job's gradient buckets (was spec.communication.bucketSize changed?). To start afresh, "
+                     "remove the job's checkpoints (`tessera run --fresh`)"),
+            std::string::npos) << log;
+  std::filesystem::remove_all(dir);
+}
+
+// A rank whose newest checkpoint is corrupt says so, and the whole gang resumes from the newest
+// step every rank can read: no rank starts from a different step, none from scratch.
+TEST(TrainingTest, CorruptNewestCheckpointFallsBackToTheOneBefore) {
+  const std::string dir = make_temp_dir("tessera-corrupt-ckpt");
+  auto run = [&](const std::string& tag, int epochs) {
+    auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense}", "  checkpoint: {path: " + dir + "/ckpt, everySteps: 4}\n", epochs));
+    Gang g = start(dir, cfg, 2, 1, tag);
+    std::vector<int> codes;
+    for (pid_t p : g.pids) codes.push_back(wait_exit(p, std::chrono::seconds(120)));
+    return codes;
+  };
+  ASSERT_EQ(run("a", 1), std::vector<int>(2, 0)) << read_file(dir + "/log-a-0.txt");
+  const std::vector<int64_t> steps = checkpoint_steps(dir + "/ckpt", 1);
+  ASSERT_GE(steps.size(), 2u);
+  const int64_t newest = steps.back(), before = steps[steps.size() - 2];
+  const std::string victim = checkpoint_file(dir + "/ckpt", newest, 1);
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.write("garbage", 7);
+  }
+  ASSERT_EQ(run("b", 2), std::vector<int>(2, 0)) << read_file(dir + "/log-b-1.txt");
+  const std::string log1 = read_file(dir + "/log-b-1.txt");
+  EXPECT_NE(log1.find("checkpoint '" + victim + "': checksum mismatch (corrupt): rank 1 resumes from an older checkpoint"),
+            std::string::npos) << log1;
+  for (int r = 0; r < 2; ++r)
+    EXPECT_NE(read_file(dir + "/log-b-" + std::to_string(r) + ".txt").find("resuming at step " + std::to_string(before)),
+              std::string::npos)
+        << read_file(dir + "/log-b-" + std::to_string(r) + ".txt");
   std::filesystem::remove_all(dir);
 }
 

@@ -1,6 +1,10 @@
 #include "worker/train/checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -73,6 +77,40 @@ TEST(CheckpointTest, CorruptAndTruncatedFilesAreErrorsNamingTheFile) {
   std::filesystem::resize_file(file, 100);
   EXPECT_THROW(read_checkpoint(file), Error);
   EXPECT_THROW(read_checkpoint(dir + "/missing.bin"), Error);
+  std::filesystem::remove_all(dir);
+}
+
+// A write that fails part-way (here the file-size limit, as a full disk would) throws naming the file,
+// leaves no temporary file and keeps the previous checkpoint readable.
+TEST(CheckpointTest, AFailedWriteKeepsThePreviousCheckpoint) {
+  const std::string dir = testing::make_temp_dir("tessera-ckpt-full");
+  CheckpointData small;
+  small.counters["step"] = 4;
+  small.arrays["w"] = std::vector<float>(1000, 1.0f);
+  write_checkpoint(dir, 4, 0, small);
+  const pid_t child = fork();
+  if (child == 0) {  // the limit applies to this process only
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{64 << 10, 64 << 10};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    CheckpointData big;
+    big.counters["step"] = 8;
+    big.arrays["w"] = std::vector<float>(1 << 20, 2.0f);  // 4 MiB
+    try {
+      write_checkpoint(dir, 8, 0, big);
+      _exit(10);
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      _exit(m.find("cannot write '" + checkpoint_file(dir, 8, 0) + ".tmp'") != std::string::npos ? 0 : 11);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_EQ(checkpoint_steps(dir, 0), std::vector<int64_t>{4});
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_file(dir, 8, 0) + ".tmp"));
+  EXPECT_EQ(read_checkpoint(checkpoint_file(dir, 4, 0)).arrays.at("w").size(), 1000u);
   std::filesystem::remove_all(dir);
 }
 

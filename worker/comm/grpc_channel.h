@@ -16,11 +16,17 @@ inline bool controller_may_return(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::NOT_FOUND;
 }
 
+// The largest message to or from the controller (its rendezvous refuses larger ones too).
+inline constexpr int kControllerMessageBytes = 2 << 20;
+
 inline std::shared_ptr<grpc::Channel> controller_channel(const std::string& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
+  // The controller's messages are small (rendezvous keys, heartbeats): refuse anything that is not.
+  args.SetMaxReceiveMessageSize(kControllerMessageBytes);
+  args.SetMaxSendMessageSize(kControllerMessageBytes);
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 

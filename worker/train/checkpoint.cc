@@ -100,11 +100,19 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
     off += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0) {
+    const int e = errno;
     ::close(fd);
+    ::unlink(tmp.c_str());
+    errno = e;
     io_error("sync", tmp);
   }
   ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) io_error("rename into", path);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    errno = e;
+    io_error("rename into", path);
+  }
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd >= 0) {
     ::fsync(dfd);
@@ -161,6 +169,12 @@ std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank) {
   auto all = list_checkpoints(dir, rank);
   if (all.empty()) return std::nullopt;
   return all.back().first;
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& dir, int rank) {
+  std::vector<int64_t> out;
+  for (const auto& [step, file] : list_checkpoints(dir, rank)) out.push_back(step);
+  return out;
 }
 
 int remove_partial_checkpoints(const std::string& dir, int rank) {

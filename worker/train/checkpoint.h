@@ -1,7 +1,8 @@
 // Checkpoints: named float arrays plus integer counters, written atomically (temporary file, fsync,
 // rename, fsync of the directory) with a checksum verified on read. One file per rank and step:
 // <dir>/ckpt-<step>-rank<rank>.bin. A torn or corrupt file is an error naming it, never a silent
-// partial restore. I/O errors name the path; nothing is retried.
+// partial restore (the trainer then resumes from an older checkpoint every rank can read). I/O errors
+// name the path, and a failed write removes its temporary file; nothing is retried.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +23,8 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
 CheckpointData read_checkpoint(const std::string& file);
 // The newest step with a checkpoint of `rank` in dir, if any.
 std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank);
+// The steps of rank's checkpoints in dir, oldest first.
+std::vector<int64_t> checkpoint_steps(const std::string& dir, int rank);
 // Deletes this rank's partly written checkpoints (<file>.tmp, left by a process stopped while it
 // wrote one) and returns how many there were.
 int remove_partial_checkpoints(const std::string& dir, int rank);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "worker/core/error.h"
 #include "worker/core/log.h"
@@ -298,7 +299,14 @@ void Trainer::save(int64_t next_step) {
     }
   if (sparse_)
     for (auto& [b, r] : sparse_->residuals()) d.arrays["residual/" + std::to_string(b)] = r;
-  write_checkpoint(config_.checkpoint.path, next_step, rank_, d);
+  try {
+    write_checkpoint(config_.checkpoint.path, next_step, rank_, d);
+  } catch (const Error& e) {
+    const auto kept = latest_checkpoint(config_.checkpoint.path, rank_);
+    throw Error(detail::concat("the checkpoint of step ", next_step, " was not written (", e.what(), "); ",
+                               kept ? detail::concat("the one of step ", *kept, " is kept") : std::string("there is no older one"),
+                               ". Free space under spec.checkpoint.path (", config_.checkpoint.path, ") or point it elsewhere"));
+  }
   prune_checkpoints(config_.checkpoint.path, rank_, config_.checkpoint.keep);
 }
 
@@ -307,21 +315,57 @@ void Trainer::restore() {
   if (const int partial = remove_partial_checkpoints(config_.checkpoint.path, rank_))
     log_info("removed ", detail::count(partial, "partly written checkpoint"), " of rank ", rank_, " in ",
              config_.checkpoint.path, " (an earlier run stopped while writing)");
-  int64_t mine = latest_checkpoint(config_.checkpoint.path, rank_).value_or(-1);
-  // Every rank resumes from the same step: the newest one all of them have.
-  int64_t agreed = mine;
-  if (groups_) {
-    int64_t v = mine;
-    groups_->world->allreduce(&v, 1, DType::kInt64, ReduceOp::kMin, Millis(0));
+  // Every rank resumes from the same step: the newest one all of them can read. A rank whose newest
+  // checkpoint is torn or corrupt says so and offers an older one; the ranks agree on the newest step
+  // all of them offer (each round can only lower it, and every rank runs the same rounds).
+  const std::string& dir = config_.checkpoint.path;
+  const std::vector<int64_t> steps = checkpoint_steps(dir, rank_);
+  std::set<int64_t> unreadable;
+  CheckpointData d;
+  int64_t held = -1;  // the step whose checkpoint is in d
+  auto newest_readable = [&](int64_t at_most) -> int64_t {
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      if (*it > at_most || unreadable.count(*it)) continue;
+      if (held == *it) return held;
+      try {
+        d = read_checkpoint(checkpoint_file(dir, *it, rank_));
+        held = *it;
+        return held;
+      } catch (const Error& e) {
+        log_warn(e.what(), ": rank ", rank_, " resumes from an older checkpoint");
+        unreadable.insert(*it);
+      }
+    }
+    return -1;
+  };
+  int64_t agreed = INT64_MAX;
+  for (;;) {
+    int64_t v = newest_readable(agreed);
+    if (groups_) groups_->world->allreduce(&v, 1, DType::kInt64, ReduceOp::kMin, Millis(0));
+    if (v == agreed || v < 0) {
+      agreed = v;
+      break;
+    }
     agreed = v;
   }
-  if (agreed < 0) return;
-  const std::string file = checkpoint_file(config_.checkpoint.path, agreed, rank_);
-  CheckpointData d = read_checkpoint(file);
+  if (agreed < 0) {
+    if (!steps.empty()) log_warn("no checkpoint under ", dir, " that every rank can read: training starts at step 0");
+    return;
+  }
+  const std::string file = checkpoint_file(dir, agreed, rank_);
+  // A checkpoint of another model is the job's configuration, not a fault: retrying cannot help.
+  auto mismatch = [&](const std::string& what) {
+    return ConfigError("spec.checkpoint.path",
+                       detail::concat("'", file, "' was written by another configuration of the job: ", what,
+                                      ". To start afresh, remove the job's checkpoints (`tessera run --fresh`) or set a new "
+                                      "spec.checkpoint.path"));
+  };
   auto load = [&](const std::string& key, Tensor& into) {
     auto it = d.arrays.find(key);
-    if (it == d.arrays.end() || static_cast<int64_t>(it->second.size()) != into.numel())
-      throw Error("checkpoint '" + file + "': '" + key + "' is missing or has the wrong size for this model");
+    if (it == d.arrays.end()) throw mismatch("it has no '" + key + "' (did spec.model change?)");
+    if (static_cast<int64_t>(it->second.size()) != into.numel())
+      throw mismatch(detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ", into.numel(),
+                                    " (did spec.model change?)"));
     std::memcpy(into.data(), it->second.data(), it->second.size() * sizeof(float));
   };
   for (Param* p : model_->params()) load("param/" + p->name, p->value);
@@ -347,8 +391,8 @@ void Trainer::restore() {
   for (const auto& [b, v] : residuals)
     if (!sparse_ || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
         v.size() != sparse_->residual_size(buckets_->bucket_size(b)))
-      throw Error(detail::concat("checkpoint '", file, "': its error-feedback residual of bucket ", b, " (", v.size(),
-                                 " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
+      throw mismatch(detail::concat("its error-feedback residual of bucket ", b, " (", v.size(),
+                                    " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
   if (sparse_) sparse_->restore_residuals(residuals);
   optimizer_->set_steps(d.counters.at("optimizer_steps"));
   flushed_residuals_ = d.counters.count("flushed_residuals") && d.counters.at("flushed_residuals");
