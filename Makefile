@@ -4,7 +4,7 @@ ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps deps-bench configure build cluster-tools test test-asan run bench bench-cluster bench-parity clean
+.PHONY: all deps deps-bench configure build cluster-tools test test-asan fuzz run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -27,6 +27,13 @@ cluster-tools: deps
 
 test: build cluster-tools
 	cd $(BUILD_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 600
+	@bash scripts/fuzz.sh ci
+
+# The libFuzzer targets (fuzz/), built with clang in build-fuzz: `make test` runs each on a fixed
+# number of inputs from a fixed seed; `make fuzz FUZZ_SECONDS=600` runs each that long, seeded at random.
+FUZZ_SECONDS ?= 300
+fuzz: deps
+	@bash scripts/fuzz.sh $(FUZZ_SECONDS)
 
 test-asan: deps cluster-tools
 	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DTESSERA_SANITIZE=ON -DTESSERA_WITH_CUDA=OFF $(CMAKE_ARGS)

@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
+  clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)
   python3-h5py python3-numpy                       # datasets written as users' tools write them (tests/e2e/dataset_files_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
   iproute2                                         # the emulated cluster (bench/cluster/cluster.sh)

@@ -155,6 +155,11 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   ASSERT_EQ(p.problems.size(), 1u);
   EXPECT_EQ(p.problems[0].field, file);
   EXPECT_EQ(p.problems[0].reason, "a TrainingJob manifest must be a mapping");
+  // A key that is not a name (found by fuzz/manifest_fuzz) is a problem at its mapping, not a crash.
+  const api::ParsedJob bad_key = api::parse_training_job(ConfigNode::load_string("spec:\n  model: {[a, b]: 1, name: cosmoflow}\n"));
+  bool named = false;
+  for (const auto& q : bad_key.problems) named |= q.field == "spec.model" && q.reason == "a key at line 2 is not a field name (a list)";
+  EXPECT_TRUE(named);
 }
 
 // Maps merge key by key, anything else replaces, null deletes.

@@ -269,7 +269,11 @@ std::map<std::string, std::string> ConfigNode::string_map(const std::string& key
   ConfigNode m = child(key);
   if (!m.node_.IsMap()) return out;
   for (auto it = m.node_.begin(); it != m.node_.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (!it->first.IsScalar()) {
+      m.problem("", detail::concat("a key at line ", it->first.Mark().line + 1, " is not a name"));
+      continue;
+    }
+    const std::string k = it->first.Scalar();
     const size_t before = problems_->size();
     std::string v = m.str(k, "");
     if (problems_->size() == before) out[k] = v;
@@ -345,7 +349,12 @@ void ConfigNode::allow_only(std::initializer_list<const char*> known) const {
   if (!node_.IsMap()) return;
   std::set<std::string> ok(known.begin(), known.end());
   for (auto it = node_.begin(); it != node_.end(); ++it) {
-    const std::string k = it->first.as<std::string>();
+    if (!it->first.IsScalar()) {
+      problem("", detail::concat("a key at line ", it->first.Mark().line + 1, " is not a field name (a ",
+                                 it->first.IsMap() ? "mapping" : it->first.IsSequence() ? "list" : "null", ")"));
+      continue;
+    }
+    const std::string k = it->first.Scalar();
     if (ok.count(k)) continue;
     std::string list;
     for (const char* s : known) list += (list.empty() ? "" : ", ") + std::string(s);

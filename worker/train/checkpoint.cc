@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <string_view>
 
 #include "worker/core/checksum.h"
 #include "worker/core/error.h"
@@ -25,7 +26,7 @@ void put(std::string& out, const T& v) {
 
 class Reader {
  public:
-  Reader(const std::string& s, const std::string& file) : s_(s), file_(file) {}
+  Reader(std::string_view s, const std::string& file) : s_(s), file_(file) {}
   template <typename T>
   T get() {
     T v;
@@ -34,18 +35,19 @@ class Reader {
     pos_ += sizeof(T);
     return v;
   }
-  std::string bytes(size_t n) {
+  std::string_view bytes(size_t n) {
     need(n);
-    std::string v = s_.substr(pos_, n);
+    std::string_view v = s_.substr(pos_, n);
     pos_ += n;
     return v;
   }
   void need(size_t n) const {
-    if (pos_ + n > s_.size()) throw Error("checkpoint '" + file_ + "': truncated");
+    if (n > s_.size() - pos_) throw Error("checkpoint '" + file_ + "': truncated");
   }
+  size_t left() const { return s_.size() - pos_; }
 
  private:
-  const std::string& s_;
+  std::string_view s_;
   std::string file_;
   size_t pos_ = 0;
 };
@@ -123,27 +125,32 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
 CheckpointData read_checkpoint(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw Error("checkpoint: cannot open '" + file + "'");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_checkpoint(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), file);
+}
+
+CheckpointData parse_checkpoint(const std::string& s, const std::string& file) {
   if (s.size() < sizeof(kMagic) + 8 || std::memcmp(s.data(), kMagic, sizeof(kMagic)) != 0)
     throw Error("checkpoint '" + file + "': not a Tessera checkpoint");
   uint64_t stored;
   std::memcpy(&stored, s.data() + s.size() - 8, 8);
-  if (fnv1a64(s.substr(0, s.size() - 8)) != stored) throw Error("checkpoint '" + file + "': checksum mismatch (corrupt)");
-  Reader r(s, file);
+  if (fnv1a64(s.data(), s.size() - 8) != stored) throw Error("checkpoint '" + file + "': checksum mismatch (corrupt)");
+  Reader r(std::string_view(s).substr(0, s.size() - 8), file);
   r.bytes(sizeof(kMagic));
   CheckpointData d;
   for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
-    std::string name = r.bytes(r.get<uint32_t>());
+    std::string name(r.bytes(r.get<uint32_t>()));
     d.counters[name] = r.get<int64_t>();
   }
   for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
-    std::string name = r.bytes(r.get<uint32_t>());
+    std::string name(r.bytes(r.get<uint32_t>()));
     const uint64_t count = r.get<uint64_t>();
-    std::string raw = r.bytes(count * sizeof(float));
+    if (count > r.left() / sizeof(float)) throw Error("checkpoint '" + file + "': array '" + name + "' runs past the end");
+    const std::string_view raw = r.bytes(count * sizeof(float));
     std::vector<float> v(count);
     if (count) std::memcpy(v.data(), raw.data(), raw.size());
     d.arrays[name] = std::move(v);
   }
+  if (r.left() != 0) throw Error("checkpoint '" + file + "': bytes after its last array");
   return d;
 }
 

@@ -21,6 +21,10 @@ struct CheckpointData {
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
 void write_checkpoint(const std::string& dir, int64_t step, int rank, const CheckpointData& data);
 CheckpointData read_checkpoint(const std::string& file);
+// The checkpoint in `bytes` (as read from `file`, which errors name): its checksum verified, then every
+// length checked against what is left, so no input makes it read past the end or allocate more
+// than the input's size.
+CheckpointData parse_checkpoint(const std::string& bytes, const std::string& file);
 // The newest step with a checkpoint of `rank` in dir, if any.
 std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank);
 // The steps of rank's checkpoints in dir, oldest first.

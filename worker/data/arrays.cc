@@ -1,0 +1,446 @@
+#include "worker/data/arrays.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <regex>
+#include <vector>
+
+#include "worker/core/error.h"
+
+namespace tessera {
+namespace {
+
+// The serial HDF5 library is not thread-safe: every call goes through this lock.
+std::mutex& h5_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+// Closes an HDF5 handle at scope exit.
+struct H5Handle {
+  hid_t id = -1;
+  herr_t (*close)(hid_t) = nullptr;
+  H5Handle(hid_t i, herr_t (*c)(hid_t)) : id(i), close(c) {}
+  ~H5Handle() {
+    if (id >= 0 && close) close(id);
+  }
+  H5Handle(const H5Handle&) = delete;
+  operator hid_t() const { return id; }
+};
+
+[[noreturn]] void fail(const ArrayRef& a, const std::string& what) { throw Error(a.str() + ": " + what); }
+[[noreturn]] void fail_file(const std::string& path, const std::string& what) {
+  throw Error("'" + path + "': " + what);
+}
+
+H5Handle open_h5(const std::string& path) {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // errors are reported by return codes, named here
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) fail_file(path, "cannot open as HDF5 (missing, unreadable, truncated or not an HDF5 file)");
+  return H5Handle(f, H5Fclose);
+}
+
+std::string type_name(bool floating, bool is_signed, size_t bytes) {
+  if (floating) return bytes == 4 ? "float32" : bytes == 8 ? "float64" : "float" + std::to_string(8 * bytes);
+  return (is_signed ? "int" : "uint") + std::to_string(8 * bytes);
+}
+
+// The info of an open HDF5 dataset; empty type when it is neither integer nor float.
+ArrayInfo h5_info(hid_t ds) {
+  ArrayInfo info;
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space);
+  std::vector<hsize_t> dims(std::max(rank, 0));
+  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  info.shape.assign(dims.begin(), dims.end());
+  H5Handle type(H5Dget_type(ds), H5Tclose);
+  const H5T_class_t cls = H5Tget_class(type);
+  if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+    info.floating = cls == H5T_FLOAT;
+    info.type = type_name(info.floating, cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_2, H5Tget_size(type));
+  }
+  return info;
+}
+
+// The selection of a read: start and count of every dimension, and the box's extent.
+struct Selection {
+  std::vector<hsize_t> start, count;
+  std::array<int64_t, 3> extent{1, 1, 1};
+  int first = 0;  // the index of D
+};
+
+Selection select(const ArrayRef& a, const Shape& shape, VolumeBox box, bool channels_last) {
+  const int rank = static_cast<int>(shape.size());
+  Selection s;
+  s.start.assign(rank, 0);
+  s.count.assign(shape.begin(), shape.end());
+  if (rank < 3) return s;
+  if (channels_last && rank != 4) fail(a, detail::concat("a channels-last volume must be (D, H, W, C), not ", shape_str(shape)));
+  s.first = channels_last ? 0 : rank - 3;
+  const bool whole = box.empty();
+  for (int d = 0; d < 3; ++d) {
+    const int64_t n = shape[s.first + d];
+    if (whole) box.end[d] = n;
+    if (box.begin[d] < 0 || box.end[d] > n || box.begin[d] >= box.end[d])
+      fail(a, detail::concat("box ", box.str(), " is outside its volume ", shape_str(shape)));
+    s.start[s.first + d] = static_cast<hsize_t>(box.begin[d]);
+    s.count[s.first + d] = static_cast<hsize_t>(box.end[d] - box.begin[d]);
+    s.extent[d] = box.end[d] - box.begin[d];
+  }
+  return s;
+}
+
+// (d, h, w, C) values into (C, d, h, w).
+Tensor channels_first(const std::vector<float>& v, const std::array<int64_t, 3>& e, int64_t c) {
+  Tensor out({c, e[0], e[1], e[2]});
+  const int64_t n = e[0] * e[1] * e[2];
+  float* o = out.data();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t ci = 0; ci < c; ++ci) o[ci * n + i] = v[i * c + ci];
+  return out;
+}
+
+Shape read_shape(const Selection& s, bool channels_last) {
+  if (channels_last) return {static_cast<int64_t>(s.count[3]), s.extent[0], s.extent[1], s.extent[2]};
+  return Shape(s.count.begin(), s.count.end());
+}
+
+ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  H5Handle file = open_h5(a.path);
+  H5Handle ds(H5Dopen2(file, a.key.c_str(), H5P_DEFAULT), H5Dclose);
+  if (ds < 0) fail(a, "no such dataset");
+  const ArrayInfo info = h5_info(ds);
+  if (info.type.empty()) fail(a, "holds neither integers nor floats");
+  const Selection sel = select(a, info.shape, box, channels_last);
+  const int rank = static_cast<int>(info.shape.size());
+  H5Handle create(H5Dget_create_plist(ds), H5Pclose);
+  if (rank > 0 && H5Pget_layout(create) == H5D_CHUNKED) {
+    // HDF5 allocates a whole chunk to read any of it: a chunk far larger than its dataset (a
+    // malformed or hostile file) is refused before it is.
+    std::vector<hsize_t> chunk(rank);
+    H5Pget_chunk(create, rank, chunk.data());
+    H5Handle type(H5Dget_type(ds), H5Tclose);
+    double chunk_bytes = static_cast<double>(H5Tget_size(type)), data_bytes = chunk_bytes;
+    for (int i = 0; i < rank; ++i) {
+      chunk_bytes *= static_cast<double>(chunk[i]);
+      data_bytes *= static_cast<double>(info.shape[i]);
+    }
+    if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
+      fail(a, detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
+  }
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  if (rank > 0) H5Sselect_hyperslab(space, H5S_SELECT_SET, sel.start.data(), nullptr, sel.count.data(), nullptr);
+  H5Handle mem(rank > 0 ? H5Screate_simple(rank, sel.count.data(), nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
+  std::vector<float> buf(static_cast<size_t>(shape_numel(Shape(sel.count.begin(), sel.count.end()))));
+  if (H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, buf.data()) < 0)
+    fail(a, "cannot read (a corrupt or truncated file?)");
+  ArrayRead r;
+  if (channels_last && rank == 4) {
+    r.values = channels_first(buf, sel.extent, static_cast<int64_t>(sel.count[3]));
+  } else {
+    r.values = Tensor(read_shape(sel, false));
+    std::memcpy(r.values.data(), buf.data(), buf.size() * sizeof(float));
+  }
+  // The chunks the selection touches: their stored (compressed) bytes.
+  H5Handle plist(H5Dget_create_plist(ds), H5Pclose);
+  if (rank > 0 && H5Pget_layout(plist) == H5D_CHUNKED) {
+    std::vector<hsize_t> chunk(rank), first(rank), last(rank), at(rank), offset(rank);
+    H5Pget_chunk(plist, rank, chunk.data());
+    for (int i = 0; i < rank; ++i) {
+      first[i] = sel.start[i] / chunk[i];
+      last[i] = (sel.start[i] + sel.count[i] - 1) / chunk[i];
+      at[i] = first[i];
+    }
+    for (;;) {  // every chunk index between first and last, like an odometer
+      for (int i = 0; i < rank; ++i) offset[i] = at[i] * chunk[i];
+      hsize_t bytes = 0;
+      if (H5Dget_chunk_storage_size(ds, offset.data(), &bytes) >= 0) r.stored_bytes += bytes;
+      int i = rank - 1;
+      for (; i >= 0; --i) {
+        if (at[i] < last[i]) {
+          ++at[i];
+          break;
+        }
+        at[i] = first[i];
+      }
+      if (i < 0) break;
+    }
+  } else {
+    H5Handle type(H5Dget_type(ds), H5Tclose);
+    r.stored_bytes = buf.size() * H5Tget_size(type);
+  }
+  return r;
+}
+
+// ---- .npy (format versions 1 to 3: magic, version, header length, a Python dict literal)
+
+struct NpyHeader {
+  ArrayInfo info;
+  char order = '<';       // byte order of the elements: '<', '>' or '|'
+  size_t item = 0;        // bytes per element
+  char kind = 'f';        // 'f' float, 'i' signed, 'u' unsigned, 'b' bool
+  uint64_t data_offset = 0;
+};
+
+class Fd {
+ public:
+  explicit Fd(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    if (fd_ < 0) fail_file(path, std::string("cannot open: ") + std::strerror(errno));
+  }
+  ~Fd() { ::close(fd_); }
+  Fd(const Fd&) = delete;
+  // Reads exactly n bytes at offset, or fails naming the file (a truncated file).
+  void read_at(const std::string& path, void* out, size_t n, uint64_t offset) const {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t k = ::pread(fd_, static_cast<char*>(out) + got, n - got, static_cast<off_t>(offset + got));
+      if (k < 0 && errno == EINTR) continue;
+      if (k < 0) fail_file(path, std::string("read failed: ") + std::strerror(errno));
+      if (k == 0) fail_file(path, "truncated: the file ends before its array does");
+      got += static_cast<size_t>(k);
+    }
+  }
+  uint64_t size() const {
+    const off_t end = ::lseek(fd_, 0, SEEK_END);
+    return end < 0 ? 0 : static_cast<uint64_t>(end);
+  }
+
+ private:
+  int fd_;
+};
+
+NpyHeader npy_header(const std::string& path, const Fd& fd) {
+  char pre[12] = {};
+  if (fd.size() < 10) fail_file(path, "not a .npy file (too short)");
+  fd.read_at(path, pre, 10, 0);
+  if (std::memcmp(pre, "\x93NUMPY", 6) != 0) fail_file(path, "not a .npy file (no NUMPY magic)");
+  const int major = static_cast<unsigned char>(pre[6]);
+  uint64_t header_len = 0, start = 0;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(pre[8]) | (static_cast<unsigned char>(pre[9]) << 8);
+    start = 10;
+  } else if (major == 2 || major == 3) {
+    fd.read_at(path, pre, 12, 0);
+    for (int i = 0; i < 4; ++i) header_len |= static_cast<uint64_t>(static_cast<unsigned char>(pre[8 + i])) << (8 * i);
+    start = 12;
+  } else {
+    fail_file(path, detail::concat("unsupported .npy format version ", major));
+  }
+  if (header_len > (1u << 20)) fail_file(path, "malformed .npy header");
+  std::string h(header_len, '\0');
+  fd.read_at(path, h.data(), header_len, start);
+  static const std::regex kDescr("'descr'\\s*:\\s*'([<>|=])([fiub])([0-9]{1,2})'");
+  static const std::regex kFortran("'fortran_order'\\s*:\\s*(True|False)");
+  static const std::regex kShape("'shape'\\s*:\\s*\\(([0-9,\\s]*)\\)");
+  std::smatch m;
+  NpyHeader out;
+  if (!std::regex_search(h, m, kDescr))
+    fail_file(path, "the .npy array's dtype is not a number type (expected e.g. '<f4', '|u1', '<i2'): " + h);
+  out.order = m[1].str()[0] == '=' ? '<' : m[1].str()[0];
+  out.kind = m[2].str()[0];
+  out.item = std::stoul(m[3].str());
+  const bool ok_size = out.kind == 'f' ? (out.item == 4 || out.item == 8)
+                                       : (out.item == 1 || out.item == 2 || out.item == 4 || out.item == 8);
+  if (!ok_size) fail_file(path, "unsupported .npy dtype " + m[0].str());
+  if (out.order == '>' && out.item > 1) fail_file(path, "big-endian .npy arrays are not supported (save with dtype '<...')");
+  if (!std::regex_search(h, m, kFortran)) fail_file(path, "malformed .npy header (no fortran_order)");
+  if (m[1] == "True")
+    fail_file(path, "the array is stored in Fortran order; save it with np.save(f, np.ascontiguousarray(a))");
+  if (!std::regex_search(h, m, kShape)) fail_file(path, "malformed .npy header (no shape)");
+  std::string dims = m[1].str();
+  static const std::regex kNumber("[0-9]+");
+  uint64_t elements = 1;
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kNumber); it != std::sregex_iterator(); ++it) {
+    if (it->length() > 12) fail_file(path, "malformed .npy header (a dimension of " + it->str() + ")");
+    const int64_t d = std::stoll(it->str());
+    if (__builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements) || elements > (uint64_t{1} << 48))
+      fail_file(path, "malformed .npy header (its shape has more elements than any file holds)");
+    out.info.shape.push_back(d);
+  }
+  out.info.floating = out.kind == 'f';
+  out.info.type = out.kind == 'b' ? "bool" : type_name(out.info.floating, out.kind == 'i', out.item);
+  out.data_offset = start + header_len;
+  const uint64_t need = out.data_offset + elements * out.item;
+  if (fd.size() < need)
+    fail_file(path, detail::concat("truncated: ", fd.size(), " bytes, but its header describes ", need));
+  return out;
+}
+
+void to_float(const NpyHeader& h, const char* in, float* out, size_t n) {
+  auto conv = [&](auto zero) {
+    using T = decltype(zero);
+    for (size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, in + i * sizeof(T), sizeof(T));
+      out[i] = static_cast<float>(v);
+    }
+  };
+  switch (h.kind) {
+    case 'f':
+      if (h.item == 4) conv(float{});
+      else conv(double{});
+      break;
+    case 'i':
+      if (h.item == 1) conv(int8_t{});
+      else if (h.item == 2) conv(int16_t{});
+      else if (h.item == 4) conv(int32_t{});
+      else conv(int64_t{});
+      break;
+    default:  // 'u', 'b'
+      if (h.item == 1) conv(uint8_t{});
+      else if (h.item == 2) conv(uint16_t{});
+      else if (h.item == 4) conv(uint32_t{});
+      else conv(uint64_t{});
+  }
+}
+
+ArrayRead read_npy(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
+  Fd fd(a.path);
+  const NpyHeader h = npy_header(a.path, fd);
+  const Shape& shape = h.info.shape;
+  const Selection sel = select(a, shape, box, channels_last);
+  const int rank = static_cast<int>(shape.size());
+  ArrayRead r;
+  if (rank < 3) {
+    const auto n = static_cast<size_t>(shape_numel(shape));
+    std::vector<char> raw(n * h.item);
+    fd.read_at(a.path, raw.data(), raw.size(), h.data_offset);
+    r.values = Tensor(shape);
+    to_float(h, raw.data(), r.values.data(), n);
+    r.stored_bytes = raw.size();
+    return r;
+  }
+  // Rows of the last dimension: channels first, W of one (lead, z, y); channels last, W x C of one (z, y).
+  const int64_t D = shape[sel.first], H = shape[sel.first + 1], W = shape[sel.first + 2];
+  const int64_t C = channels_last ? shape[3] : 1;
+  int64_t lead = 1;
+  for (int i = 0; i < sel.first; ++i) lead *= shape[i];
+  const int64_t x0 = static_cast<int64_t>(sel.start[sel.first + 2]);
+  const int64_t w = sel.extent[2], row = w * C;
+  std::vector<char> raw(static_cast<size_t>(row) * h.item);
+  std::vector<float> vals(static_cast<size_t>(lead * sel.extent[0] * sel.extent[1] * row));
+  float* out = vals.data();
+  for (int64_t l = 0; l < lead; ++l)
+    for (int64_t z = 0; z < sel.extent[0]; ++z)
+      for (int64_t y = 0; y < sel.extent[1]; ++y) {
+        const int64_t zz = static_cast<int64_t>(sel.start[sel.first]) + z, yy = static_cast<int64_t>(sel.start[sel.first + 1]) + y;
+        const int64_t element = (((l * D + zz) * H + yy) * W + x0) * C;
+        fd.read_at(a.path, raw.data(), raw.size(), h.data_offset + static_cast<uint64_t>(element) * h.item);
+        to_float(h, raw.data(), out, static_cast<size_t>(row));
+        out += row;
+        r.stored_bytes += raw.size();
+      }
+  if (channels_last) {
+    r.values = channels_first(vals, sel.extent, C);
+  } else {
+    r.values = Tensor(read_shape(sel, false));
+    std::memcpy(r.values.data(), vals.data(), vals.size() * sizeof(float));
+  }
+  return r;
+}
+
+void write_dataset(hid_t file, const std::string& path, const std::string& name, const Tensor& t, hid_t file_type,
+                   const std::vector<hsize_t>& chunk) {
+  std::vector<hsize_t> dims(t.shape().begin(), t.shape().end());
+  H5Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose);
+  H5Handle plist(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (!chunk.empty()) {
+    H5Pset_chunk(plist, static_cast<int>(chunk.size()), chunk.data());
+    H5Pset_deflate(plist, 1);
+  }
+  H5Handle ds(H5Dcreate2(file, name.c_str(), file_type, space, H5P_DEFAULT, plist, H5P_DEFAULT), H5Dclose);
+  if (ds < 0) fail_file(path, "cannot create dataset " + name);
+  if (H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data()) < 0)
+    fail_file(path, "cannot write dataset " + name);
+}
+
+}  // namespace
+
+std::string VolumeBox::str() const {
+  return detail::concat("[", begin[0], ":", end[0], ", ", begin[1], ":", end[1], ", ", begin[2], ":", end[2], "]");
+}
+
+std::string ArrayInfo::str() const { return type + " " + shape_str(shape); }
+
+std::string ArrayRef::str() const { return key.empty() ? "'" + path + "'" : "'" + path + "' dataset '" + key + "'"; }
+
+std::map<std::string, ArrayInfo> h5_arrays(const std::string& path) {
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  H5Handle file = open_h5(path);
+  std::map<std::string, ArrayInfo> out;
+  hsize_t n = 0;
+  H5G_info_t gi;
+  if (H5Gget_info(file, &gi) < 0) fail_file(path, "cannot list its datasets (corrupt?)");
+  n = gi.nlinks;
+  for (hsize_t i = 0; i < n; ++i) {
+    char name[256] = {};
+    if (H5Lget_name_by_idx(file, ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof(name), H5P_DEFAULT) < 0) continue;
+    H5O_info_t oi;
+    if (H5Oget_info_by_name(file, name, &oi, H5P_DEFAULT) < 0 || oi.type != H5O_TYPE_DATASET) continue;
+    H5Handle ds(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
+    if (ds >= 0) out[name] = h5_info(ds);
+  }
+  return out;
+}
+
+ArrayInfo array_info(const ArrayRef& a) {
+  if (a.key.empty()) {
+    Fd fd(a.path);
+    return npy_header(a.path, fd).info;
+  }
+  const auto arrays = h5_arrays(a.path);
+  auto it = arrays.find(a.key);
+  if (it == arrays.end()) fail(a, "no such dataset");
+  return it->second;
+}
+
+ArrayRead read_array(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
+  return a.key.empty() ? read_npy(a, box, channels_last) : read_h5(a, box, channels_last);
+}
+
+void write_h5_sample(const std::string& path, const std::string& input_key, const Tensor& input,
+                     const std::string& target_key, const Tensor& target, bool int16_input, bool labels) {
+  TESSERA_CHECK(input.rank() == 4, "sample volume ", shape_str(input.shape()));
+  std::lock_guard<std::mutex> lock(h5_mutex());
+  H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  if (file < 0) fail_file(path, "cannot create the file");
+  const std::vector<hsize_t> chunk = {static_cast<hsize_t>(input.dim(0)), static_cast<hsize_t>(std::min<int64_t>(8, input.dim(1))),
+                                      static_cast<hsize_t>(std::min<int64_t>(32, input.dim(2))), static_cast<hsize_t>(input.dim(3))};
+  write_dataset(file, path, input_key, input, int16_input ? H5T_STD_I16LE : H5T_IEEE_F32LE, chunk);
+  if (labels) {
+    write_dataset(file, path, target_key, target, H5T_STD_I16LE, {chunk[1], chunk[2], chunk[3]});
+  } else {
+    write_dataset(file, path, target_key, target, H5T_IEEE_F32LE, {});
+  }
+  if (H5Fflush(file, H5F_SCOPE_LOCAL) < 0) fail_file(path, "cannot flush");
+}
+
+void write_npy(const std::string& path, const Tensor& t) {
+  std::string dims;
+  for (int64_t d : t.shape()) dims += std::to_string(d) + ", ";
+  if (t.rank() > 1) dims.resize(dims.size() - 1);  // (4,) but (4, 8)
+  if (t.rank() > 1) dims.pop_back();
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  const size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::string out = "\x93NUMPY";
+  out += '\x01';
+  out += '\x00';
+  out += static_cast<char>(header.size() & 0xff);
+  out += static_cast<char>(header.size() >> 8);
+  out += header;
+  out.append(reinterpret_cast<const char*>(t.data()), t.numel() * sizeof(float));
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail_file(path, std::string("cannot create: ") + std::strerror(errno));
+  const bool ok = std::fwrite(out.data(), 1, out.size(), f) == out.size();
+  if (std::fclose(f) != 0 || !ok) fail_file(path, "write failed");
+}
+
+}  // namespace tessera
