@@ -273,6 +273,19 @@ std::string Action::describe() const {
 
 std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
 std::string token_secret_name(const std::string& job) { return job + "-token"; }
+
+namespace {
+// The most of a worker's message that goes into the job's status and Events.
+constexpr size_t kMessageChars = 1024;
+
+// The last n characters of s (its end says why), marked when cut; never splits a UTF-8 character.
+std::string last_chars(const std::string& s, size_t n) {
+  if (s.size() <= n) return s;
+  size_t from = s.size() - n;
+  while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
+  return "..." + s.substr(from);
+}
+}  // namespace
 json apply_status_patch(json status, const json& patch) {
   if (!status.is_object()) status = json::object();
   for (auto it = patch.begin(); it != patch.end(); ++it) {
@@ -473,7 +486,8 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     std::string why = detail::concat("pod ", failed->name, " on ", failed->node, " failed");
     if (failed->exit_code >= 0) why += detail::concat(" with exit code ", failed->exit_code);
     if (!failed->reason.empty()) why += " (" + failed->reason + ")";
-    if (!failed->message.empty()) why += ": " + failed->message;
+    // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
+    if (!failed->message.empty()) why += ": " + last_chars(failed->message, kMessageChars);
     if (failed->exit_code == 2) return b.fail("InvalidConfiguration", why + "; a configuration error is not retried");
     if (failed->exit_code == 3) {
       const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
@@ -675,7 +689,13 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                       // Rank 0's summary, or why the pod failed: the controller reads it from the pod's status.
                       {"terminationMessagePath", "/dev/termination-log"},
                       {"terminationMessagePolicy", "FallbackToLogsOnError"},
-                      {"resources", {{"requests", requests}, {"limits", limits}}}};
+                      {"resources", {{"requests", requests}, {"limits", limits}}},
+                      // Least privilege: the worker writes only to its checkpoint and SSD-cache volumes.
+                      {"securityContext", {{"runAsNonRoot", true},
+                                           {"readOnlyRootFilesystem", true},
+                                           {"allowPrivilegeEscalation", false},
+                                           {"capabilities", {{"drop", json::array({"ALL"})}}},
+                                           {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
     json pod_spec = {{"nodeName", node_of[r]},
                      {"restartPolicy", "Never"},
                      {"hostname", pod},

@@ -115,6 +115,13 @@ TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
   EXPECT_EQ(p->object["metadata"]["ownerReferences"][0]["uid"], "u-1");
   EXPECT_EQ(p->object["metadata"]["labels"][kAttemptLabel], "0");
   EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["automountServiceAccountToken"], false);
+  // Workers run non-root, on a read-only root file system, with no capability and no escalation.
+  const json& sc = spec["containers"][0]["securityContext"];
+  EXPECT_EQ(sc["runAsNonRoot"], true);
+  EXPECT_EQ(sc["readOnlyRootFilesystem"], true);
+  EXPECT_EQ(sc["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(sc["capabilities"]["drop"], json::array({"ALL"}));
   const json args = spec["containers"][0]["args"];
   EXPECT_NE(std::find(args.begin(), args.end(), "grpc://10.0.0.1:7070"), args.end()) << args;
   EXPECT_NE(std::find(args.begin(), args.end(), "--slots"), args.end()) << args;
@@ -215,11 +222,17 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
 TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
   Observed o = running();
   o.pods = {pod(0, 0, "Failed", 2), pod(0, 1, "Running")};
-  o.pods[0].message = "spec.dataset.path: no manifest at '/data/train/manifest.tsv'";
+  o.pods[0].message = "spec.dataset.path: '/data/train' has no index (manifest.tsv)";
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidConfiguration",
                                                    "event Warning InvalidConfiguration", "delete pod j-0-1"}));
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.dataset.path"), std::string::npos);
+  // A pod's long message (its last log lines) goes into the status bounded, by its end.
+  o.pods[0].message = std::string(20000, 'x') + " the end";
+  const std::string bounded = reconcile(o, options()).actions[0].object["message"].get<std::string>();
+  EXPECT_LT(bounded.size(), 1300u);
+  EXPECT_NE(bounded.find("...xxx"), std::string::npos);
+  EXPECT_NE(bounded.find(" the end; a configuration error is not retried"), std::string::npos) << bounded;
 }
 
 TEST(ReconcileTest, ExitStatusThreeIsADivergedRunAndIsNotRetried) {
