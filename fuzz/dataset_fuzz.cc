@@ -21,6 +21,10 @@ const std::string& scratch() {
   static const std::string dir = [] {
     std::string t = (std::filesystem::temp_directory_path() / "tessera-fuzz-XXXXXX").string();
     if (!mkdtemp(t.data())) std::abort();
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch(), ec);
+    });
     return t;
   }();
   return dir;

@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""The fault matrix on the local backend (`tessera run`): each fault injected into a running job,
+whose final validation loss is compared with an uninterrupted run of the same job.
+
+- kill -9 of a random worker at a random step, for each seed: the job succeeds after one gang
+  restart, retrains at most one checkpoint interval, and ends within 5% of the uninterrupted
+  validation loss;
+- every entry of the SSD cache tier corrupted mid-run: detected by checksum and read again from
+  the remote tier; the job goes on without a restart, and ends within 5% too.
+
+usage: fault_matrix_test.py --bin BUILD/bin [--seeds N] [--epochs E]
+Each run is bounded (TIMEOUT); every process and directory it made is removed, also on failure.
+`make test` runs 3 seeds; docs/reliability.md has the figures of a longer run.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+TIMEOUT = 300  # seconds for one run
+EVERY = 6      # checkpoint interval, steps
+TRAIN = 96     # training samples (batch 4: 24 steps an epoch)
+
+
+def tessera(bin_dir, *args, **kw):
+    return subprocess.run([os.path.join(bin_dir, "tessera"), *args], capture_output=True, text=True, timeout=TIMEOUT, **kw)
+
+
+def manifest(root, name, epochs):
+    return "\n".join([
+        "apiVersion: tessera.dev/v1alpha1", "kind: TrainingJob", "metadata: {name: %s}" % name, "spec:",
+        "  replicas: 2", "  ranksPerReplica: 2",
+        "  model: {name: cosmoflow, inputSize: 16, baseChannels: 4, hidden: [16]}",
+        "  dataset: {format: hdf5, path: %s/data/train, validationPath: %s/data/val}" % (root, root),
+        "  training: {epochs: %d, batchSize: 4, threads: 1, optimizer: {name: adam, learningRate: 0.002}}" % epochs,
+        "  communication: {strategy: dense, timeoutSeconds: 30}",
+        "  cache: {memory: 0, localSSD: {path: ssd, sizeLimit: 256Mi}}",
+        "  checkpoint: {path: ckpt, everySteps: %d}" % EVERY,
+        "  runPolicy: {backoffLimit: 2}",
+        "  local: {nodes: 2, gpusPerNode: 2}", ""])
+
+
+class Run:
+    """One `tessera run` of the job in its own work directory."""
+
+    def __init__(self, bin_dir, root, tag, epochs):
+        self.work = os.path.join(root, tag)
+        os.makedirs(self.work)
+        self.job = os.path.join(self.work, "job.yaml")
+        with open(self.job, "w") as f:
+            f.write(manifest(root, "fm-" + tag, epochs))
+        self.log = open(os.path.join(self.work, "run.log"), "w")
+        self.proc = subprocess.Popen([os.path.join(bin_dir, "tessera"), "run", self.job, "--work-dir", self.work,
+                                      "--progress", "5"], stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.started = time.monotonic()
+
+    def status(self):
+        try:
+            with open(os.path.join(self.work, "status.json")) as f:
+                return json.load(f).get("status", {})
+        except (OSError, ValueError):
+            return {}
+
+    def wait_for_step(self, step):
+        while time.monotonic() - self.started < TIMEOUT:
+            s = self.status()
+            if s.get("step", -1) >= step and s.get("workers"):
+                return s
+            if self.proc.poll() is not None:
+                raise AssertionError("the job ended before step %d: %s" % (step, self.output()))
+            time.sleep(0.02)
+        raise AssertionError("step %d not reached in %d s" % (step, TIMEOUT))
+
+    def finish(self):
+        try:
+            rc = self.proc.wait(timeout=max(1, TIMEOUT - (time.monotonic() - self.started)))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError("the job did not finish in %d s: %s" % (TIMEOUT, self.output()))
+        if rc != 0:
+            raise AssertionError("tessera run exited %d: %s" % (rc, self.output()))
+        s = self.status()
+        if s.get("phase") != "Succeeded":
+            raise AssertionError("phase %s: %s" % (s.get("phase"), self.output()))
+        return s
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+    def output(self):
+        self.log.flush()
+        with open(os.path.join(self.work, "run.log")) as f:
+            return f.read()[-3000:]
+
+    def worker_logs(self):
+        text = ""
+        for p in sorted(glob.glob(os.path.join(self.work, "logs", "*"))):
+            with open(p, errors="replace") as f:
+                text += f.read()
+        return text
+
+
+def within(loss, reference, what):
+    gap = abs(loss - reference) / reference
+    print("  %s: validation loss %.5f against %.5f uninterrupted (%.2f%%)" % (what, loss, reference, 100 * gap))
+    if gap > 0.05:
+        raise AssertionError("%s: validation loss %.5f is %.1f%% from the uninterrupted %.5f" % (what, loss, 100 * gap, reference))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", required=True)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=8)
+    args = parser.parse_args()
+    bin_dir = os.path.abspath(args.bin)
+    root = tempfile.mkdtemp(prefix="tessera-faults-")
+    runs = []
+    try:
+        for part, n, seed in (("train", TRAIN, 1), ("val", 32, 2)):
+            r = tessera(bin_dir, "data", "generate", "--kind", "cosmoflow", "--samples", str(n), "--size", "16",
+                        "--out", os.path.join(root, "data", part), "--seed", str(seed))
+            if r.returncode:
+                raise AssertionError(r.stderr)
+        steps = args.epochs * TRAIN // 4
+
+        base = Run(bin_dir, root, "uninterrupted", args.epochs)
+        runs.append(base)
+        s = base.finish()
+        reference, baseline = s["validation"]["loss"], s["validation"]["baselineLoss"]
+        print("uninterrupted: %d steps, validation loss %.5f (predict-the-mean %.5f)" % (s["step"], reference, baseline))
+        if reference > 0.8 * baseline:  # otherwise 5% of it would not tell a trained model from an untrained one
+            raise AssertionError("the uninterrupted job did not learn: %.5f against %.5f" % (reference, baseline))
+
+        for seed in range(1, args.seeds + 1):
+            rng = random.Random(seed)
+            at = rng.randint(EVERY + 1, steps - 3)
+            run = Run(bin_dir, root, "kill-%d" % seed, args.epochs)
+            runs.append(run)
+            workers = run.wait_for_step(at)["workers"]
+            victim = rng.choice(workers)
+            os.kill(victim["pid"], signal.SIGKILL)
+            s = run.finish()
+            h = s.get("restartHistory", [])
+            if s.get("restarts") != 1 or len(h) != 1:
+                raise AssertionError("seed %d: %s restarts: %s" % (seed, s.get("restarts"), run.output()))
+            lost = h[0]["failedAtStep"] - h[0]["resumedAtStep"]
+            print("seed %d: killed rank %d (replica %d) once the status showed step %d; failed at %d, resumed at %d: %d steps retrained" %
+                  (seed, victim.get("rank", -1), victim["replica"], at, h[0]["failedAtStep"], h[0]["resumedAtStep"], lost))
+            if not 0 <= lost <= EVERY:
+                raise AssertionError("seed %d: %d steps retrained, more than the checkpoint interval %d" % (seed, lost, EVERY))
+            if s["step"] != steps:
+                raise AssertionError("seed %d: ended at step %d of %d" % (seed, s["step"], steps))
+            within(s["validation"]["loss"], reference, "seed %d" % seed)
+
+        # The SSD tier corrupted mid-run, once every rank has cached its first epoch.
+        run = Run(bin_dir, root, "corrupt-ssd", args.epochs)
+        runs.append(run)
+        run.wait_for_step(TRAIN // 4 + 2)
+        corrupted = 0
+        for p in glob.glob(os.path.join(run.work, "ssd", "**", "*"), recursive=True):
+            if os.path.isfile(p) and os.path.getsize(p) > 64:
+                with open(p, "r+b") as f:
+                    f.seek(os.path.getsize(p) // 2)
+                    f.write(b"\xff" * 16)
+                corrupted += 1
+        s = run.finish()
+        detected = run.worker_logs().count("is corrupt; dropping it and reading the remote tier")
+        print("corrupt SSD: %d entries corrupted, %d detected by checksum, restarts %d" % (corrupted, detected, s.get("restarts")))
+        if corrupted == 0 or detected == 0:
+            raise AssertionError("no corrupt SSD entry was detected (%d corrupted)" % corrupted)
+        if s.get("restarts") != 0:
+            raise AssertionError("the corrupt cache restarted the gang: %s" % run.output())
+        within(s["validation"]["loss"], reference, "corrupt SSD")
+        print("fault matrix: every job succeeded")
+        return 0
+    finally:
+        for r in runs:
+            r.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
