@@ -2,7 +2,8 @@
 # The emulated cluster (bench/cluster/cluster.sh): nodes in their own network namespaces reach
 # each other only over their rate-limited links; the rate measured between two nodes is the one
 # asked for (within 25%), loopback inside a node is not limited, a delay without netem fails with
-# the reason, and `down` leaves no namespace, veth or bridge behind. Cleans up on exit, pass or fail.
+# the reason, and `down` leaves no namespace, veth or bridge behind; a job runs on it, and a node cut
+# off mid-run fails the gang in bounded time naming the rank. Cleans up on exit, pass or fail.
 #   usage: emulated_cluster_test.sh SOURCE_DIR PYTHON
 set -euo pipefail
 src=$1
@@ -96,3 +97,40 @@ wait "$run" || fail "tessera run with an emulated network: $(tail -5 "$tmp/run.l
 grep -q "netjob Succeeded" "$tmp/run.log" || fail "the job did not succeed: $(tail -5 "$tmp/run.log")"
 [ -z "$(ip netns list | grep tessera-n)" ] || fail "tessera run left namespaces: $(ip netns list)"
 echo "PASS tessera run with spec.local.network: 4 workers at the nodes' addresses, Succeeded, the cluster removed"
+
+# A node cut off mid-run (its link down): the gang fails within the collective deadline (5 s here)
+# with an error naming the unreachable rank, is restarted (and fails again the same way while the
+# node stays cut off), never hangs, and succeeds once the link is back.
+cat >"$tmp/cut.yaml" <<EOF2
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: cutjob}
+spec:
+  replicas: 2
+  ranksPerReplica: 1
+  model: {name: cosmoflow, inputSize: 16, baseChannels: 4, hidden: [16]}
+  dataset: {format: synthetic, samples: 64, validationSamples: 16}
+  training: {epochs: 40, batchSize: 4, threads: 1, optimizer: {name: adam, learningRate: 0.001}}
+  communication: {strategy: dense, timeoutSeconds: 5}
+  checkpoint: {path: ckpt, everySteps: 20}
+  runPolicy: {backoffLimit: 4}
+  local: {nodes: 2, gpusPerNode: 1, workDir: $tmp/cut, network: {rate: 200mbit}}
+EOF2
+status_field() { "$py" -c "import json,sys; s=json.load(open('$tmp/cut/status.json'))['status']; print(s.get('$1', ''))" 2>/dev/null || true; }
+timeout 180 "$bin/tessera" run "$tmp/cut.yaml" --progress 2 >"$tmp/cut.log" 2>&1 &
+run=$!
+for _ in $(seq 1 300); do [ "$(status_field step)" -ge 60 ] 2>/dev/null && break; sleep 0.1; done
+[ "$(status_field step)" -ge 60 ] 2>/dev/null || fail "the cut job did not reach step 60: $(tail -5 "$tmp/cut.log")"
+ip -n tessera-n1 link set eth0 down
+cut_at=$(date +%s.%N)
+for _ in $(seq 1 300); do [ "$(status_field restarts)" -ge 1 ] 2>/dev/null && break; sleep 0.1; done
+failed_after=$("$py" -c "import time; print(round(time.time() - $cut_at, 1))")
+[ "$(status_field restarts)" -ge 1 ] 2>/dev/null || fail "no gang restart 30 s after node 1 was cut off: $(tail -5 "$tmp/cut.log")"
+"$py" -c "import sys; sys.exit(0 if $failed_after <= 12 else 1)" || fail "the gang failed $failed_after s after the cut (deadline 5 s)"
+grep -q "rank 1 (global 1) did not answer within 5000 ms" "$tmp/cut.log" ||
+  fail "the failure does not name the unreachable rank: $(grep failed "$tmp/cut.log" | head -2)"
+sleep 3
+ip -n tessera-n1 link set eth0 up
+wait "$run" || fail "the cut job did not finish once the link was back: $(tail -5 "$tmp/cut.log")"
+grep -q "cutjob Succeeded" "$tmp/cut.log" || fail "the cut job did not succeed: $(tail -5 "$tmp/cut.log")"
+echo "PASS a node cut off: the gang failed $failed_after s after the cut naming rank 1, restarted $(status_field restarts) time(s), succeeded once the link was back"
