@@ -5,6 +5,8 @@ whose final validation loss is compared with an uninterrupted run of the same jo
 - kill -9 of a random worker at a random step, for each seed: the job succeeds after one gang
   restart, retrains at most one checkpoint interval, and ends within 5% of the uninterrupted
   validation loss;
+- the rendezvous token, read from a worker's environment, is in no file of the job (logs, status,
+  checkpoints, cache) and in no metrics endpoint;
 - every entry of the SSD cache tier corrupted mid-run: detected by checksum and read again from
   the remote tier; the job goes on without a restart, and ends within 5% too.
 
@@ -21,8 +23,10 @@ import shutil
 import signal
 import subprocess
 import sys
+import re
 import tempfile
 import time
+import urllib.request
 
 TIMEOUT = 300  # seconds for one run
 EVERY = 6      # checkpoint interval, steps
@@ -103,6 +107,41 @@ class Run:
         with open(os.path.join(self.work, "run.log")) as f:
             return f.read()[-3000:]
 
+    def token_and_metrics(self):
+        """The job's rendezvous token (from a worker's environment) and the text of every metrics
+        endpoint (the controller's, and each worker's it lists), read while the job runs."""
+        s = self.wait_for_step(1)
+        with open("/proc/%d/environ" % s["workers"][0]["pid"], "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        token = env[b"TESSERA_TOKEN"].decode()
+        m = re.search(r"the controller's at (http://[0-9.:]+)/metrics", self.output())
+        if not m:
+            raise AssertionError("no metrics address in: " + self.output())
+        texts = [urllib.request.urlopen(m.group(1) + "/metrics", timeout=10).read().decode()]
+        targets = json.loads(urllib.request.urlopen(m.group(1) + "/targets", timeout=10).read())
+        for group in targets:
+            for t in group["targets"]:
+                try:
+                    texts.append(urllib.request.urlopen("http://%s/metrics" % t, timeout=10).read().decode())
+                except OSError:
+                    pass  # a worker that has finished
+        return token, texts
+
+    def expect_no_secret(self, token, scraped):
+        """The token is in no log, status, checkpoint or cache file of the job, and in no metric."""
+        if len(token) < 16:
+            raise AssertionError("a rendezvous token of %d characters" % len(token))
+        needle = token.encode()
+        for dirpath, _, files in os.walk(self.work):
+            for name in files:
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    if needle in f.read():
+                        raise AssertionError("the rendezvous token is in %s" % os.path.join(dirpath, name))
+        for text in scraped:
+            if token in text:
+                raise AssertionError("the rendezvous token is in a metrics endpoint")
+        print("the token is in none of the job's %d metrics endpoints and files" % len(scraped))
+
     def worker_logs(self):
         text = ""
         for p in sorted(glob.glob(os.path.join(self.work, "logs", "*"))):
@@ -137,7 +176,9 @@ def main():
 
         base = Run(bin_dir, root, "uninterrupted", args.epochs)
         runs.append(base)
+        token, scraped = base.token_and_metrics()
         s = base.finish()
+        base.expect_no_secret(token, scraped)
         reference, baseline = s["validation"]["loss"], s["validation"]["baselineLoss"]
         print("uninterrupted: %d steps, validation loss %.5f (predict-the-mean %.5f)" % (s["step"], reference, baseline))
         if reference > 0.8 * baseline:  # otherwise 5% of it would not tell a trained model from an untrained one

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <set>
 
 #include "worker/train/job_config.h"
@@ -155,6 +157,14 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   ASSERT_EQ(p.problems.size(), 1u);
   EXPECT_EQ(p.problems[0].field, file);
   EXPECT_EQ(p.problems[0].reason, "a TrainingJob manifest must be a mapping");
+  // A file far larger than any manifest is refused before it is parsed.
+  {
+    std::ofstream big(file);
+    big << "metadata: {name: big}\n# " << std::string(2 << 20, 'x') << "\n";
+  }
+  p = api::read_training_job(file);
+  ASSERT_EQ(p.problems.size(), 1u);
+  EXPECT_NE(p.problems[0].reason.find("larger than a manifest can be (at most 1048576)"), std::string::npos) << p.problems[0].reason;
   // A key that is not a name (found by fuzz/manifest_fuzz) is a problem at its mapping, not a crash.
   const api::ParsedJob bad_key = api::parse_training_job(ConfigNode::load_string("spec:\n  model: {[a, b]: 1, name: cosmoflow}\n"));
   bool named = false;

@@ -74,6 +74,11 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) throw ConfigError(file, "is a directory, not a manifest file");
   if (!std::filesystem::exists(file, ec)) throw ConfigError(file, "no such file");
+  // A manifest is a Kubernetes object: the API server stores at most about 1.5 MiB of one.
+  constexpr uintmax_t kMaxManifestBytes = uintmax_t{1} << 20;
+  const uintmax_t bytes = std::filesystem::file_size(file, ec);
+  if (!ec && bytes > kMaxManifestBytes)
+    throw ConfigError(file, detail::concat(bytes, " bytes: larger than a manifest can be (at most ", kMaxManifestBytes, ")"));
   try {
     return ConfigNode(YAML::LoadFile(file));
   } catch (const YAML::BadFile&) {
