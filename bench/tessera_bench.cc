@@ -704,12 +704,24 @@ int cmd_train(Flags& f) {
     for (auto& v : y.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 3) % 3);
   auto opt = make_optimizer(OptimizerConfig{});
   auto params = model->params();
+  double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
+  int timed = -1;                           // the warm-up step is not counted
   const double step_s = time_it([&] {
+    auto t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
     Tensor out = model->forward(x, true);
+    auto t1 = Clock::now();
     model->backward(model->loss(out, y).grad);
+    auto t2 = Clock::now();
     opt->step(params, 1e-4);
+    auto t3 = Clock::now();
+    if (++timed > 0) {
+      fwd_s += std::chrono::duration<double>(t1 - t0).count();
+      bwd_s += std::chrono::duration<double>(t2 - t1).count();
+      upd_s += std::chrono::duration<double>(t3 - t2).count();
+    }
   }, iters);
+  fwd_s /= iters, bwd_s /= iters, upd_s /= iters;
   const double sps = batch / step_s;
 
   // Conv layer shapes of the model, each timed alone.
@@ -732,7 +744,8 @@ int cmd_train(Flags& f) {
   }
 
   nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"size", mc.input_size}, {"batch", batch},
-                        {"threads", threads}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3}};
+                        {"threads", threads}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3},
+                        {"forward_ms", fwd_s * 1e3}, {"backward_ms", bwd_s * 1e3}, {"update_ms", upd_s * 1e3}};
   nlohmann::json torch = nullptr;
   if (mc.name == "cosmoflow") {
     std::string hidden;
@@ -759,7 +772,7 @@ int cmd_train(Flags& f) {
                 torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());
   else
     std::printf("; PyTorch baseline not available (install python3-torch)");
-  std::printf("\n");
+  std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
   for (const auto& c : convs) {
     std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
                 c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());

@@ -223,6 +223,26 @@ TEST(NnBackward, Conv3d) {
   check_gradients(c2, random_tensor({1, 2, 7, 5, 5}, 6));
 }
 
+// Few input channels, kernel 3, stride 1, padding 1 (a model's first layer): the weight gradient
+// takes the direct kernel instead of oneDNN's, in either layout.
+TEST(NnBackward, Conv3dDirectWeightGradient) {
+  Conv c4("first", {4, 16, 3, 1, 1, 3, true, 3});
+  check_gradients(c4, random_tensor({2, 4, 5, 6, 7}, 7));
+  // Channels-last tensors give the same gradients as plain ones.
+  const Tensor x = random_tensor({1, 4, 4, 3, 9}, 8);
+  std::vector<Tensor> plain, last;
+  for (bool cl : {false, true}) {
+    for (Param* p : c4.params()) p->grad.zero();
+    const Tensor y = c4.forward(cl ? dnnl_util::to_layout(x, Layout::kChannelsLast) : x, true);
+    const Tensor dy = random_tensor(dnnl_util::to_layout(y, Layout::kPlain).shape(), 10);
+    c4.backward(cl ? dnnl_util::to_layout(dy, Layout::kChannelsLast) : dy);
+    for (Param* p : c4.params()) (cl ? last : plain).push_back(p->grad.clone());
+  }
+  for (size_t i = 0; i < plain.size(); ++i) expect_close(last[i], plain[i], 1e-5);
+  Conv c1("first_1ch", {1, 8, 3, 1, 1, 3, true, 4});
+  check_gradients(c1, random_tensor({2, 1, 6, 5, 4}, 9));
+}
+
 TEST(NnBackward, ConvWithFusedActivationIsConvThenActivation) {
   for (float slope : {0.0f, 0.3f}) {
     ConvOptions o{2, 3, 3, 1, 1, 3, true, 11};
