@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -17,16 +18,19 @@
 
 namespace {
 
-const std::string& scratch() {
-  static const std::string dir = [] {
+// A directory of this process for the files, removed at exit. A plain buffer, not a std::string:
+// the handler runs after static objects are destroyed.
+const char* scratch() {
+  static char dir[512] = "";
+  if (!dir[0]) {
     std::string t = (std::filesystem::temp_directory_path() / "tessera-fuzz-XXXXXX").string();
-    if (!mkdtemp(t.data())) std::abort();
+    if (t.size() >= sizeof(dir) || !mkdtemp(t.data())) std::abort();
+    std::memcpy(dir, t.c_str(), t.size() + 1);
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(scratch(), ec);
+      std::filesystem::remove_all(dir, ec);
     });
-    return t;
-  }();
+  }
   return dir;
 }
 
@@ -52,7 +56,7 @@ void read_volume(const tessera::ArrayRef& a) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   if (size < 1) return 0;
-  const std::string& dir = scratch();
+  const std::string dir = scratch();
   try {
     switch (data[0] % 3) {
       case 0:
