@@ -105,10 +105,8 @@ Tensor channels_first(const std::vector<float>& v, const std::array<int64_t, 3>&
   return out;
 }
 
-Shape read_shape(const Selection& s, bool channels_last) {
-  if (channels_last) return {static_cast<int64_t>(s.count[3]), s.extent[0], s.extent[1], s.extent[2]};
-  return Shape(s.count.begin(), s.count.end());
-}
+// The shape of a channels-first read: the selection's counts.
+Shape read_shape(const Selection& s) { return Shape(s.count.begin(), s.count.end()); }
 
 ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   std::lock_guard<std::mutex> lock(h5_mutex());
@@ -144,14 +142,13 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   if (channels_last && rank == 4) {
     r.values = channels_first(buf, sel.extent, static_cast<int64_t>(sel.count[3]));
   } else {
-    r.values = Tensor(read_shape(sel, false));
+    r.values = Tensor(read_shape(sel));
     std::memcpy(r.values.data(), buf.data(), buf.size() * sizeof(float));
   }
   // The chunks the selection touches: their stored (compressed) bytes.
-  H5Handle plist(H5Dget_create_plist(ds), H5Pclose);
-  if (rank > 0 && H5Pget_layout(plist) == H5D_CHUNKED) {
+  if (rank > 0 && H5Pget_layout(create) == H5D_CHUNKED) {
     std::vector<hsize_t> chunk(rank), first(rank), last(rank), at(rank), offset(rank);
-    H5Pget_chunk(plist, rank, chunk.data());
+    H5Pget_chunk(create, rank, chunk.data());
     for (int i = 0; i < rank; ++i) {
       first[i] = sel.start[i] / chunk[i];
       last[i] = (sel.start[i] + sel.count[i] - 1) / chunk[i];
@@ -339,7 +336,7 @@ ArrayRead read_npy(const ArrayRef& a, const VolumeBox& box, bool channels_last) 
   if (channels_last) {
     r.values = channels_first(vals, sel.extent, C);
   } else {
-    r.values = Tensor(read_shape(sel, false));
+    r.values = Tensor(read_shape(sel));
     std::memcpy(r.values.data(), vals.data(), vals.size() * sizeof(float));
   }
   return r;
@@ -422,10 +419,9 @@ void write_h5_sample(const std::string& path, const std::string& input_key, cons
 }
 
 void write_npy(const std::string& path, const Tensor& t) {
-  std::string dims;
-  for (int64_t d : t.shape()) dims += std::to_string(d) + ", ";
-  if (t.rank() > 1) dims.resize(dims.size() - 1);  // (4,) but (4, 8)
-  if (t.rank() > 1) dims.pop_back();
+  std::string dims;  // a Python tuple: (4,) or (4, 8)
+  for (size_t i = 0; i < t.shape().size(); ++i) dims += (i ? ", " : "") + std::to_string(t.shape()[i]);
+  if (t.rank() == 1) dims += ",";
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
