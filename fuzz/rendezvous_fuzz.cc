@@ -97,6 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       r.set_steps_per_epoch(in.ConsumeIntegral<int64_t>());
       r.set_loss(in.ConsumeFloatingPoint<double>());
       r.set_samples_per_second(in.ConsumeFloatingPoint<double>());
+      for (int n = in.ConsumeIntegralInRange(0, 3); n > 0; --n) r.add_slow_ranks(in.ConsumeIntegral<int32_t>());
+      r.set_slow_reason(in.ConsumeRandomLengthString(2048));
       tessera::v1::HeartbeatResponse out;
       s = f->stub->Heartbeat(&ctx, r, &out);
     }

@@ -8,6 +8,8 @@
 #
 #   bench/cluster/cluster.sh up --nodes N --rate RATE [--delay DELAY]
 #                               RATE as tc writes it (1gbit, 200mbit); DELAY as 0.2ms (needs netem)
+#   bench/cluster/cluster.sh rate K RATE     sets node K's link to RATE, both ways (a node made slow
+#                                            mid-run); its delay, if any, is kept
 #   bench/cluster/cluster.sh down            removes every tessera-n* namespace, its veth and the bridge
 #   bench/cluster/cluster.sh addr K          prints node K's address
 #   bench/cluster/cluster.sh exec K CMD...   runs CMD in node K's namespace
@@ -96,8 +98,24 @@ up() {
   echo "cluster.sh: $nodes nodes (tessera-n0..tessera-n$((nodes - 1)), $PREFIX.1..$PREFIX.$nodes), links of $rate${delay:+ and $delay}"
 }
 
+# Changes node K's token buckets (what it sends and what it receives) to RATE.
+rate() {
+  local k=${1:?rate needs a node index} new=${2:?rate needs a rate such as 100mbit} burst
+  [[ $k =~ ^[0-9]+$ ]] || die "rate: '$k' is not a node index"
+  ip netns list | awk '{print $1}' | grep -qx "tessera-n$k" || die "rate: there is no node $k (tessera-n$k); bring the cluster up first"
+  burst=$(burst_of "$new")
+  local parent=(root) qdisc
+  # With a delay the token bucket is netem's child (handle 2:); without, it is the root.
+  qdisc=$(ip netns exec "tessera-n$k" tc qdisc show dev eth0)
+  [[ $qdisc == *netem* ]] && parent=(parent 1: handle 2:)
+  ip netns exec "tessera-n$k" tc qdisc change dev eth0 "${parent[@]}" tbf rate "$new" burst "$burst" latency 100ms
+  tc qdisc change dev "tsn${k}h" "${parent[@]}" tbf rate "$new" burst "$burst" latency 100ms
+  echo "cluster.sh: node $k's link now runs at $new"
+}
+
 case "${1:-}" in
   up) shift; up "$@" ;;
+  rate) shift; rate "$@" ;;
   down) down ;;
   addr) echo "$PREFIX.$((${2:?addr needs a node index} + 1))" ;;
   exec) k=${2:?exec needs a node index}; shift 2; exec ip netns exec "tessera-n$k" "$@" ;;
@@ -105,5 +123,5 @@ case "${1:-}" in
     for ns in $(ip netns list | awk '{print $1}' | grep -E '^tessera-n[0-9]+$' | sort -V); do
       echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}') $(ip netns exec "$ns" tc qdisc show dev eth0 | tr '\n' ' ')"
     done ;;
-  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,19p' "$0" >&2; exit 2 ;;
 esac

@@ -133,8 +133,7 @@ struct KubeOperator::Impl {
       std::lock_guard<std::mutex> lock(mu);
       auto it = served.find(key);
       if (it != served.end() && job.contains("status") && it->second.second == job["status"].value("restarts", 0)) {
-        const RendezvousProgress p = rendezvous->progress(key);
-        o.progress = reconcile::Progress{p.step, p.first_step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
+        o.progress = rendezvous->progress(key);
       }
     }
     return o;

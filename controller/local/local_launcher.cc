@@ -251,7 +251,7 @@ class Launch {
     }
     if (served_attempt_ >= 0 && served_attempt_ == status().value("restarts", 0)) {
       const RendezvousProgress p = service_->progress(key());
-      o.progress = reconcile::Progress{p.step, p.first_step, p.epoch, p.loss, p.samples_per_second, p.switch_step};
+      o.progress = p;
       if (p.step >= 0) last_progress_ = p;
       if (p.step >= 0 && p.first_step > 0 && !resume_told_ && status().value("restarts", 0) == 0) {
         resume_told_ = true;  // said as the gang starts, so a user sees at once where it went on from

@@ -277,6 +277,12 @@ std::string token_secret_name(const std::string& job) { return job + "-token"; }
 namespace {
 // The most of a worker's message that goes into the job's status and Events.
 constexpr size_t kMessageChars = 1024;
+// The largest spec a job may have: the job's ConfigMap carries it, and a ConfigMap holds at most 1 MiB.
+constexpr size_t kMaxSpecBytes = size_t{512} << 10;
+// The problems of an invalid spec named in its status, and the gang restarts kept in restartHistory
+// (status.restarts counts them all): the status stays small whatever the spec or the run.
+constexpr size_t kMaxProblems = 10;
+constexpr size_t kRestartHistory = 20;
 
 // The last n characters of s (its end says why), marked when cut; never splits a UTF-8 character.
 std::string last_chars(const std::string& s, size_t n) {
@@ -387,6 +393,9 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
 
   // An invalid spec fails the job once, naming the fields; it is not retried.
   std::vector<FieldProblem> problems = parsed.problems;
+  if (const size_t bytes = spec.dump().size(); bytes > kMaxSpecBytes)
+    problems.insert(problems.begin(), {"spec", detail::concat(bytes, " bytes of JSON, above the limit of ", kMaxSpecBytes,
+                                                              " (the job's ConfigMap carries the spec)")});
   if (parsed.ok() && opt.cluster) {
     // What a cluster needs beyond the API's rules: volumes every pod mounts.
     if (!s.checkpoint.path.empty() && !s.checkpoint.volume.given())
@@ -398,7 +407,11 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   }
   if (!problems.empty()) {
     std::string message;
-    for (const auto& p : problems) message += (message.empty() ? "" : "; ") + p.field + ": " + p.reason;
+    for (size_t i = 0; i < std::min(problems.size(), kMaxProblems); ++i)
+      message += (i ? "; " : "") + problems[i].field + ": " + last_chars(problems[i].reason, kMessageChars);
+    if (problems.size() > kMaxProblems)
+      message += detail::concat("; and ", detail::count(static_cast<int64_t>(problems.size() - kMaxProblems), "more problem"),
+                                " (tessera validate lists them all)");
     return b.fail("InvalidSpec", message);
   }
 
@@ -502,11 +515,16 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
     json entry = {{"reason", why}, {"pod", failed->name}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
     if (failed->exit_code >= 0) entry["exitCode"] = failed->exit_code;
     history.push_back(entry);
+    if (history.size() > kRestartHistory) history.erase(history.begin(), history.end() - kRestartHistory);
     b.status.set("restartHistory", history);
     b.status.set("restarts", attempt + 1);
     b.status.set("phase", "Restarting");
     b.status.condition("Restarting", true, "PodFailed", why);
     b.status.condition("Running", false, "Restarting", "");
+    if (b.status.s.contains("slowRanks")) {  // the next gang measures afresh
+      b.status.erase("slowRanks");
+      b.status.condition("Straggler", false, "GangRestarted", "");
+    }
     b.event("Warning", "GangRestart", detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
                                                      attempt + 1, " of at most ", rp.backoff_limit, ")"));
     b.delete_pods(current);
@@ -730,6 +748,19 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
       b.event("Normal", "PhaseSwitch", detail::concat("the gang switches from ", s.communication.sparse, " to ", s.communication.dense,
                                                       " at step ", p.switch_step));
     }
+    // Stragglers: news when the ranks that rank 0 reports as slow change; the figures of the same
+    // ranks are refreshed with the rest of the progress.
+    const json slow = p.slow_ranks;
+    const bool straggler_news = slow != b.status.s.value("slowRanks", json::array());
+    if (straggler_news && slow.empty()) {
+      b.status.erase("slowRanks");
+      b.status.condition("Straggler", false, "NoStraggler", "");
+      b.event("Normal", "StragglerGone", "no rank holds the gang back any more");
+    } else if (straggler_news) {
+      b.status.set("slowRanks", slow);
+      b.status.condition("Straggler", true, "SlowRank", p.slow_reason);
+      b.event("Warning", "Straggler", p.slow_reason);
+    }
     json history = b.status.s.value("restartHistory", json::array());
     bool resumed = false;
     if (!history.empty() && history.back().value("resumedAtStep", int64_t{-1}) < 0) {
@@ -737,7 +768,8 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
       b.status.set("restartHistory", history);
       resumed = true;
     }
-    if (switch_news || resumed || !last || o.now - *last >= opt.status_interval) {
+    if (switch_news || straggler_news || resumed || !last || o.now - *last >= opt.status_interval) {
+      if (!slow.empty()) b.status.condition("Straggler", true, "SlowRank", p.slow_reason);
       b.status.set("step", p.step);
       b.status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
       b.status.set("loss", p.loss);

@@ -23,6 +23,7 @@
 
 #include "controller/placement/gang_placer.h"
 #include "controller/placement/ring_planner.h"
+#include "controller/reconcile/progress.h"
 
 namespace YAML {
 class Node;
@@ -48,14 +49,6 @@ struct PodInfo {
   std::optional<Time> finished;  // when the failed container ended
 };
 
-// What the workers last reported through the rendezvous (rank 0's heartbeat).
-struct Progress {
-  int64_t step = -1;
-  int64_t first_step = -1;  // the gang's first step (where it resumed from its checkpoint)
-  int epoch = 0;
-  double loss = 0, samples_per_second = 0;
-  int64_t switch_step = -1;
-};
 
 struct Observed {
   json job;                          // the TrainingJob as stored: metadata, spec, status

@@ -180,8 +180,14 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     if (!std::isfinite(req->loss())) return invalid("loss", "is not a finite number");
     if (!std::isfinite(req->samples_per_second()) || req->samples_per_second() < 0)
       return invalid("samples_per_second", "is not a finite number of at least 0");
+    for (int r : req->slow_ranks())
+      if (Status s = check_rank("slow_ranks", r, job->plan.size()); !s.ok()) return s;
+    if (req->slow_reason().size() > limits.key_bytes)
+      return invalid("slow_reason", detail::concat(req->slow_reason().size(), " bytes, above the limit of ", limits.key_bytes));
     job->furthest_step = std::max(job->furthest_step, req->step());
     if (req->rank() == 0) {
+      job->progress.slow_ranks.assign(req->slow_ranks().begin(), req->slow_ranks().end());
+      job->progress.slow_reason = req->slow_reason();
       if (job->progress.first_step < 0) job->progress.first_step = req->step();
       job->progress.step = req->step();
       job->progress.epoch = req->epoch();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "controller/placement/ring_planner.h"
+#include "controller/reconcile/progress.h"
 
 namespace tessera {
 
@@ -26,13 +27,7 @@ struct RendezvousJobPolicy {
   int64_t switch_step = -1;  // a switch step chosen before (a controller rebuilding a running job's state)
 };
 // What the workers last reported.
-struct RendezvousProgress {
-  int64_t step = -1;
-  int64_t first_step = -1;  // rank 0's first reported step since the job (gang) was added: where it resumed
-  int epoch = 0;
-  double loss = 0, samples_per_second = 0;
-  int64_t switch_step = -1;
-};
+using RendezvousProgress = reconcile::Progress;
 
 // Where a registered rank serves its metrics: the address the controller saw it connect from and
 // the port it announced.
@@ -51,7 +46,7 @@ struct RendezvousCounters {
 // the field, RESOURCE_EXHAUSTED for the store's totals); messages above message_bytes are refused by
 // gRPC on either side.
 struct RendezvousLimits {
-  size_t key_bytes = 1024;               // a store key or barrier name
+  size_t key_bytes = 1024;               // a store key or barrier name; a heartbeat's slow_reason
   size_t value_bytes = size_t{1} << 20;  // one stored value
   size_t keys = 65536;                   // keys per job
   size_t store_bytes = size_t{64} << 20; // keys and values per job

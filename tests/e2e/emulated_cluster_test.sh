@@ -3,7 +3,8 @@
 # each other only over their rate-limited links; the rate measured between two nodes is the one
 # asked for (within 25%), loopback inside a node is not limited, a delay without netem fails with
 # the reason, and `down` leaves no namespace, veth or bridge behind; a job runs on it, and a node cut
-# off mid-run fails the gang in bounded time naming the rank. Cleans up on exit, pass or fail.
+# off mid-run fails the gang in bounded time naming the rank, and a node slowed mid-run is named as
+# the straggler while the job goes on. Cleans up on exit, pass or fail.
 #   usage: emulated_cluster_test.sh SOURCE_DIR PYTHON
 set -euo pipefail
 src=$1
@@ -134,3 +135,47 @@ ip -n tessera-n1 link set eth0 up
 wait "$run" || fail "the cut job did not finish once the link was back: $(tail -5 "$tmp/cut.log")"
 grep -q "cutjob Succeeded" "$tmp/cut.log" || fail "the cut job did not succeed: $(tail -5 "$tmp/cut.log")"
 echo "PASS a node cut off: the gang failed $failed_after s after the cut naming rank 1, restarted $(status_field restarts) time(s), succeeded once the link was back"
+
+# A node made slow mid-run (its link rate-limited to a tenth): the job goes on and finishes, and the
+# ranks' link probes name the node in the status (slowRanks, the Straggler condition) and an Event;
+# once its link is back the status clears. Before the slowdown no one is named.
+cat >"$tmp/slow.yaml" <<EOF3
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: slowjob}
+spec:
+  replicas: 3
+  ranksPerReplica: 1
+  model: {name: cosmoflow, inputSize: 16, baseChannels: 4, hidden: [16]}
+  dataset: {format: synthetic, samples: 60, validationSamples: 12}
+  training: {epochs: 200, batchSize: 6, threads: 1, optimizer: {name: adam, learningRate: 0.001}}
+  communication: {strategy: dense}
+  local: {nodes: 3, gpusPerNode: 1, workDir: $tmp/slow, network: {rate: 200mbit}}
+EOF3
+slow_status() {  # slowRanks as JSON, then the Straggler condition's status and message
+  "$py" -c "
+import json
+s = json.load(open('$tmp/slow/status.json'))['status']
+c = [c for c in s.get('conditions', []) if c['type'] == 'Straggler']
+print(json.dumps(s.get('slowRanks')), c[0]['status'] if c else '-', c[0].get('message', '') if c else '')" 2>/dev/null || true
+}
+timeout 240 "$bin/tessera" run "$tmp/slow.yaml" --progress 5 >"$tmp/slow.log" 2>&1 &
+run=$!
+for _ in $(seq 1 600); do [ "$("$py" -c "import json; print(json.load(open('$tmp/slow/status.json'))['status'].get('step', 0))" 2>/dev/null)" -ge 300 ] 2>/dev/null && break; sleep 0.1; done
+before=$(slow_status)
+[[ $before == "null -"* ]] || fail "a rank was named slow before any node was: $before"
+bash "$cluster" rate 2 20mbit >/dev/null
+slowed_at=$(date +%s)
+for _ in $(seq 1 600); do [[ $(slow_status) == "[2] True"* ]] && break; sleep 0.1; done
+named=$(slow_status)
+[[ $named == "[2] True node local-2 (rank 2) has a slow network"* ]] ||
+  fail "node 2 was not named slow 60 s after its link was cut to a tenth: $named ($(tail -3 "$tmp/slow.log"))"
+named_after=$(($(date +%s) - slowed_at))
+grep -q "slowjob: Straggler: node local-2 (rank 2) has a slow network" "$tmp/slow.log" || fail "no Straggler event: $(tail -3 "$tmp/slow.log")"
+bash "$cluster" rate 2 200mbit >/dev/null
+for _ in $(seq 1 600); do [[ $(slow_status) == "null False"* ]] && break; sleep 0.1; done
+[[ $(slow_status) == "null False"* ]] || fail "node 2 was still named 60 s after its link was back: $(slow_status)"
+wait "$run" || fail "the job with a slow node did not finish: $(tail -5 "$tmp/slow.log")"
+grep -q "slowjob Succeeded" "$tmp/slow.log" || fail "the job with a slow node did not succeed: $(tail -5 "$tmp/slow.log")"
+[ "$(grep -c "Straggler" "$tmp/slow.log")" = 2 ] || fail "not one Straggler and one StragglerGone event: $(grep Straggler "$tmp/slow.log")"
+echo "PASS a node slowed to a tenth: named in the status and an Event $named_after s later (${named#* True }), cleared once its link was back, the job succeeded"

@@ -162,6 +162,17 @@ TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
   expect(heartbeat([](auto& r) { r.set_loss(std::nan("")); }), grpc::StatusCode::INVALID_ARGUMENT, "loss: is not a finite number");
   expect(heartbeat([](auto& r) { r.set_samples_per_second(-1); }), grpc::StatusCode::INVALID_ARGUMENT, "samples_per_second");
   expect(heartbeat([](auto& r) { r.mutable_auth()->set_token("T"); }), grpc::StatusCode::PERMISSION_DENIED, "wrong token");
+  expect(heartbeat([](auto& r) { r.add_slow_ranks(4); }), grpc::StatusCode::INVALID_ARGUMENT,
+         "slow_ranks: 4 is not a rank of the job's 4 (0..3)");
+  expect(heartbeat([](auto& r) { r.set_slow_reason(std::string(65, 'x')); }), grpc::StatusCode::INVALID_ARGUMENT,
+         "slow_reason: 65 bytes, above the limit of 64");
+  EXPECT_TRUE(heartbeat([](auto& r) {  // rank 0's report is the job's
+                r.set_rank(0);
+                r.add_slow_ranks(3);
+                r.set_slow_reason("node n1 (rank 3) has a slow network");
+              }).ok());
+  EXPECT_EQ(service.progress("job").slow_ranks, std::vector<int>{3});
+  EXPECT_EQ(service.progress("job").slow_reason, "node n1 (rank 3) has a slow network");
 
   auto barrier = [&](int rank, int count, int64_t timeout_ms) {
     v1::BarrierRequest req;

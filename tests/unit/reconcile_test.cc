@@ -195,7 +195,7 @@ TEST(ReconcileTest, AMissingPodOfTheGangIsCreatedOnItsPlannedNode) {
 TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   Observed o = running();
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137, "Error")};
-  o.progress = Progress{23, 0, 0, 0.5, 10, -1};
+  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, ""};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
                                                    "delete pod j-0-0", "delete pod j-0-1"}));
@@ -383,9 +383,41 @@ TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
             std::string::npos);
 }
 
+TEST(ReconcileTest, TheStatusStaysSmallWhateverTheSpecOrTheRun) {
+  // A spec larger than its ConfigMap could carry.
+  Observed big;
+  big.job = job({{"placement", {{"nodeSelector", {{"pool", std::string(600 << 10, 'a')}}}}}});
+  big.now = kNow;
+  const Decision d = reconcile(big, options());
+  ASSERT_EQ(describe(d)[0], "status phase=Failed reason=InvalidSpec");
+  const std::string m = d.actions[0].object["message"];
+  EXPECT_EQ(m.rfind("spec: ", 0), 0u) << m.substr(0, 200);
+  EXPECT_NE(m.find("bytes of JSON, above the limit of 524288 (the job's ConfigMap carries the spec)"), std::string::npos);
+  EXPECT_LT(m.size(), 4096u);
+  // Many problems: the first ten are named, and how many more there are.
+  json bad = json::object();
+  for (int i = 0; i < 14; ++i) bad["unknown" + std::to_string(i)] = 1;
+  Observed many;
+  many.job = job(bad);
+  many.now = kNow;
+  const std::string mm = reconcile(many, options()).actions[0].object["message"];
+  EXPECT_NE(mm.find("; and 4 more problems (tessera validate lists them all)"), std::string::npos) << mm;
+  // The restart history keeps the last 20 restarts; status.restarts counts them all.
+  Observed o = running(25, {{"runPolicy", {{"backoffLimit", 100}}}});
+  json history = json::array();
+  for (int i = 0; i < 20; ++i) history.push_back({{"reason", "r"}, {"failedAtStep", i}, {"resumedAtStep", i}});
+  o.job["status"]["restartHistory"] = history;
+  o.pods = {pod(25, 0, "Running"), pod(25, 1, "Failed", 137)};
+  const json s = reconcile(o, options()).actions[0].object;
+  EXPECT_EQ(s["restarts"], 26);
+  ASSERT_EQ(s["restartHistory"].size(), 20u);
+  EXPECT_EQ(s["restartHistory"][0]["failedAtStep"], 1);
+  EXPECT_EQ(s["restartHistory"][19]["pod"], "j-25-1");
+}
+
 TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   Observed o = running();
-  o.progress = Progress{40, 30, 1, 0.25, 12.5, 32};
+  o.progress = Progress{40, 30, 1, 0.25, 12.5, 32, {}, ""};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Normal PhaseSwitch"}));
   const json s = d.actions[0].object;
@@ -403,10 +435,50 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   EXPECT_EQ(reconcile(o, options()).actions[0].object["step"], 44);
 }
 
+TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
+  Observed o = running();
+  o.job["status"]["lastProgressTime"] = format_time(kNow);
+  o.progress = Progress{40, 0, 1, 0.25, 12.5, -1, {}, ""};
+  o.progress->slow_ranks = {2, 3};
+  o.progress->slow_reason = "node n1 (ranks 2, 3) has a slow network: ...";
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning Straggler"}));
+  EXPECT_EQ(d.actions[1].message, "node n1 (ranks 2, 3) has a slow network: ...");
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
+  EXPECT_EQ(o.job["status"]["slowRanks"], json::array({2, 3}));
+  const json* c = nullptr;
+  for (const json& e : o.job["status"]["conditions"])
+    if (e["type"] == "Straggler") c = &e;
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ((*c)["status"], "True");
+  EXPECT_EQ((*c)["reason"], "SlowRank");
+  // The same ranks with new figures: no Event, the message refreshed with the progress.
+  o.now = kNow + seconds(1);
+  o.progress->slow_reason = "node n1 (ranks 2, 3) has a slow network: newer figures";
+  EXPECT_TRUE(reconcile(o, options()).actions.empty());
+  o.now = kNow + seconds(6);
+  const Decision later = reconcile(o, options());
+  EXPECT_EQ(describe(later), (std::vector<std::string>{"status"}));
+  EXPECT_EQ(later.actions[0].object["conditions"].back()["message"], "node n1 (ranks 2, 3) has a slow network: newer figures");
+  o.job["status"] = apply_status_patch(o.job["status"], later.actions[0].object);
+  // The node recovers.
+  o.progress->slow_ranks.clear();
+  o.progress->slow_reason.clear();
+  const Decision gone = reconcile(o, options());
+  EXPECT_EQ(describe(gone), (std::vector<std::string>{"status", "event Normal StragglerGone"}));
+  EXPECT_TRUE(gone.actions[0].object["slowRanks"].is_null());
+  // A gang restart clears them: the new gang measures afresh.
+  o.job["status"]["slowRanks"] = json::array({2});
+  o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
+  const Decision restart = reconcile(o, options());
+  ASSERT_FALSE(restart.actions.empty());
+  EXPECT_TRUE(restart.actions[0].object["slowRanks"].is_null());
+}
+
 TEST(ReconcileTest, TheRestartRecordsWhereTheNewGangResumed) {
   Observed o = running(1);
   o.job["status"]["restartHistory"] = json::array({{{"reason", "r"}, {"failedAtStep", 23}, {"resumedAtStep", -1}}});
-  o.progress = Progress{26, 20, 0, 0.5, 10, -1};  // the new gang started at its checkpoint, step 20
+  o.progress = Progress{26, 20, 0, 0.5, 10, -1, {}, ""};  // the new gang started at its checkpoint, step 20
   const Decision d = reconcile(o, options());
   ASSERT_FALSE(d.actions.empty());
   EXPECT_EQ(d.actions[0].object["restartHistory"][0]["resumedAtStep"], 20);

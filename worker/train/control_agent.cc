@@ -28,15 +28,17 @@ ControlAgent::ControlAgent(const std::string& target, std::string job, std::stri
 
 ControlAgent::~ControlAgent() = default;
 
-int64_t ControlAgent::heartbeat(int64_t step, int epoch, int64_t steps_per_epoch, double loss, double samples_per_second) {
+int64_t ControlAgent::heartbeat(const Report& report) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_rank(impl_->rank);
-  req.set_step(step);
-  req.set_epoch(epoch);
-  req.set_steps_per_epoch(steps_per_epoch);
-  req.set_loss(loss);
-  req.set_samples_per_second(samples_per_second);
+  req.set_step(report.step);
+  req.set_epoch(report.epoch);
+  req.set_steps_per_epoch(report.steps_per_epoch);
+  req.set_loss(report.loss);
+  req.set_samples_per_second(report.samples_per_second);
+  for (int r : report.stragglers.ranks) req.add_slow_ranks(r);
+  req.set_slow_reason(report.stragglers.message.substr(0, kSlowReasonBytes));
   v1::HeartbeatResponse resp;
   // A controller that restarts (or hands over to another) is waited for, up to the timeout: every
   // rank waits at the same step, so the gang goes on with the switch step it will be told.
@@ -51,7 +53,7 @@ int64_t ControlAgent::heartbeat(int64_t step, int epoch, int64_t steps_per_epoch
     std::this_thread::sleep_for(Millis(200));
   }
   if (!s.ok())
-    throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", step, ": ", s.error_message()));
+    throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", report.step, ": ", s.error_message()));
   return resp.switch_step();
 }
 

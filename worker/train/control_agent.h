@@ -1,12 +1,14 @@
 // ControlAgent: the worker's side of the controller's control plane (proto/tessera.proto). Before
-// each step it reports its progress and learns the controller's decisions: for a hybrid job, the
-// step at which every rank switches to the dense strategy. One per rank; used by one thread.
+// each step it reports its progress (and the gang's stragglers, if any) and learns the controller's
+// decisions: for a hybrid job, the step at which every rank switches to the dense strategy. One per
+// rank; used by one thread.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "worker/comm/store.h"
+#include "worker/train/straggler.h"
 
 namespace tessera {
 
@@ -16,10 +18,16 @@ class ControlAgent {
   ControlAgent(const std::string& target, std::string job, std::string token, int rank, Millis timeout);
   ~ControlAgent();
 
-  // Reports the step about to run (with the previous step's loss and throughput); returns the switch
-  // step, or -1 while none is chosen. Throws CommError when the controller refuses or cannot be
-  // reached within the timeout.
-  int64_t heartbeat(int64_t step, int epoch, int64_t steps_per_epoch, double loss, double samples_per_second);
+  struct Report {
+    int64_t step = 0;  // the step about to run
+    int epoch = 0;
+    int64_t steps_per_epoch = 0;
+    double loss = 0, samples_per_second = 0;  // of the previous step
+    StragglerReport stragglers;
+  };
+  // Reports progress; returns the switch step, or -1 while none is chosen. Throws CommError when the
+  // controller refuses or cannot be reached within the timeout.
+  int64_t heartbeat(const Report& report);
 
  private:
   struct Impl;

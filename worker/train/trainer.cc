@@ -147,7 +147,10 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
       switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
     }
   }
-  if (groups_) buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap);
+  if (groups_) {
+    buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap);
+    stragglers_ = std::make_unique<StragglerWatch>(*groups_);
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -428,7 +431,8 @@ TrainSummary Trainer::run() {
       order_epoch = epoch;
     }
     if (control_) {
-      const int64_t s = control_->heartbeat(step_, epoch, steps_per_epoch_, last_loss, last_sps);
+      const int64_t s = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss, last_sps,
+                                             stragglers_ ? stragglers_->report() : StragglerReport{}});
       if (dense_ && switch_step_ < 0 && s >= 0) {
         switch_step_ = s;
         summary.switch_step = s;
@@ -473,8 +477,16 @@ TrainSummary Trainer::run() {
       throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
                                         " (lower spec.training.optimizer.learningRate or set spec.training.gradClip)"));
     last_loss = rec.loss;
-    last_sps = tr.batch_size / std::max(1e-9, rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s);
+    const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
+    last_sps = tr.batch_size / std::max(1e-9, step_s);
     ++step_;
+    if (stragglers_ && stragglers_->after_step(rec.forward_s + rec.backward_s + rec.update_s, step_s) && rank_ == 0) {
+      const StragglerReport& s = stragglers_->report();
+      if (s.ranks.empty())
+        log_info("no rank holds the gang back any more");
+      else
+        log_warn("straggler: ", s.message);
+    }
 
     window.data_s += rec.data_s;
     window.forward_s += rec.forward_s;

@@ -8,7 +8,8 @@
 // optimiser update. With communication.overlap the buckets are exchanged on a second thread while
 // the backward pass goes on (BucketExchange), and the step waits only for what is still in flight. Records per-step timings (data wait, forward, backward, communication, update),
 // prints a progress line, checkpoints every N steps (atomically; a restarted rank resumes from the
-// newest step every rank has) and validates at the end of each epoch.
+// newest step every rank has) and validates at the end of each epoch. Every few seconds the ranks
+// measure their links and compute (StragglerWatch) and report a rank or node that holds them back.
 // A Trainer is driven by one thread.
 #pragma once
 
@@ -22,6 +23,7 @@
 #include "worker/train/bucket_exchange.h"
 #include "worker/train/control_agent.h"
 #include "worker/train/job_config.h"
+#include "worker/train/straggler.h"
 
 namespace tessera {
 
@@ -112,6 +114,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
   std::unique_ptr<BucketExchange> buckets_;  // null for a single process: nothing to exchange
+  std::unique_ptr<StragglerWatch> stragglers_;  // null for a single process
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
   bool flushed_residuals_ = false;
   ControlAgent* control_ = nullptr;

@@ -1,0 +1,70 @@
+// Stragglers: the rank or node that holds a synchronous gang back. In a ring every rank waits for the
+// slowest link and the slowest rank, so the step time alone cannot say who is slow; two measurements
+// can:
+// - links: the first rank of each node exchanges a probe of `bytes` with the first rank of every
+//   other node, one pair at a time (a round-robin tournament), and times it. A node whose every link
+//   is much slower than the links between the other nodes is the one whose network is slow. With
+//   two nodes there is one link and no other to compare it with, so no node is named for it;
+// - compute: each rank's forward, backward and update time, against the other ranks'.
+// StragglerWatch runs both every few seconds of training, at steps every rank agrees on, and reports
+// a rank only when two rounds in a row find it slow (and clears it after two rounds that do not), so
+// a moment of noise on shared cores names no one.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "worker/comm/topology.h"
+
+namespace tessera {
+
+// The longest report message the controller takes (longer ones are cut).
+inline constexpr size_t kSlowReasonBytes = 1024;
+
+struct StragglerReport {
+  std::vector<int> ranks;  // the slow ranks, ascending; empty: none
+  std::string message;     // why, in a sentence per finding; empty: none
+  bool operator==(const StragglerReport&) const = default;
+};
+
+// Pairs of the round-robin tournament among `members`: round r (0 <= r < rounds(members)) pairs each
+// member with partner(members, r, i), or -1 when it sits the round out. Over all rounds every pair
+// meets exactly once.
+int tournament_rounds(int members);
+int tournament_partner(int members, int round, int member);
+
+// Times, in seconds, of one exchange of `bytes` each way between every two nodes (node_seconds[a * m
+// + b], m nodes; the diagonal 0): the first rank of each node takes part, the fastest of `repeats`
+// exchanges counts. Collective over the world: every rank calls it and gets the same matrix.
+std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repeats);
+
+// The verdict from one round of measurements: node_seconds as probe_node_links gives it (empty: not
+// measured), compute_seconds[r] rank r's compute per step. A node is slow when even its fastest link
+// carries less than a third of the median of the links between other nodes; a rank when its compute
+// takes over twice the median of the other ranks'.
+StragglerReport judge_stragglers(const Topology& topology, const std::vector<double>& node_seconds, size_t bytes,
+                                 const std::vector<double>& compute_seconds);
+
+class StragglerWatch {
+ public:
+  // Measures about every `interval_s` seconds of training (the steps are agreed from the first
+  // round's pace), probing with `bytes` per link.
+  StragglerWatch(CommGroups& groups, double interval_s = 5.0, size_t bytes = size_t{256} << 10);
+
+  // Every rank calls it after each step, with the step's compute (forward, backward, update) and
+  // wall seconds. Collective on the steps of a round; returns true when the report changed.
+  bool after_step(double compute_s, double step_s);
+  const StragglerReport& report() const { return report_; }
+
+ private:
+  CommGroups& groups_;
+  double interval_s_;
+  size_t bytes_;
+  int64_t steps_ = 0, every_ = 4;         // steps since the last round; a round every `every_` steps
+  double compute_sum_ = 0, wall_sum_ = 0;  // since the last round
+  StragglerReport report_, pending_;       // confirmed; seen in the last round
+  int agreeing_rounds_ = 0;                // rounds in a row that found `pending_`
+};
+
+}  // namespace tessera
