@@ -1092,6 +1092,7 @@ int cmd_controller(Flags& f) {
   kube::OperatorOptions options;
   options.rendezvous_listen = "127.0.0.1:0";
   options.workers = 4;
+  options.token_key = new_job_token() + new_job_token();  // 64 random bytes
   kube::KubeOperator op(controller_client, options);
   std::atomic<bool> stop{false};
   op.preflight(stop);

@@ -155,15 +155,25 @@ int data_generate(int argc, char** argv) {
 }
 
 // A manifest read with every problem: the API's rules, then (when those pass) the model's.
-api::ParsedJob check(const std::string& file) {
+// A manifest read and checked as every worker would; *parameters: its model's.
+api::ParsedJob check(const std::string& file, int64_t* parameters) {
   api::ParsedJob parsed = api::read_training_job(file);
   if (!parsed.ok()) return parsed;
   try {
-    make_job_config(parsed.job);
+    *parameters = make_job_config(parsed.job).parameters;
   } catch (const ConfigError& e) {
     parsed.problems = e.problems();
   }
   return parsed;
+}
+
+// "512", "17.9K", "9.0M", "1.2B", "1.1T" for a count of parameters.
+std::string short_count(int64_t n) {
+  if (n >= 1'000'000'000'000) return detail::concat(std::round(n / 1e11) / 10, "T");
+  if (n >= 1'000'000'000) return detail::concat(std::round(n / 1e8) / 10, "B");
+  if (n >= 1'000'000) return detail::concat(std::round(n / 1e5) / 10, "M");
+  if (n >= 1'000) return detail::concat(std::round(n / 1e2) / 10, "K");
+  return std::to_string(n);
 }
 
 int validate(int argc, char** argv) {
@@ -179,20 +189,22 @@ int validate(int argc, char** argv) {
   bool all_ok = true;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& file : files) {
-    const api::ParsedJob p = check(file);
+    int64_t parameters = 0;
+    const api::ParsedJob p = check(file, &parameters);
     all_ok = all_ok && p.ok();
     if (as_json) {
       nlohmann::json problems = nlohmann::json::array();
       for (const auto& q : p.problems) problems.push_back({{"field", q.field}, {"reason", q.reason}});
       out.push_back({{"file", file}, {"valid", p.ok()}, {"problems", problems}});
+      if (p.ok()) out.back()["parameters"] = parameters;
       continue;
     }
     if (p.ok()) {
       const auto& s = p.job.spec;
-      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s, %s\n", file.c_str(),
+      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s (%s parameters), %s\n", file.c_str(),
                   p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(), detail::count(s.replicas, "replica").c_str(),
                   detail::count(s.ranks_per_replica, "rank").c_str(), s.parallelism.spatial_size(), s.data_replicas(),
-                  s.model.name.c_str(), s.communication.strategy.c_str());
+                  s.model.name.c_str(), short_count(parameters).c_str(), s.communication.strategy.c_str());
     } else {
       std::printf("%s: %s\n", file.c_str(), detail::count(p.problems.size(), "problem").c_str());
       for (const auto& q : p.problems) std::printf("  %s: %s\n", q.field.c_str(), q.reason.c_str());
@@ -237,7 +249,8 @@ int run_job(int argc, char** argv) {
   }
   if (!options.prometheus_addr.empty() && std::system("command -v prometheus >/dev/null 2>&1") != 0)
     throw ConfigError("--prometheus", "no prometheus command on PATH (Debian: apt-get install prometheus)");
-  api::ParsedJob p = check(file);
+  int64_t parameters = 0;
+  api::ParsedJob p = check(file, &parameters);
   if (!p.ok()) throw ConfigError(p.problems);
   if (nodes) p.job.spec.local.nodes = nodes;
   if (gpus) p.job.spec.local.gpus_per_node = gpus;

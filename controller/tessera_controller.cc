@@ -4,6 +4,7 @@
 //                      [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]
 //                      [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]
 //                      [--status-interval SECONDS] [--workers N] [--job-defaults FILE]
+//                      --token-key-file FILE
 //   tessera-controller --print-permissions [--leader-elect]
 //
 // Every --flag VALUE may also be written --flag=VALUE.
@@ -18,14 +19,18 @@
 // endpoints, for Prometheus' http_sd_configs). --print-permissions prints the RBAC rules the
 // controller needs, as JSON, and exits. --job-defaults names a YAML file of TrainingJob spec fields
 // (the cluster's GPU node pools: placement.nodeSelector, tolerations, topologyKeys; the local-SSD
-// path: cache.localSSD.path; ...) that every job gets where its own spec leaves them unset. Exit status: 0 stopped by SIGTERM or
-// SIGINT, 1 leadership lost or a failure, 2 bad flags.
+// path: cache.localSSD.path; ...) that every job gets where its own spec leaves them unset.
+// --token-key-file names the secret key (at least 32 bytes, the same for every replica; the Helm
+// chart keeps one in a Secret) under which each job's rendezvous token is derived from its uid, so
+// the controller never reads a Secret. Exit status: 0 stopped by SIGTERM or SIGINT, 1 leadership
+// lost or a failure, 2 bad flags.
 #include <atomic>
 #include <map>
 #include <tuple>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <mutex>
 #include <thread>
@@ -55,6 +60,7 @@ const char* kUsage =
     "                          [--health-addr HOST:PORT] [--rendezvous-listen HOST:PORT]\n"
     "                          [--rendezvous-advertise HOST:PORT] [--worker-image IMAGE]\n"
     "                          [--status-interval SECONDS] [--workers N] [--job-defaults FILE]\n"
+    "                          --token-key-file FILE\n"
     "       tessera-controller --print-permissions [--leader-elect]\n";
 
 struct Options {
@@ -85,6 +91,19 @@ nlohmann::json load_job_defaults(const std::string& file) {
     throw ConfigError(problems);
   }
   return spec;
+}
+
+// The key jobs' tokens are derived under: the file's bytes, at least 32 of them (trailing white
+// space aside, as `head -c 48 /dev/urandom | base64 > FILE` writes it).
+std::string load_token_key(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError("--token-key-file", file + ": cannot read the file");
+  std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  if (key.size() < 32)
+    throw ConfigError("--token-key-file", detail::concat(file, ": ", detail::count(static_cast<int64_t>(key.size()), "byte"),
+                                                         "; a key needs at least 32 (head -c 48 /dev/urandom | base64 > ", file, ")"));
+  return key;
 }
 
 Options parse(int argc, char** argv) {
@@ -122,6 +141,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--rendezvous-advertise") o.op.rendezvous_advertise = value();
     else if (a == "--worker-image") o.op.worker_image = value();
     else if (a == "--job-defaults") o.op.spec_defaults = load_job_defaults(value());
+    else if (a == "--token-key-file") o.op.token_key = load_token_key(value());
     else if (a == "--status-interval") {
       const std::string v = value();
       char* end = nullptr;
@@ -163,6 +183,9 @@ int run(int argc, char** argv) {
     print_permissions(o.leader_elect);
     return 0;
   }
+  if (o.op.token_key.empty())
+    throw ConfigError("--token-key-file", "required: the secret key jobs' rendezvous tokens are derived under, the same for every "
+                                          "controller replica (the Helm chart keeps one in a Secret)");
   set_log_tag("controller");
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);

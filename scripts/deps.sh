@@ -8,6 +8,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev
   libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev libcurl4-openssl-dev prometheus-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
+  libssl-dev                                       # HMAC-SHA256 of the controller's job tokens
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)

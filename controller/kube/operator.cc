@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "api/training_job.h"
@@ -38,12 +39,15 @@ struct KubeOperator::Impl {
   const KubeClient& client;
   OperatorOptions opt;
   std::unique_ptr<RendezvousService> rendezvous;
-  std::unique_ptr<Informer> jobs, pods, nodes, secrets, services, configmaps;
+  std::unique_ptr<Informer> jobs, pods, nodes, services, configmaps;
   WorkQueue queue;
 
   mutable std::mutex mu;
   std::mutex placement_mu;
   std::map<std::string, std::pair<std::string, int>> served;  // job key -> (token, attempt) at the rendezvous
+  // Jobs whose token Secret this controller has written (it cannot read Secrets): after a restart the
+  // first decision creates it again, meets 409 AlreadyExists and replaces it with the same content.
+  std::set<std::string> secrets_made;  // GUARDED_BY(mu)
   OperatorStats stats;
 
   Impl(const KubeClient& c, OperatorOptions o) : client(c), opt(std::move(o)) {}
@@ -54,7 +58,6 @@ struct KubeOperator::Impl {
   }
   Informer* informer_of(const std::string& resource) {
     if (resource == "pods") return pods.get();
-    if (resource == "secrets") return secrets.get();
     if (resource == "services") return services.get();
     if (resource == "configmaps") return configmaps.get();
     return nullptr;
@@ -123,14 +126,13 @@ struct KubeOperator::Impl {
     const std::string name = job["metadata"].value("name", "");
     const std::string key = ns + "/" + name;
     for (const auto& p : pods->indexed(key)) o.pods.push_back(reconcile::pod_info(p));
-    if (auto s = secrets->get(ns + "/" + reconcile::token_secret_name(name)))
-      if (s->contains("data") && (*s)["data"].contains("token"))
-        o.token = base64_decode((*s)["data"]["token"].get<std::string>(), "secret token");
+    o.token = derive_job_token(opt.token_key, job["metadata"].value("uid", ""));
     o.has_service = services->get(key).has_value();
     o.config_map = configmaps->get(key + "-config");
     if (with_nodes) o.nodes = node_infos();
     {
       std::lock_guard<std::mutex> lock(mu);
+      o.has_secret = secrets_made.count(key) > 0;
       auto it = served.find(key);
       if (it != served.end() && job.contains("status") && it->second.second == job["status"].value("restarts", 0)) {
         o.progress = rendezvous->progress(key);
@@ -213,6 +215,11 @@ struct KubeOperator::Impl {
     }
   }
 
+  void secret_made(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu);
+    secrets_made.insert(key);
+  }
+
   // Carries out one action of a decision for `job`; throws WriteConflict or ApiError.
   void act(const json& job, const std::string& key, const Action& a) {
     const std::string ns = job["metadata"].value("namespace", "");
@@ -235,10 +242,19 @@ struct KubeOperator::Impl {
         case Action::Kind::kCreate: {
           try {
             const json created = client.create(path(a.resource, ns), a.object);
-            informer_of(a.resource)->remember(created);
+            if (Informer* i = informer_of(a.resource)) i->remember(created);
             if (a.resource == "pods") log_info(key, ": ", a.describe());
+            if (a.resource == "secrets") secret_made(key);
           } catch (const ApiError& e) {
-            if (e.already_exists()) break;
+            if (e.already_exists()) {
+              if (a.resource == "secrets") {
+                // Written again, unread: after a restart it holds this token already, but a job deleted and
+                // created again under its name may still find its predecessor's Secret.
+                client.replace(path(a.resource, ns, a.name), a.object);
+                secret_made(key);
+              }
+              break;
+            }
             if (!e.transient()) {
               Action failed;
               failed.kind = Action::Kind::kEvent;
@@ -289,10 +305,13 @@ struct KubeOperator::Impl {
       if (!job) {
         ensure_rendezvous(key);
         queue.forget(key);
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          secrets_made.erase(key);  // a job created again under the name has a new uid, token and Secret
+        }
         if (opt.metrics) opt.metrics->forget_job(ns, name);
         return;
       }
-      ro.token = new_job_token();
       reconcile::Observed o = observe(*job, false);
       // Placements are made one at a time, each on a snapshot that holds the pods of the last one.
       std::unique_lock<std::mutex> placing(placement_mu, std::defer_lock);
@@ -416,7 +435,7 @@ std::vector<Permission> required_permissions(bool leader_election) {
   add("tessera.dev", "trainingjobs", {"get", "list", "watch", "delete"});  // get: a fresh read after a 409
   add("tessera.dev", "trainingjobs", {"update"}, true, "status");
   add("", "pods", {"list", "watch", "create", "delete"});
-  add("", "secrets", {"list", "watch", "create"});
+  add("", "secrets", {"create", "update"});  // the job's token Secret; never read (derive_job_token)
   add("", "services", {"list", "watch", "create"});
   add("", "configmaps", {"get", "list", "watch", "create", "update"});  // get: a fresh read after a 409
   add("", "events", {"create"});
@@ -474,7 +493,6 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   m.pods = std::make_unique<Informer>(m.client, core_path(ns, "pods"));
   m.pods->set_index(job_of);
   m.nodes = std::make_unique<Informer>(m.client, core_path("", "nodes"));
-  m.secrets = std::make_unique<Informer>(m.client, core_path(ns, "secrets"), selector);
   m.services = std::make_unique<Informer>(m.client, core_path(ns, "services"), selector);
   m.configmaps = std::make_unique<Informer>(m.client, core_path(ns, "configmaps"), selector);
   m.jobs->set_handler([&m](const std::string&, const json& j) { m.queue.add(object_key(j)); });
@@ -488,14 +506,13 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
     if (type == "DELETED" || (p.contains("status") && !reconcile::holds_resources(p) && !p["spec"].value("nodeName", "").empty()))
       if (job_of(p).empty()) m.enqueue_unplaced();
   });
-  m.secrets->set_handler(child);
   m.services->set_handler(child);
   m.configmaps->set_handler(child);
   m.nodes->set_handler([&m](const std::string& type, const json&) {
     if (type != "MODIFIED") m.enqueue_unplaced();
   });
-  for (Informer* i : {m.nodes.get(), m.pods.get(), m.secrets.get(), m.services.get(), m.configmaps.get(), m.jobs.get()}) i->start();
-  for (Informer* i : {m.nodes.get(), m.pods.get(), m.secrets.get(), m.services.get(), m.configmaps.get(), m.jobs.get()})
+  for (Informer* i : {m.nodes.get(), m.pods.get(), m.services.get(), m.configmaps.get(), m.jobs.get()}) i->start();
+  for (Informer* i : {m.nodes.get(), m.pods.get(), m.services.get(), m.configmaps.get(), m.jobs.get()})
     while (!i->wait_synced(std::chrono::milliseconds(200)))
       if (stop) break;
   log_info("caches synced: ", m.jobs->list().size(), " training job(s), ", m.nodes->list().size(), " node(s); rendezvous at ",
@@ -508,7 +525,7 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   ready_ = false;
   m.queue.shutdown();
   for (auto& t : workers) t.join();
-  for (Informer* i : {m.jobs.get(), m.pods.get(), m.nodes.get(), m.secrets.get(), m.services.get(), m.configmaps.get()}) i->stop();
+  for (Informer* i : {m.jobs.get(), m.pods.get(), m.nodes.get(), m.services.get(), m.configmaps.get()}) i->stop();
 }
 
 }  // namespace tessera::kube

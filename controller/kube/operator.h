@@ -1,12 +1,14 @@
 // KubeOperator: the Kubernetes backend of the TrainingJob reconcile. Informers keep caches of the
-// TrainingJobs, their Secrets, Services and ConfigMaps, all pods and the nodes; a change to any of
+// TrainingJobs, their Services and ConfigMaps, all pods and the nodes; a change to any of
 // them queues the job's key; worker threads take keys from the work queue, build the Observed
 // state from the caches and the rendezvous' progress, run reconcile() and carry out its actions as
 // API calls, in order. A failed call puts the key back with per-key exponential backoff; a status
 // write is a PUT with the job's resourceVersion, and a 409 Conflict reconciles again against a
 // fresh read, so a decision is never made twice from a stale cache. The operator serves the gRPC
-// rendezvous of its jobs, and rebuilds it for running jobs from their Secret, ConfigMap and status
-// after a restart. Thread-safe; run() blocks until stop().
+// rendezvous of its jobs, and rebuilds it for running jobs from their ConfigMap and status after a
+// restart. A job's token is derived from its uid under the controller's key (derive_job_token), so
+// the controller creates the job's token Secret but never reads a Secret: it needs no permission to.
+// Thread-safe; run() blocks until stop().
 #pragma once
 
 #include <atomic>
@@ -34,6 +36,7 @@ struct OperatorOptions {
   int workers = 4;                           // reconcile threads
   ControllerMetrics* metrics = nullptr;      // not owned; null: none kept
   nlohmann::json spec_defaults = nlohmann::json::object();  // spec fields of jobs that leave them unset
+  std::string token_key;                     // the key jobs' tokens are derived under (every replica the same)
 };
 
 // What the operator measured, for benchmarks.

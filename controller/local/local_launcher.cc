@@ -153,7 +153,7 @@ class Launch {
     options_reconcile_.rendezvous_address = rendezvous_;
     options_reconcile_.status_interval = std::chrono::milliseconds(1000);
     options_reconcile_.cluster = false;
-    options_reconcile_.token = new_job_token();
+    token_ = new_job_token();
     auto last_line_at = Clock::now();
     for (;;) {
       if (g_interrupted) {
@@ -212,6 +212,7 @@ class Launch {
     reconcile::Observed o;
     o.job = object_;
     o.token = token_;
+    o.has_secret = has_secret_;
     o.has_service = true;  // pods reach each other on loopback: nothing to create
     o.config_map = config_map_;
     o.now = std::chrono::system_clock::now();
@@ -322,7 +323,7 @@ class Launch {
           break;
         case reconcile::Action::Kind::kCreate:
         case reconcile::Action::Kind::kUpdate:
-          if (a.resource == "secrets") token_ = a.object["stringData"].value("token", "");
+          if (a.resource == "secrets") has_secret_ = true;  // the token stays in memory
           else if (a.resource == "configmaps") config_map_ = a.object;
           else if (a.resource == "pods") start_pod(a);
           break;
@@ -347,10 +348,11 @@ class Launch {
     std::string strategy = c.strategy;
     if (c.strategy == "hybrid") strategy = detail::concat("hybrid: ", c.sparse, " until epoch ", c.switch_at_epoch, ", then ", c.dense);
     if (!announced_) {
-      say(detail::concat("job ", job_.name, ": ", spec_.workers(), " workers (", spec_.replicas, " replicas x ",
-                         spec_.ranks_per_replica, " ranks) on ", spec_.local.nodes, " virtual nodes of ",
-                         spec_.local.gpus_per_node, " GPU slots; spatial ", spec_.parallelism.spatial_size(), " x data ",
-                         spec_.data_replicas(), "; ", strategy, "; ", threads_, " threads per worker"));
+      say(detail::concat("job ", job_.name, ": ", detail::count(spec_.workers(), "worker"), " (",
+                         detail::count(spec_.replicas, "replica"), " x ", detail::count(spec_.ranks_per_replica, "rank"), ") on ",
+                         detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(spec_.local.gpus_per_node, "GPU slot"),
+                         "; spatial ", spec_.parallelism.spatial_size(), " x data ", spec_.data_replicas(), "; ", strategy, "; ",
+                         detail::count(threads_, "thread"), " per worker"));
       for (const auto& p : status().value("placement", json::array()))
         say(detail::concat("  replica ", p["replica"].get<int>(), " on ", p["node"].get<std::string>(), ": ranks ", p["ranks"].dump()));
       say(detail::concat("rendezvous on ", rendezvous_, "; worker logs in ", dir_, "/logs"));
@@ -405,6 +407,7 @@ class Launch {
     reconcile::Observed o;
     o.job = object_;
     o.token = token_;
+    o.has_secret = has_secret_;
     o.config_map = config_map_;
     return o;
   }
@@ -572,7 +575,8 @@ class Launch {
   const api::TrainingJob& job_;
   const LocalOptions& options_;
   const api::TrainingJobSpec& spec_;
-  std::string dir_, token_;
+  std::string dir_, token_;  // token_: the job's, random per run
+  bool has_secret_ = false;
   json object_;
   std::optional<json> config_map_;
   std::vector<placement::NodeInfo> nodes_;

@@ -319,7 +319,7 @@ std::optional<Time> parse_time(const std::string& s) {
 std::optional<RendezvousTarget> rendezvous_target(const Observed& o) {
   const json status = o.job.contains("status") ? o.job["status"] : json::object();
   const std::string phase = status.is_object() ? status.value("phase", "") : "";
-  if (o.token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
+  if (!o.has_secret || o.token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
   const auto plan = read_plan(o.config_map);
   if (!plan || plan->first != status.value("restarts", 0)) return std::nullopt;
   RendezvousTarget t;
@@ -416,13 +416,14 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   }
 
   // Children every job has: the rendezvous token and the headless Service of its pods.
-  if (o.token.empty()) {
+  if (!o.has_secret) {
+    TESSERA_CHECK(!o.token.empty(), "the backend gave job ", b.name, " no token");
     b.create("secrets", token_secret_name(b.name),
              {{"apiVersion", "v1"},
               {"kind", "Secret"},
               {"metadata", b.meta(token_secret_name(b.name))},
               {"type", "Opaque"},
-              {"stringData", {{"token", opt.token}}}});
+              {"stringData", {{"token", o.token}}}});
   }
   if (!o.has_service) {
     b.create("services", b.name,

@@ -53,7 +53,9 @@ struct PodInfo {
 struct Observed {
   json job;                          // the TrainingJob as stored: metadata, spec, status
   std::vector<PodInfo> pods;         // pods labelled with the job
-  std::string token;                 // from the job's Secret; empty: no Secret
+  std::string token;                 // the job's rendezvous token, from the backend (derived from the job's uid
+                                     // on a cluster, random per run locally); its Secret hands it to the pods
+  bool has_secret = false;           // the job's token Secret exists (as the backend knows: it created it)
   bool has_service = false;
   std::optional<json> config_map;    // the job's ConfigMap
   std::vector<placement::NodeInfo> nodes;  // used: requests of all pods bound there that hold resources
@@ -83,7 +85,6 @@ struct ReconcileOptions {
   std::string rendezvous_address;      // host:port the workers reach the controller at
   std::string worker_image;            // used when spec.image is the API default
   std::chrono::milliseconds status_interval{5000};  // progress is written at most this often
-  std::string token;                   // the token of a Secret created now (random per job, from the backend)
   json spec_defaults = json::object();  // spec fields of every job that leaves them unset
                                        // (tessera-controller --job-defaults: node pools, topology keys, SSD path)
   int metrics_port = 9400;             // slot S of a pod serves /metrics on this port + S (declared as the

@@ -1,5 +1,8 @@
 #include "controller/rendezvous/rendezvous_service.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -236,6 +239,18 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     }
   }
 };
+
+std::string derive_job_token(const std::string& key, const std::string& job_uid) {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (key.empty() || !HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+                           reinterpret_cast<const unsigned char*>(job_uid.data()), job_uid.size(), mac, &len))
+    throw Error("deriving a job token: HMAC-SHA256 failed (an empty key?)");
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (unsigned i = 0; i < 16; ++i) t += {hex[mac[i] >> 4], hex[mac[i] & 15]};
+  return t;
+}
 
 std::string new_job_token() {
   std::random_device rd;

@@ -56,6 +56,10 @@ struct RendezvousLimits {
 
 // A new random job token (128 bits, hex).
 std::string new_job_token();
+// The token of the job with this uid on a cluster: HMAC-SHA256 under the controller's key, cut to
+// 128 bits (hex). A controller that restarts, or a standby that takes over, derives the same token
+// again, so it never has to read the job's Secret back. Throws Error for an empty key.
+std::string derive_job_token(const std::string& key, const std::string& job_uid);
 
 class RendezvousService {
  public:

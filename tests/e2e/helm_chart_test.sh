@@ -86,7 +86,7 @@ echo "PASS the rendered objects are accepted by the API server ($(grep -c . "$di
 "$helm" install tessera "$chart" -n "$ns" "${values[@]}" >"$dir/install.log" || fail "helm install: $(cat "$dir/install.log")"
 kubectl wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null
 for o in deployment/tessera serviceaccount/tessera service/tessera configmap/tessera-job-defaults configmap/tessera-dashboard \
-         role/tessera-leader-election rolebinding/tessera-leader-election; do
+         secret/tessera-token-key role/tessera-leader-election rolebinding/tessera-leader-election; do
   kubectl get -n "$ns" "$o" >/dev/null || fail "helm install did not create $o"
 done
 kubectl get clusterrole/tessera clusterrolebinding/tessera >/dev/null || fail "helm install did not create the ClusterRole"
@@ -110,6 +110,16 @@ echo "PASS kubectl explain trainingjob.spec.training.optimizer shows the field d
 bash "$src/scripts/test-cluster.sh" account-kubeconfig "$dir/cluster" "$ns" tessera >"$dir/chart-sa.kubeconfig" ||
   fail "no kubeconfig for the chart's service account"
 kubectl get configmap tessera-job-defaults -n $ns -o jsonpath='{.data.job-defaults\.yaml}' >"$dir/job-defaults.yaml"
+kubectl get secret tessera-token-key -n $ns -o jsonpath='{.data.key}' | base64 -d >"$dir/token.key"
+[ "$(wc -c <"$dir/token.key")" -ge 32 ] || fail "the chart's token key is $(wc -c <"$dir/token.key") bytes"
+# The controller's account may create and update Secrets, never read one: a job's token Secret is
+# read only by the kubelets that run the job's pods.
+for verb in get list watch; do
+  [ "$(kubectl auth can-i "$verb" secrets -n team-a --as="system:serviceaccount:$ns:tessera" 2>/dev/null)" = no ] ||
+    fail "the controller's service account may $verb secrets"
+done
+[ "$(kubectl auth can-i create secrets -n team-a --as="system:serviceaccount:$ns:tessera" 2>/dev/null)" = yes ] ||
+  fail "the controller's service account may not create secrets"
 port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 health=$(port)
 rendezvous=$(port)
@@ -123,6 +133,7 @@ for a in "${args[@]}"; do
     --health-addr=*) run_args+=("--health-addr=127.0.0.1:$health") ;;
     --rendezvous-listen=* | --rendezvous-advertise=*) run_args+=("${a%%=*}=127.0.0.1:$rendezvous") ;;
     --job-defaults=*) run_args+=("--job-defaults=$dir/job-defaults.yaml") ;;
+    --token-key-file=*) run_args+=("--token-key-file=$dir/token.key") ;;
     *) run_args+=("$a") ;;
   esac
 done

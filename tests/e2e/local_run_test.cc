@@ -204,6 +204,13 @@ TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
   const Shell valid = sh(kCli + " validate " + dir + "/a.yaml", dir);
   EXPECT_EQ(valid.rc, 0) << valid.out << valid.err;
   EXPECT_NE(valid.out.find("valid: TrainingJob a, 1 worker (1 replica x 1 rank)"), std::string::npos) << valid.out;
+  // A model of a trillion parameters is checked without allocating it (tensors without storage).
+  std::ofstream(dir + "/huge.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: huge}\n"
+                                       "spec: {model: {name: cosmoflow, inputSize: 512, hidden: [1048576, 1048576]}, "
+                                       "dataset: {format: synthetic}}\n";
+  const Shell huge = sh("ulimit -v 1000000; " + kCli + " validate " + dir + "/huge.yaml", dir);  // 1 GB of address space
+  EXPECT_EQ(huge.rc, 0) << huge.out << huge.err;
+  EXPECT_NE(huge.out.find("cosmoflow (1.1T parameters)"), std::string::npos) << huge.out;
   expect_error("validate " + dir, dir + ": is a directory, not a manifest file");
   expect_error("validate " + dir + "/missing.yaml", "no such file");
   expect_error("run " + dir + "/a.yaml " + dir + "/b.yaml", dir + "/b.yaml: unexpected argument (tessera run takes one manifest)");

@@ -123,6 +123,17 @@ TEST(RendezvousTest, MissingWorkerTimesOutNamingIt) {
   }
 }
 
+// A job's token on a cluster: HMAC-SHA256 of its uid under the controller's key, 128 bits in hex
+// (RFC 4231's second case for the bytes), the same every time, another for another uid or key.
+TEST(RendezvousTest, JobTokensAreDerivedFromTheUidUnderTheKey) {
+  EXPECT_EQ(derive_job_token("Jefe", "what do ya want for nothing?"), "5bdcc146bf60754e6a042426089575c7");
+  const std::string key(48, 'k');
+  EXPECT_EQ(derive_job_token(key, "uid-1"), derive_job_token(key, "uid-1"));
+  EXPECT_NE(derive_job_token(key, "uid-1"), derive_job_token(key, "uid-2"));
+  EXPECT_NE(derive_job_token(key, "uid-1"), derive_job_token(std::string(48, 'j'), "uid-1"));
+  EXPECT_THROW(derive_job_token("", "uid-1"), Error);
+}
+
 // Requests as a confused or hostile client could send them, on the raw gRPC API: every field is
 // checked and named, the store is bounded, and messages above the limit never reach the handlers.
 TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {

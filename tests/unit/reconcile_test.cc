@@ -70,6 +70,7 @@ Observed running(int attempt = 0, json spec_patch = json::object()) {
   json status = {{"phase", "Running"}, {"restarts", attempt}, {"observedGeneration", 1}, {"startTime", format_time(kNow - seconds(60))}};
   o.job = job(spec_patch, status);
   o.token = "t0k3n";
+  o.has_secret = true;
   o.has_service = true;
   o.config_map = config_map(o.job, attempt);
   o.nodes = {node("n0", "a", 2, 2), node("n1", "b", 2, 2)};
@@ -81,7 +82,6 @@ Observed running(int attempt = 0, json spec_patch = json::object()) {
 ReconcileOptions options() {
   ReconcileOptions r;
   r.rendezvous_address = "10.0.0.1:7070";
-  r.token = "new-token";
   r.status_interval = std::chrono::milliseconds(5000);
   return r;
 }
@@ -101,6 +101,7 @@ const Action* find(const Decision& d, Action::Kind kind, const std::string& reso
 TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
   Observed o;
   o.job = job();
+  o.token = "new-token";
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2)};
   o.now = kNow;
   const Decision d = reconcile(o, options());
@@ -137,6 +138,7 @@ TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
 TEST(ReconcileTest, PodsDeclareAMetricsPortPerRank) {
   Observed o;
   o.job = job();
+  o.token = "new-token";
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2)};
   o.now = kNow;
   const json c = find(reconcile(o, options()), Action::Kind::kCreate, "pods")->object["spec"]["containers"][0];
@@ -150,6 +152,7 @@ TEST(ReconcileTest, PodsDeclareAMetricsPortPerRank) {
 TEST(ReconcileTest, TheControllersJobDefaultsFillWhatTheSpecLeavesUnset) {
   Observed o;
   o.job = job({{"cache", {{"memory", "1Gi"}}}});
+  o.token = "new-token";
   placement::NodeInfo gpu_pool = node("n2", "a", 2), gpu_pool2 = node("n3", "a", 2);
   gpu_pool.labels["pool"] = gpu_pool2.labels["pool"] = "gpu";
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2), gpu_pool, gpu_pool2};
@@ -167,6 +170,7 @@ TEST(ReconcileTest, TheControllersJobDefaultsFillWhatTheSpecLeavesUnset) {
   // The running job, reconciled again with the same defaults, is not a spec change.
   Observed again = running();
   again.job = job({{"cache", {{"memory", "1Gi"}}}}, again.job["status"]);
+  again.token = "new-token";
   again.config_map = cm;
   again.config_map->at("metadata")["resourceVersion"] = "7";
   for (const auto& a : reconcile(again, opt).actions) EXPECT_NE(a.reason, "SpecChangeRejected") << a.message;
@@ -329,6 +333,7 @@ TEST(ReconcileTest, AGangThatDoesNotFitStaysPendingAndSaysWhatIsMissing) {
   Observed o;
   o.job = job({{"replicas", 4}, {"training", {{"batchSize", 8}}}});
   o.token = "t";
+  o.has_secret = true;
   o.has_service = true;
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2), node("n3", "b", 2, 2)};
   o.now = kNow;
@@ -487,6 +492,7 @@ TEST(ReconcileTest, TheRestartRecordsWhereTheNewGangResumed) {
 TEST(ReconcileTest, LocallyEveryRankTakesAGpuSlotAndNoVolumeIsNeeded) {
   Observed o;
   o.job = job({{"resources", {{"gpu", 0}}}, {"checkpoint", {{"path", "/tmp/ckpt"}, {"everySteps", 5}}}});
+  o.token = "new-token";
   o.nodes = {node("local-0", "local", 2), node("local-1", "local", 2)};
   o.now = kNow;
   ReconcileOptions local = options();

@@ -26,7 +26,7 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
     TESSERA_CHECK(d >= 0, "negative dimension in ", shape_str(s));
-    n *= d;
+    if (__builtin_mul_overflow(n, d, &n)) throw Error("a tensor of shape " + shape_str(s) + " has more elements than an int64 counts");
   }
   return n;
 }
@@ -37,11 +37,20 @@ std::string shape_str(const Shape& s) {
   return out + "]";
 }
 
+namespace {
+thread_local bool t_shape_only = false;
+}  // namespace
+
+ShapeOnlyTensors::ShapeOnlyTensors() : outer_(!t_shape_only) { t_shape_only = true; }
+ShapeOnlyTensors::~ShapeOnlyTensors() {
+  if (outer_) t_shape_only = false;
+}
+
 Tensor::Tensor(Shape shape, Layout layout) : shape_(std::move(shape)), numel_(shape_numel(shape_)), layout_(layout) {
   TESSERA_CHECK(layout == Layout::kPlain || shape_.size() >= 3, "a channels-last tensor needs spatial dimensions, got ",
                 shape_str(shape_));
   // 64-byte aligned for vector loads.
-  if (numel_ > 0) {
+  if (numel_ > 0 && !t_shape_only) {
     const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
     float* p = static_cast<float*>(::operator new[](bytes, std::align_val_t(64)));
     track_alloc(bytes);
@@ -78,6 +87,8 @@ Tensor Tensor::clone() const {
   return t;
 }
 
-void Tensor::fill(float value) { std::fill(data_.get(), data_.get() + numel_, value); }
+void Tensor::fill(float value) {
+  if (data_) std::fill(data_.get(), data_.get() + numel_, value);
+}
 
 }  // namespace tessera

@@ -28,10 +28,24 @@ int64_t peak_tensor_bytes();
 void reset_peak_tensor_bytes();
 std::string shape_str(const Shape& s);  // "[2, 4, 32, 32, 32]"
 
+// While one lives on this thread, new tensors have their shape and no storage (empty spans, fills do
+// nothing): a model is built this way to count and check it without allocating its parameters
+// (`tessera validate` of a model of any size).
+class ShapeOnlyTensors {
+ public:
+  ShapeOnlyTensors();
+  ~ShapeOnlyTensors();
+  ShapeOnlyTensors(const ShapeOnlyTensors&) = delete;
+  ShapeOnlyTensors& operator=(const ShapeOnlyTensors&) = delete;
+
+ private:
+  bool outer_;
+};
+
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised storage of the shape.
+  // Uninitialised storage of the shape (none under ShapeOnlyTensors).
   explicit Tensor(Shape shape, Layout layout = Layout::kPlain);
   static Tensor zeros(Shape shape);
   static Tensor filled(Shape shape, float value);
@@ -47,8 +61,8 @@ class Tensor {
 
   float* data() { return data_.get(); }
   const float* data() const { return data_.get(); }
-  std::span<float> span() { return {data_.get(), static_cast<size_t>(numel_)}; }
-  std::span<const float> span() const { return {data_.get(), static_cast<size_t>(numel_)}; }
+  std::span<float> span() { return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0}; }
+  std::span<const float> span() const { return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0}; }
   float& operator[](int64_t i) { return data_.get()[i]; }
   float operator[](int64_t i) const { return data_.get()[i]; }
 

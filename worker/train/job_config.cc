@@ -72,11 +72,13 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.communication = s.communication;
   j.checkpoint = s.checkpoint;
 
-  // What only the model knows: build it once on one rank, and check its spatial split's rule.
+  // What only the model knows: build it once on one rank, its tensors without storage (a model of
+  // any size is checked without allocating it), and check its spatial split's rule.
   ModelConfig single = j.model;
   single.spatial = SpatialGrid{};
   try {
-    make_model(single);
+    ShapeOnlyTensors shapes_only;
+    j.parameters = make_model(single)->num_params();
     check_spatial_grid(j.model);
   } catch (const ConfigError& e) {
     std::vector<FieldProblem> problems = e.problems();

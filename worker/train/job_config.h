@@ -54,6 +54,7 @@ struct JobConfig {
   TrainingConfig training;
   CommunicationConfig communication;
   CheckpointConfig checkpoint;
+  int64_t parameters = 0;          // the model's, counted without allocating them
 };
 
 // The runtime configuration of a valid job; checks what only the model knows (ConfigError on

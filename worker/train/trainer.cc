@@ -86,7 +86,12 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
-  model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
+  try {
+    model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
+  } catch (const std::bad_alloc&) {
+    throw ConfigError("spec.model", detail::concat("its ", config_.parameters, " parameters (", config_.parameters * 8 / 1e9,
+                                                   " GB with their gradients) do not fit in this worker's memory"));
+  }
   if (const Partition* p = model_->input_partition())
     for (int d = 0; d < 3; ++d) {
       box_.begin[d] = p->owned(d).begin;

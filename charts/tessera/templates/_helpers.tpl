@@ -45,7 +45,7 @@ app.kubernetes.io/component: controller
   verbs: [list, watch, create, delete]
 - apiGroups: [""]
   resources: [secrets]
-  verbs: [list, watch, create]
+  verbs: [create, update]
 - apiGroups: [""]
   resources: [services]
   verbs: [list, watch, create]
