@@ -193,8 +193,10 @@ TEST(SpatialLayers, ImpossibleSplitsNameLayerAndDimension) {
 }
 
 // Relative error below 1e-4 (float32 sums in another order through the whole network), measured
-// against the whole gradient's norm where a parameter's own is tiny: a convolution bias in front of
-// BatchNorm has a gradient that is zero up to rounding.
+// against a hundredth of the whole gradient's norm where a parameter's own is smaller: a convolution
+// bias in front of BatchNorm has a gradient that is zero up to rounding, and that rounding depends on
+// the kernels oneDNN picks for the processor (on an AMD EPYC without AMX it is 1.4e-7 of the whole
+// gradient's norm, so a bound of 1e-6 of it still leaves room).
 void expect_same_gradients(const std::vector<std::vector<float>>& got, const std::vector<Param*>& want) {
   ASSERT_EQ(got.size(), want.size());
   double total = 0;
@@ -206,7 +208,7 @@ void expect_same_gradients(const std::vector<std::vector<float>>& got, const std
       num += (double(got[i][k]) - want[i]->grad[k]) * (double(got[i][k]) - want[i]->grad[k]);
       den += double(want[i]->grad[k]) * want[i]->grad[k];
     }
-    EXPECT_LT(std::sqrt(num / std::max(den, 1e-6 * total)), 1e-4) << want[i]->name;
+    EXPECT_LT(std::sqrt(num / std::max(den, 1e-4 * total)), 1e-4) << want[i]->name;
   }
 }
 

@@ -184,17 +184,27 @@ void weight_grad_k3(const Tensor& x, const Tensor& dy, float* dw, float* db) {
   constexpr int K = 3 * CIN;  // a voxel's window along W: kw x ci
   const int64_t N = x.dim(0), D = x.dim(2), H = x.dim(3), W = x.dim(4), COUT = dy.dim(1);
   const int64_t blocks = COUT / 8, rows = N * D * H;
-  std::vector<float> total(9 * K * COUT + COUT, 0.0f);
+  // Each row's sums are taken in float (W terms), and added up over the rows in double: a sum over
+  // every voxel of a volume, in float, would lose digits to the order it was taken in.
+  std::vector<double> total(9 * K * COUT + COUT, 0.0);
 #pragma omp parallel
   {
-    std::vector<float> acc(9 * K * COUT + COUT, 0.0f);  // [kd * 3 + kh][k][co], then db
+    std::vector<double> acc(9 * K * COUT + COUT, 0.0);  // [kd * 3 + kh][k][co], then db
     std::vector<float> dyrow(W * COUT);
     std::vector<float> in((W + 2) * CIN);
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t n = r / (D * H), z = (r / H) % D, y = r % H;
       gather_row(dy, n, z, y, dyrow.data());
-      for (int64_t i = 0; i < W * COUT; ++i) acc[9 * K * COUT + i % COUT] += dyrow[i];
+      for (int64_t b = 0; b < blocks; ++b) {
+        v8 sum = {};
+        for (int64_t xi = 0; xi < W; ++xi) {
+          v8 dv;
+          std::memcpy(&dv, dyrow.data() + xi * COUT + b * 8, sizeof(v8));
+          sum += dv;
+        }
+        for (int j = 0; j < 8; ++j) acc[9 * K * COUT + b * 8 + j] += sum[j];
+      }
       for (int kd = 0; kd < 3; ++kd) {
         const int64_t zz = z + kd - 1;
         if (zz < 0 || zz >= D) continue;
@@ -204,10 +214,9 @@ void weight_grad_k3(const Tensor& x, const Tensor& dy, float* dw, float* db) {
           std::fill(in.begin(), in.begin() + CIN, 0.0f);
           std::fill(in.end() - CIN, in.end(), 0.0f);
           gather_row(x, n, zz, yy, in.data() + CIN);
-          float* tile = acc.data() + (kd * 3 + kh) * K * COUT;
+          double* tile = acc.data() + (kd * 3 + kh) * K * COUT;
           for (int64_t b = 0; b < blocks; ++b) {
-            v8 a[K];
-            for (int k = 0; k < K; ++k) std::memcpy(&a[k], tile + k * COUT + b * 8, sizeof(v8));
+            v8 a[K] = {};
             const float* win = in.data();
             const float* d = dyrow.data() + b * 8;
             for (int64_t xi = 0; xi < W; ++xi, win += CIN, d += COUT) {
@@ -215,7 +224,8 @@ void weight_grad_k3(const Tensor& x, const Tensor& dy, float* dw, float* db) {
               std::memcpy(&dv, d, sizeof(v8));
               for (int k = 0; k < K; ++k) a[k] += win[k] * dv;
             }
-            for (int k = 0; k < K; ++k) std::memcpy(tile + k * COUT + b * 8, &a[k], sizeof(v8));
+            for (int k = 0; k < K; ++k)
+              for (int j = 0; j < 8; ++j) tile[k * COUT + b * 8 + j] += a[k][j];
           }
         }
       }
@@ -228,8 +238,9 @@ void weight_grad_k3(const Tensor& x, const Tensor& dy, float* dw, float* db) {
       for (int kd = 0; kd < 3; ++kd)
         for (int kh = 0; kh < 3; ++kh)
           for (int kw = 0; kw < 3; ++kw)
-            dw[(((co * CIN + ci) * 3 + kd) * 3 + kh) * 3 + kw] = total[((kd * 3 + kh) * K + kw * CIN + ci) * COUT + co];
-    if (db) db[co] = total[9 * K * COUT + co];
+            dw[(((co * CIN + ci) * 3 + kd) * 3 + kh) * 3 + kw] =
+                static_cast<float>(total[((kd * 3 + kh) * K + kw * CIN + ci) * COUT + co]);
+    if (db) db[co] = static_cast<float>(total[9 * K * COUT + co]);
   }
 }
 
