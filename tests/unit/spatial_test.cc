@@ -13,6 +13,7 @@
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/core/error.h"
 #include "worker/models/model.h"
+#include "worker/nn/dnnl_util.h"
 #include "worker/spatial/layers.h"
 
 namespace tessera {
@@ -96,22 +97,27 @@ void check_layer(const std::string& what, const std::function<std::unique_ptr<La
     MemoryStore store;
     auto errors = run_ranks(size, [&](int r) {
       auto comm = spatial_comm(store, r, size);
-      for (size_t k = 0; k < kCases.size(); ++k) {
-        const Case& c = kCases[k];
+      for (size_t k = 0; k < 2 * kCases.size(); ++k) {  // each case with plain blocks, then channels-last ones
+        const Case& c = kCases[k % kCases.size()];
+        const Layout layout = k < kCases.size() ? Layout::kPlain : Layout::kChannelsLast;
         if (c.grid.size() != size) continue;
         SCOPED_TRACE(what + " grid " + std::to_string(c.grid.d) + "x" + std::to_string(c.grid.h) + "x" +
                      std::to_string(c.grid.w) + " extent " + std::to_string(c.extent[0]) + "x" +
-                     std::to_string(c.extent[1]) + "x" + std::to_string(c.extent[2]));
-        const Reference& ref = refs[k];
+                     std::to_string(c.extent[1]) + "x" + std::to_string(c.extent[2]) +
+                     (layout == Layout::kPlain ? " plain" : " channels-last"));
+        const Reference& ref = refs[k % kCases.size()];
         SpatialContext ctx{comm.get(), c.grid};
         auto layer = dist(ctx, c.extent);
+        if (layout == Layout::kChannelsLast && layer->layouts() == Layer::Layouts::kPlain) continue;  // takes plain blocks only
         Partition in(c.extent, c.grid, r, "in");
         Partition out({ref.y.dim(2), ref.y.dim(3), ref.y.dim(4)}, c.grid, r, "out");
-        Tensor yl = layer->forward(crop(ref.x, in), true);
-        EXPECT_LT(rel_error(yl, crop(ref.y, out)), 1e-5) << "forward, rank " << r;
+        Tensor yl = layer->forward(dnnl_util::to_layout(crop(ref.x, in), layout), true);
+        EXPECT_EQ(yl.layout(), layout);
+        EXPECT_LT(rel_error(dnnl_util::to_layout(yl, Layout::kPlain), crop(ref.y, out)), 1e-5) << "forward, rank " << r;
         for (Param* p : layer->params()) p->grad.zero();
-        Tensor dxl = layer->backward(crop(ref.dy, out));
-        EXPECT_LT(rel_error(dxl, crop(ref.dx, in)), 1e-5) << "input gradient, rank " << r;
+        Tensor dxl = layer->backward(dnnl_util::to_layout(crop(ref.dy, out), layout));
+        EXPECT_EQ(dxl.layout(), layout);
+        EXPECT_LT(rel_error(dnnl_util::to_layout(dxl, Layout::kPlain), crop(ref.dx, in)), 1e-5) << "input gradient, rank " << r;
         auto ps = layer->params();
         ASSERT_EQ(ps.size(), ref.grads.size());
         for (size_t i = 0; i < ps.size(); ++i) {

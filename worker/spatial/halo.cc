@@ -10,20 +10,39 @@ void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst
               const std::array<int64_t, 5>& extent, bool add) {
   for (int i = 0; i < 5; ++i)
     if (extent[i] <= 0) return;
+  TESSERA_CHECK(src.layout() == dst.layout(), "copy_box between layouts: ", shape_str(src.shape()), " and ", shape_str(dst.shape()));
   const Shape& ss = src.shape();
   const Shape& ds = dst.shape();
+  // A run of `len` contiguous floats.
+  auto run = [add](const float* s, float* o, int64_t len) {
+    if (add) {
+      for (int64_t i = 0; i < len; ++i) o[i] += s[i];
+    } else {
+      std::memcpy(o, s, len * sizeof(float));
+    }
+  };
+  if (!src.channels_last()) {  // (N, C, D, H, W): runs along W
+    for (int64_t n = 0; n < extent[0]; ++n)
+      for (int64_t c = 0; c < extent[1]; ++c)
+        for (int64_t d = 0; d < extent[2]; ++d)
+          for (int64_t h = 0; h < extent[3]; ++h)
+            run(src.data() + ((((from[0] + n) * ss[1] + from[1] + c) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4],
+                dst.data() + ((((to[0] + n) * ds[1] + to[1] + c) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4], extent[4]);
+    return;
+  }
+  // (N, D, H, W, C): runs along C, or along W x C where every channel is copied.
+  const bool whole_channels = extent[1] == ss[1] && extent[1] == ds[1];
   for (int64_t n = 0; n < extent[0]; ++n)
-    for (int64_t c = 0; c < extent[1]; ++c)
-      for (int64_t d = 0; d < extent[2]; ++d)
-        for (int64_t h = 0; h < extent[3]; ++h) {
-          const float* s = src.data() + ((((from[0] + n) * ss[1] + from[1] + c) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4];
-          float* o = dst.data() + ((((to[0] + n) * ds[1] + to[1] + c) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4];
-          if (add) {
-            for (int64_t w = 0; w < extent[4]; ++w) o[w] += s[w];
-          } else {
-            std::memcpy(o, s, extent[4] * sizeof(float));
-          }
+    for (int64_t d = 0; d < extent[2]; ++d)
+      for (int64_t h = 0; h < extent[3]; ++h) {
+        const float* s = src.data() + ((((from[0] + n) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4]) * ss[1] + from[1];
+        float* o = dst.data() + ((((to[0] + n) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4]) * ds[1] + to[1];
+        if (whole_channels) {
+          run(s, o, extent[4] * extent[1]);
+        } else {
+          for (int64_t w = 0; w < extent[4]; ++w) run(s + w * ss[1], o + w * ds[1], extent[1]);
         }
+      }
 }
 
 HaloExchange::HaloExchange(Communicator& comm, const Partition& in, const Partition& out,
@@ -60,7 +79,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
     if (in_.grid()[d] == 1 && need == own) continue;  // nothing to exchange or crop along d
     Shape s = block.shape();
     s[2 + d] = need.size();
-    Tensor next(s);
+    Tensor next(s, block.layout());
     std::array<int64_t, 5> ext = {s[0], s[1], s[2], s[3], s[4]}, zero = {0, 0, 0, 0, 0};
     // My own part of what I need.
     auto slab = [&](int64_t begin_in_block, int64_t len) {
@@ -88,7 +107,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
         const int64_t e = phase == 0 ? own.end : std::min(own.end, theirs.end);
         Shape bs = block.shape();
         bs[2 + d] = std::max<int64_t>(0, e - b);
-        out_buf = Tensor(bs);
+        out_buf = Tensor(bs, block.layout());
         if (e > b) {
           auto [from_off, len] = slab(b - own.begin, e - b);
           copy_box(block, from_off, out_buf, zero, len, false);
@@ -102,7 +121,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
         if (phase == 1) rb = std::min(rb, re);
         Shape bs = s;
         bs[2 + d] = std::max<int64_t>(0, re - rb);
-        in_buf = Tensor(bs);
+        in_buf = Tensor(bs, block.layout());
       }
       exchange(out_buf, out_buf.numel() ? to : -1, in_buf, in_buf.numel() ? from : -1);
       if (in_buf.numel()) {
@@ -127,7 +146,8 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
     TESSERA_CHECK_EQ(block.dim(2 + d), need.size(), "gradient extent along dimension ", d);
     Shape s = block.shape();
     s[2 + d] = own.size();
-    Tensor next = Tensor::zeros(s);
+    Tensor next(s, block.layout());
+    next.zero();
     std::array<int64_t, 5> zero = {0, 0, 0, 0, 0};
     auto box = [&](const Shape& shape, int64_t begin, int64_t len) {
       std::array<int64_t, 5> off = zero, e = {shape[0], shape[1], shape[2], shape[3], shape[4]};
@@ -157,7 +177,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
           auto [from_off, len] = box(block.shape(), b - need.begin, e - b);
           Shape bs = block.shape();
           bs[2 + d] = e - b;
-          out_buf = Tensor(bs);
+          out_buf = Tensor(bs, block.layout());
           copy_box(block, from_off, out_buf, zero, len, false);
         }
       }
@@ -169,7 +189,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
         if (re > rb) {
           Shape bs = s;
           bs[2 + d] = re - rb;
-          in_buf = Tensor(bs);
+          in_buf = Tensor(bs, block.layout());
         }
       }
       exchange(out_buf, out_buf.numel() ? to : -1, in_buf, in_buf.numel() ? from : -1);

@@ -17,7 +17,8 @@
 namespace tessera {
 
 // Copies (or adds) the box `extent` at offset `from` of src into dst at offset `to` (5-D, N and C
-// included: offsets and extents have 5 entries).
+// included: offsets and extents have 5 entries, in logical (N, C, D, H, W) order). Both tensors have
+// the same layout, plain or channels-last.
 void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst, const std::array<int64_t, 5>& to,
               const std::array<int64_t, 5>& extent, bool add);
 

@@ -36,6 +36,8 @@ class DistWindowLayer : public Layer {
   DistWindowLayer(std::string name, const char* kind, Options options, const SpatialContext& ctx,
                   std::array<int64_t, 3> in_extent, const std::array<Window, 3>& window);
   const char* kind() const override { return kind_; }
+  // The single-rank layer's: halos are exchanged in either layout, so the block reaches it as it is.
+  Layouts layouts() const override { return local_->layouts(); }
   Shape output_shape(const Shape& in) const override;
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
