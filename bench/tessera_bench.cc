@@ -776,8 +776,11 @@ int cmd_train(Flags& f) {
   for (const auto& c : convs) {
     std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
                 c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());
-    if (c.contains("torch_fwd_gflops"))
-      std::printf("   (PyTorch %6.1f / %6.1f)", c["torch_fwd_gflops"].get<double>(), c["torch_bwd_gflops"].get<double>());
+    if (c.contains("torch_fwd_gflops")) {
+      const nlohmann::json& tb = c["torch_bwd_gflops"];  // null: its backward was within the timing noise
+      std::printf("   (PyTorch %6.1f / %s)", c["torch_fwd_gflops"].get<double>(),
+                  tb.is_number() ? detail::concat(std::round(tb.get<double>() * 10) / 10).c_str() : "n/a");
+    }
     std::printf("\n");
   }
   return 0;
