@@ -1280,6 +1280,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
+  keep_freed_tensor_memory();  // as the worker does
   return run_command("tessera-bench", [&] {
     Flags f(argc, argv, 2);
     if (f.has("help")) return usage(0);

@@ -386,6 +386,7 @@ int run(int argc, char** argv) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
+  tessera::keep_freed_tensor_memory();
   return tessera::run_command("tessera-worker", [&] {
     try {
       return tessera::run(argc, argv);

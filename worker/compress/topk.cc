@@ -100,7 +100,7 @@ uint32_t MSTopK::sample_threshold(std::span<const float> x, size_t rank_from_top
 bool MSTopK::gather(std::span<const float> x, uint32_t t, size_t max_ties) {
   const float* p = x.data();
   const size_t d = x.size();
-  constexpr size_t kBlock = 32;
+  constexpr size_t kBlock = 8;
   size_t na = 0, nt = 0;
   uint32_t worst = 0;  // the largest magnitude seen: every non-finite entry is above t, so in a scanned block
   // Branch-free: every entry is written, and the count moves on only for a candidate. Candidates are

@@ -2,7 +2,7 @@
 //
 // exact_topk is the reference (std::nth_element on the magnitudes). MSTopK is the fast selector used
 // on the training path: it estimates the threshold from a strided random sample, gathers every entry
-// above it in one streaming pass over the gradient (comparing magnitudes as integers, 32 entries at a
+// above it in one streaming pass over the gradient (comparing magnitudes as integers, 8 entries at a
 // time, so the pass runs near memory bandwidth), and picks exactly k from the small candidate set
 // with a selection on (magnitude, index) keys. Its result is exact: the magnitudes are the true top k
 // (ties broken any way).

@@ -1,5 +1,7 @@
 #include "worker/core/tensor.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -19,6 +21,11 @@ void track_alloc(int64_t bytes) {
 }  // namespace
 
 int64_t live_tensor_bytes() { return g_live.load(); }
+
+void keep_freed_tensor_memory() {
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
 int64_t peak_tensor_bytes() { return g_peak.load(); }
 void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
 

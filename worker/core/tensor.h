@@ -26,6 +26,14 @@ int64_t shape_numel(const Shape& s);
 int64_t live_tensor_bytes();
 int64_t peak_tensor_bytes();
 void reset_peak_tensor_bytes();
+
+// Keeps freed storage of up to 256 MiB in this process's heap for the next tensor instead of giving
+// it back to the system (glibc's mmap and trim thresholds): a training step frees and allocates the
+// same sizes every step, and unmapping them only to fault them in again, zeroed, costs kernel time,
+// more so on a virtual machine whose page tables are shadowed (an unmap there makes the next access to
+// any memory fault: MSTopK after a 100 MB free took 70-80 ms instead of 6). Called once at the start
+// of the worker and the benchmarks.
+void keep_freed_tensor_memory();
 std::string shape_str(const Shape& s);  // "[2, 4, 32, 32, 32]"
 
 // While one lives on this thread, new tensors have their shape and no storage (empty spans, fills do
