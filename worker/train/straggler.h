@@ -41,8 +41,9 @@ std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repea
 
 // The verdict from one round of measurements: node_seconds as probe_node_links gives it (empty: not
 // measured), compute_seconds[r] rank r's compute per step. A node is slow when even its fastest link
-// carries less than a third of the median of the links between other nodes; a rank when its compute
-// takes over twice the median of the other ranks'.
+// carries less than a third of the median of the links between other nodes, and takes over 1 ms for
+// the probe (below that, scheduling noise); a rank when its compute takes over twice the median of
+// the other ranks'.
 StragglerReport judge_stragglers(const Topology& topology, const std::vector<double>& node_seconds, size_t bytes,
                                  const std::vector<double>& compute_seconds);
 
