@@ -757,9 +757,8 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
       b.status.erase("slowRanks");
       b.status.condition("Straggler", false, "NoStraggler", "");
       b.event("Normal", "StragglerGone", "no rank holds the gang back any more");
-    } else if (straggler_news) {
+    } else if (straggler_news) {  // the condition is set with the rest of the progress below
       b.status.set("slowRanks", slow);
-      b.status.condition("Straggler", true, "SlowRank", p.slow_reason);
       b.event("Warning", "Straggler", p.slow_reason);
     }
     json history = b.status.s.value("restartHistory", json::array());
