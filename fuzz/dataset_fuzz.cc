@@ -1,7 +1,8 @@
 // Sample files and dataset manifests as a user's directory could hold them: the first byte picks
 // what the rest is (a .npy file, an HDF5 file, a manifest.tsv); reading it either succeeds or is an
 // Error naming the file. Reads go through the same code as indexing and training (arrays.h,
-// dataset_index.h); a manifest naming files outside its directory is refused.
+// dataset_index.h); an HDF5 file is also indexed as the one sample of a directory (the checks of
+// `tessera data index`); a manifest naming files outside its directory is refused.
 #include <unistd.h>
 
 #include <cstddef>
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "worker/core/error.h"
+#include "worker/core/log.h"
 #include "worker/data/arrays.h"
 #include "worker/data/dataset_index.h"
 
@@ -56,6 +58,8 @@ void read_volume(const tessera::ArrayRef& a) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   if (size < 1) return 0;
+  static const bool quiet = (set_log_level(LogLevel::kError), true);  // indexing logs its progress
+  (void)quiet;
   const std::string dir = scratch();
   try {
     switch (data[0] % 3) {
@@ -64,8 +68,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         read_volume({dir + "/a_x.npy", ""});
         break;
       case 1: {
-        write(dir + "/a.h5", data + 1, size - 1);
-        for (const auto& [key, info] : h5_arrays(dir + "/a.h5")) read_volume({dir + "/a.h5", key});
+        const std::string set = dir + "/set", path = set + "/sample-000000.h5";
+        std::filesystem::create_directories(set);
+        write(path, data + 1, size - 1);
+        for (const auto& [key, info] : h5_arrays(path)) read_volume({path, key});
+        index_dataset(set);
         break;
       }
       default:

@@ -239,7 +239,8 @@ void scan_values(DatasetIndex& x, DatasetIndex::Entry& e, const ArrayRef& in, co
       e.stdev.push_back(var > 0 ? static_cast<float>(std::sqrt(var)) : 1.0f);  // a constant channel stays constant
     }
   if (!x.segmentation()) {
-    for (float v : read_array(t).values.span())
+    const ArrayRead targets = read_array(t);  // held here: a span of a temporary's tensor would dangle
+    for (float v : targets.values.span())
       if (!std::isfinite(v)) throw Error(t.str() + " holds NaN or infinite targets");
     return;
   }
