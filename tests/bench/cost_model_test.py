@@ -17,19 +17,21 @@ import results  # noqa: E402
 A_I, B_I, A_L, B_L = 1e-4, 1e-8, 1e-5, 1e-9
 
 
-def machine(cores=None, gamma=1.0):
-    """Links as given, CPU costs zero unless a test sets them, nothing shared by default."""
-    mc = cost_model.Machine({"inter": (A_I, B_I), "intra": (A_L, B_L)}, None, cores, {0.001: 0.0}, 0.0, 0.0, gamma)
-    mc.cpu_b = 0.0
-    return mc
+def machine(cores=None, hidden=0.0):
+    """Links as given (B_L: the CPU seconds of a byte through loopback; bytes between nodes cost no CPU),
+    selection and passes free unless a test sets them, nothing shared by default, and by default no
+    CPU work hidden behind the wire: the times add up."""
+    return cost_model.Machine({"inter": (A_I, B_I), "intra": (A_L, B_L)}, None, cores, {0.001: 0.0}, 0.0, 0.0, hidden)
 
 
 class ExchangeTest(unittest.TestCase):
     def test_dense_is_a_world_ring(self):
         S = 1_000_000
         self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 2, 1, machine()), 2 * (A_I + 4 * S / 2 * B_I))
-        # four nodes x two ranks: 14 steps of S/8, each across a node link
-        self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 4, 2, machine()), 14 * (A_I + 4 * S / 8 * B_I))
+        # four nodes x two ranks: 14 steps of S/8, each across a node link; the other rank of a node
+        # sends through loopback
+        self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 4, 2, machine()),
+                               14 * (A_I + 4 * S / 8 * B_I) + 14 * 4 * S / 8 * B_L / 2)
         # one node: loopback
         self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 1, 2, machine()), 2 * (A_L + 4 * S / 2 * B_L))
 
@@ -41,7 +43,8 @@ class ExchangeTest(unittest.TestCase):
     def test_sparse_strategies_send_pairs(self):
         S, d, m, n = 1_000_000, 0.01, 2, 2
         k = math.ceil(d * S)
-        self.assertAlmostEqual(cost_model.exchange_s("topk", S, d, m, n, machine()), 3 * (A_I + 8 * k * B_I))
+        # a world ring: one rank of each node sends across, the other through loopback
+        self.assertAlmostEqual(cost_model.exchange_s("topk", S, d, m, n, machine()), 3 * (A_I + 8 * k * B_I) + 3 * 8 * k * B_L / 2)
         ks = math.ceil(d * S / n)
         want = (A_L + 4 * S / n * B_L) + (A_I + 8 * ks * n * B_I) + (A_L + 8 * m * ks * B_L)
         self.assertAlmostEqual(cost_model.exchange_s("hitopk", S, d, m, n, machine()), want)
@@ -50,11 +53,47 @@ class ExchangeTest(unittest.TestCase):
         # 4 processes on 4 cores, then on 2: the selection (1 ns per float) takes twice as long; the
         # CPU work it gives the cores is the same
         own, shared = machine(cores=4), machine(cores=2)
-        own.sel = shared.sel = {0.001: 1e-9}
+        for mc in (own, shared):
+            mc.sel, mc.c_l = {0.001: 1e-9}, 0.0
         t_own, w_own = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)
         t_shared, w_shared = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)
         self.assertAlmostEqual(w_own, w_shared)
         self.assertAlmostEqual(t_shared - t_own, 1e-3)
+
+
+    def test_the_wire_or_the_cores_whichever_is_longer(self):
+        # dense between 2 nodes x 2 ranks: the wire carries 6 steps of S/4 floats across each node's
+        # link; each rank's CPU moves them half across (c_i), half through loopback (c_l)
+        S = 1_000_000
+        wire, work = 6 * (A_I + S * B_I), 6 * S * (5e-9 + 1e-9) / 2
+        for hidden in (0.0, 0.5, 1.0):
+            mc = machine(cores=2, hidden=hidden)
+            mc.c_i, mc.c_l = 5e-9, 1e-9
+            busy = 2 * work  # 4 processes on 2 cores
+            self.assertGreater(wire, busy)
+            t, w = cost_model.exchange_cost("dense", S, 1, 2, 2, mc)
+            self.assertAlmostEqual(w, work)
+            self.assertAlmostEqual(t, wire + (1 - hidden) * busy)
+            mc.b_i = B_I / 100  # a fast link: the cores bound it, and nothing of the wire shows
+            self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 2, 2, mc),
+                                   max(6 * (A_I + S * B_I / 100) + (1 - hidden) * busy, busy))
+
+    def test_links_scale_the_wire_by_rate_and_take_the_cpu_from_the_fastest(self):
+        def run(nodes, local, rate, size, ms):
+            return {"bench": "cluster", "strategy": "dense", "density": 1, "nodes": nodes, "local": local,
+                    "rate": rate, "size": size, "exchange_ms": ms}
+        # t = 2 alpha + 4S beta: 1gbit's wire 8 ns per byte, alpha 100 us; 10gbit CPU-bound at 1.2 ns;
+        # loopback 0.8 ns, alpha 50 us
+        rows = [run(2, 1, "1gbit", s, 0.2 + 4 * s * 8e-6) for s in (1000, 10**6, 10**7)]
+        rows += [run(2, 1, "10gbit", s, 0.2 + 4 * s * 1.2e-6) for s in (1000, 10**6, 10**7)]
+        rows += [run(1, 2, "1gbit", s, 0.1 + 4 * s * 0.8e-6) for s in (1000, 10**6, 10**7)]
+        links = cost_model.Links(rows)
+        self.assertAlmostEqual(links.inter["1gbit"][0], 1e-4, places=6)
+        self.assertAlmostEqual(links.inter["1gbit"][1], 8e-9, places=12)
+        self.assertAlmostEqual(links.inter["10gbit"][1], 8e-10, places=12)
+        self.assertAlmostEqual(links.cpu_inter, 1.2e-9, places=12)
+        self.assertAlmostEqual(links.intra[0], 5e-5, places=7)
+        self.assertAlmostEqual(links.intra[1], 0.8e-9, places=12)
 
 
 class StepTest(unittest.TestCase):
