@@ -25,7 +25,8 @@
 //       node, links rate-limited with tc), brought up and torn down around the measurement.
 //   tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--overlap on|off] [--peer ddp] ...
 //       training on the emulated cluster: step time, samples/s, exposed and total communication; the
-//       PyTorch DDP peer on the same model and samples; --epochs E: validation loss over time.
+//       PyTorch DDP peer on the same model and samples; --epochs E: validation loss over time, of the
+//       weights and data order of --seed S.
 //   tessera-bench metrics [--size W] [--epochs E] [--block K] [--scrape-ms M] [--json]
 //       the cost of the worker's Prometheus metrics: step time with the exporter (and a scraper)
 //       against without, alternating every K steps of one training run.
@@ -443,6 +444,7 @@ struct TrainRun {
   std::string model = "cosmoflow", strategy = "dense", rate = "1gbit", delay;
   int nodes = 2, local = 1, batch = 16, steps = 12, threads = 1;
   int epochs = 0;  // > 0: train that many epochs of `steps` steps and report validation after each
+  uint64_t seed = 1;  // the weights' initialisation and the data order (the samples stay the same)
   bool overlap = true;
   double density = 0.001;
 };
@@ -471,6 +473,8 @@ TrainResult run_cluster_training(const TrainRun& t) {
     const bool throughput = t.epochs == 0;
     JobConfig job = bench_job(t.model, world, t.batch, t.steps, throughput ? (hybrid ? 4 : 2) : t.epochs, t.threads);
     if (t.epochs > 0) job.validation_samples = 4 * static_cast<uint64_t>(t.batch);
+    job.model.seed = t.seed;
+    job.training.seed = t.seed;
     auto& c = job.communication;
     c.strategy = t.strategy;
     c.density = t.density;
@@ -579,6 +583,8 @@ int cmd_cluster_train(Flags& f) {
   t.threads = static_cast<int>(f.integer("threads", t.threads, 1));
   t.density = f.num("density", t.density);
   t.epochs = static_cast<int>(f.integer("epochs", 0, 0));
+  const bool seeded = f.has("seed");
+  t.seed = static_cast<uint64_t>(f.integer("seed", 1, 1));
   t.rate = f.str("rate", t.rate);
   t.delay = f.str("delay", "");
   const std::string overlap = f.str("overlap", "on"), peer = f.str("peer", "tessera");
@@ -588,6 +594,7 @@ int cmd_cluster_train(Flags& f) {
   t.overlap = overlap == "on";
   if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
   if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
+  if (peer == "ddp" && seeded) throw ConfigError("--seed", "the DDP peer measures throughput only");
   if (t.batch % (t.nodes * t.local))
     throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
   EmulatedCluster cluster(t.nodes, t.rate, t.delay, json);
@@ -599,7 +606,7 @@ int cmd_cluster_train(Flags& f) {
                                        {"strategy", strategy}, {"overlap", peer == "ddp" ? true : t.overlap},
                                        {"nodes", t.nodes}, {"local", t.local}, {"rate", t.rate}, {"delay", t.delay},
                                        {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
-                                       {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"seed", t.seed}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
                                        {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
                                        {"bytes_inter", r.bytes_inter}, {"epochs", r.epochs}}.dump().c_str());
@@ -1265,7 +1272,7 @@ int usage(int code) {
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
                "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
                "  cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--peer ddp] [--overlap on|off] --nodes M --local N\n"
-               "           --rate R [--batch B --steps K --threads T --density R --epochs E] [--json]\n"
+               "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S] [--json]\n"
                "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());

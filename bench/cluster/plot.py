@@ -90,11 +90,14 @@ def main():
     tg = [r for r in rows if r["bench"] == "cluster-train" and r["epochs"]]
     if tg:
         fig, ax = plt.subplots(figsize=(6, 4))
-        for r in tg:
-            ax.plot([e["seconds"] for e in r["epochs"]], [e["val_loss"] for e in r["epochs"]], marker="o", label=r["strategy"])
+        colors = {"dense": "tab:blue", "hybrid": "tab:orange"}
+        for r in tg:  # one line per strategy and seed, a strategy's seeds in one colour
+            seed = r.get("seed", 1)
+            ax.plot([e["seconds"] for e in r["epochs"]], [e["val_loss"] for e in r["epochs"]], marker="o", markersize=3,
+                    color=colors.get(r["strategy"]), alpha=0.8, label=f"{r['strategy']}, seed {seed}" if seed == 1 else None)
         ax.set_xlabel("seconds")
         ax.set_ylabel("validation loss (MSE)")
-        ax.set_title(f"{tg[0]['model']}, 2 x 2 ranks, {tg[0]['rate']}")
+        ax.set_title(f"{tg[0]['model']}, 2 x 2 ranks, {tg[0]['rate']} (every seed)")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

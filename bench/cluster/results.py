@@ -14,6 +14,8 @@ def load(path):
             continue
         r = json.loads(line)
         config = {k: v for k, v in r.items() if k not in MEASURED}
+        if config.get("bench") == "cluster-train":
+            config.setdefault("seed", 1)  # runs from before --seed had the first
         config["time_to_loss"] = bool(r.get("epochs"))  # a run with validation is not a throughput run
         key = json.dumps(config, sort_keys=True)
         if key not in groups:
