@@ -91,10 +91,13 @@ def main():
     if tg:
         fig, ax = plt.subplots(figsize=(6, 4))
         colors = {"dense": "tab:blue", "hybrid": "tab:orange"}
+        labelled = set()
         for r in tg:  # one line per strategy and seed, a strategy's seeds in one colour
-            seed = r.get("seed", 1)
+            n = sum(1 for x in tg if x["strategy"] == r["strategy"])
+            label = None if r["strategy"] in labelled else f"{r['strategy']} ({n} seed{'s' if n > 1 else ''})"
+            labelled.add(r["strategy"])
             ax.plot([e["seconds"] for e in r["epochs"]], [e["val_loss"] for e in r["epochs"]], marker="o", markersize=3,
-                    color=colors.get(r["strategy"]), alpha=0.8, label=f"{r['strategy']}, seed {seed}" if seed == 1 else None)
+                    color=colors.get(r["strategy"]), alpha=0.8, label=label)
         ax.set_xlabel("seconds")
         ax.set_ylabel("validation loss (MSE)")
         ax.set_title(f"{tg[0]['model']}, 2 x 2 ranks, {tg[0]['rate']} (every seed)")
