@@ -291,6 +291,15 @@ class DatasetFilesTest(unittest.TestCase):
             write_cosmo(os.path.join(d, "s%d.h5" % i), v, np.zeros(4))
         self.index_fails(d, "s1.h5' dataset 'full' holds NaN or infinite values")
 
+        # a 3-byte integer volume (HDF5 would convert it; a malformed size overran its buffers)
+        d = fresh("odd-type", n=2)
+        with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:
+            del f["full"]
+            odd = h5py.h5t.STD_I32LE.copy()
+            odd.set_size(3)
+            h5py.h5d.create(f.id, b"full", odd, h5py.h5s.create_simple((4, 8, 8, 8)))
+        self.index_fails(d, "s1.h5' dataset 'full': holds neither 8- to 64-bit integers nor 32- or 64-bit floats")
+
         d = self.path("empty", "x")[:-2]
         with open(os.path.join(d, "README"), "w") as f:
             f.write("no samples here\n")

@@ -60,12 +60,19 @@ ArrayInfo h5_info(hid_t ds) {
   info.shape.assign(dims.begin(), dims.end());
   H5Handle type(H5Dget_type(ds), H5Tclose);
   const H5T_class_t cls = H5Tget_class(type);
-  if (cls == H5T_INTEGER || cls == H5T_FLOAT) {
+  const size_t bytes = H5Tget_size(type);
+  // Only the types a sample holds: HDF5 converts any integer or float layout a file declares, and
+  // converting a malformed one (a 131072-byte integer) overruns its own buffers.
+  const bool plain = H5Tget_precision(type) == 8 * bytes && H5Tget_offset(type) == 0;
+  if (plain && ((cls == H5T_INTEGER && (bytes == 1 || bytes == 2 || bytes == 4 || bytes == 8)) ||
+                (cls == H5T_FLOAT && (bytes == 4 || bytes == 8)))) {
     info.floating = cls == H5T_FLOAT;
-    info.type = type_name(info.floating, cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_2, H5Tget_size(type));
+    info.type = type_name(info.floating, cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_2, bytes);
   }
   return info;
 }
+
+constexpr const char* kUnsupportedType = "holds neither 8- to 64-bit integers nor 32- or 64-bit floats";
 
 // The selection of a read: start and count of every dimension, and the box's extent.
 struct Selection {
@@ -114,7 +121,7 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   H5Handle ds(H5Dopen2(file, a.key.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds < 0) fail(a, "no such dataset");
   const ArrayInfo info = h5_info(ds);
-  if (info.type.empty()) fail(a, "holds neither integers nor floats");
+  if (info.type.empty()) fail(a, kUnsupportedType);
   const Selection sel = select(a, info.shape, box, channels_last);
   const int rank = static_cast<int>(info.shape.size());
   H5Handle create(H5Dget_create_plist(ds), H5Pclose);
@@ -394,6 +401,7 @@ ArrayInfo array_info(const ArrayRef& a) {
   const auto arrays = h5_arrays(a.path);
   auto it = arrays.find(a.key);
   if (it == arrays.end()) fail(a, "no such dataset");
+  if (it->second.type.empty()) fail(a, kUnsupportedType);
   return it->second;
 }
 

@@ -38,8 +38,10 @@ struct ArrayRef {
   std::string str() const;  // "'a.h5' dataset 'full'" or "'a_x.npy'"
 };
 
-// Every dataset at the root of an HDF5 file. Error naming the file when it is not (readable) HDF5.
+// Every dataset at the root of an HDF5 file (type empty where its elements are none of ArrayInfo's
+// types). Error naming the file when it is not (readable) HDF5.
 std::map<std::string, ArrayInfo> h5_arrays(const std::string& path);
+// Error naming the array when it is missing or of another element type.
 ArrayInfo array_info(const ArrayRef& a);
 
 struct ArrayRead {
