@@ -30,7 +30,9 @@ declare -A ci_runs=([manifest_fuzz]=12000 [checkpoint_fuzz]=400000 [dataset_fuzz
 for t in "${targets[@]}"; do
   mkdir -p "$work/$t"
   if [ "$mode" = ci ]; then budget=(-runs="${ci_runs[$t]}" -seed=1); else budget=(-max_total_time="$mode"); fi
-  if ! LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp:print_suppressions=0" "$build/bin/$t" "$work/$t" "$root/fuzz/corpus/$t" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 \
+  # The targets' scratch files go under $work (removed at exit), also when a target dies on a finding.
+  mkdir -p "$work/tmp"
+  if ! TMPDIR="$work/tmp" LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp:print_suppressions=0" "$build/bin/$t" "$work/$t" "$root/fuzz/corpus/$t" "${budget[@]}" -timeout=10 -rss_limit_mb=2048 \
       -malloc_limit_mb=1024 -artifact_prefix="$build/findings/$t-" -print_final_stats=1 >"$build/$t.log" 2>&1; then
     tail -60 "$build/$t.log" >&2
     echo "fuzz: $t failed; the input is under $build/findings/" >&2
