@@ -55,11 +55,14 @@ void read_volume(const tessera::ArrayRef& a) {
 
 }  // namespace
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  tessera::set_log_level(tessera::LogLevel::kError);  // indexing logs its progress
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   if (size < 1) return 0;
-  static const bool quiet = (set_log_level(LogLevel::kError), true);  // indexing logs its progress
-  (void)quiet;
   const std::string dir = scratch();
   try {
     switch (data[0] % 3) {

@@ -327,7 +327,6 @@ def main():
         print(f"{model}: compute {compute * 1e3:.0f} ms per step, the rest {cal[model][1] * 1e3:.0f} ms")
     # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
     # the slowest link (calibration, not checked below), by bisection.
-    slowest = max(links.inter, key=lambda k: links.inter[k][1])
     p_row = next((r for r in train if r["model"] == "cosmoflow" and r["strategy"] == "dense" and r["overlap"]
                   and r["rate"] == slowest and r["model"] in cal), None)
     pace = 1.0

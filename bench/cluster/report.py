@@ -52,19 +52,19 @@ def main():
         print()
     tg = [r for r in rows if r["bench"] == "cluster-train" and r["epochs"]]
     if tg:
-        first = min(r.get("seed", 1) for r in tg)
+        first = min(r["seed"] for r in tg)
         print("| strategy | epoch | seconds | validation loss | validation MAE |")
         print("|---|---|---|---|---|")
         for r in tg:
-            if r.get("seed", 1) == first:
+            if r["seed"] == first:
                 for e in r["epochs"]:
                     print(f"| {r['strategy']} | {e['epoch']} | {e['seconds']:.1f} | {e['val_loss']:.4f} | {e['val_metric']:.4f} |")
         print()
         print("| seed | strategy | seconds | final loss | final MAE | best loss |")
         print("|---|---|---|---|---|---|")
-        for r in sorted(tg, key=lambda r: (r.get("seed", 1), r["strategy"])):
+        for r in sorted(tg, key=lambda r: (r["seed"], r["strategy"])):
             last = r["epochs"][-1]
-            print(f"| {r.get('seed', 1)} | {r['strategy']} | {last['seconds']:.1f} | {last['val_loss']:.4f} | {last['val_metric']:.4f} | "
+            print(f"| {r['seed']} | {r['strategy']} | {last['seconds']:.1f} | {last['val_loss']:.4f} | {last['val_metric']:.4f} | "
                   f"{min(e['val_loss'] for e in r['epochs']):.4f} |")
         print()
 

@@ -13,9 +13,9 @@ def load(path):
         if not line.strip():
             continue
         r = json.loads(line)
+        if r.get("bench") == "cluster-train":
+            r.setdefault("seed", 1)  # runs from before --seed had the first
         config = {k: v for k, v in r.items() if k not in MEASURED}
-        if config.get("bench") == "cluster-train":
-            config.setdefault("seed", 1)  # runs from before --seed had the first
         config["time_to_loss"] = bool(r.get("epochs"))  # a run with validation is not a throughput run
         key = json.dumps(config, sort_keys=True)
         if key not in groups:

@@ -7,15 +7,12 @@
 
 #include <sys/wait.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
 #include <thread>
-#include <vector>
 
+#include "tests/support/fork_ranks.h"
 #include "tests/support/process.h"
 
 namespace tessera {
@@ -25,22 +22,6 @@ using json = nlohmann::json;
 using namespace tessera::testing;
 
 const std::string kCli = TESSERA_CLI_BIN;
-
-// A fresh directory under TMPDIR. Every one is removed when the test program exits, whether its test
-// passed or stopped at a failed assertion (the tests also remove their own as they finish).
-std::string make_temp_dir(const std::string& tag) {
-  static struct Made {
-    std::vector<std::string> dirs;
-    ~Made() {
-      std::error_code ec;
-      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
-    }
-  } made;
-  std::string pattern = std::filesystem::temp_directory_path().string() + "/" + tag + "-XXXXXX";
-  if (!mkdtemp(pattern.data())) throw std::runtime_error("mkdtemp " + pattern + ": " + std::strerror(errno));
-  made.dirs.push_back(pattern);
-  return pattern;
-}
 
 // CosmoFlow on 16^3 fields: 4 workers on 2 virtual nodes, spatial 2 x data 2, hybrid hitopk -> torus.
 std::string manifest(const std::string& dir, int epochs, int every_steps, int backoff_limit = 1) {

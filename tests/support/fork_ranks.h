@@ -8,9 +8,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <functional>
+#include <mutex>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -100,10 +106,22 @@ inline std::vector<RankOutcome> fork_ranks(int world, const std::function<int(in
   return out;
 }
 
-// A fresh directory under /tmp (for a FileStore).
-inline std::string make_temp_dir(const char* stem) {
-  std::string tmpl = std::string("/tmp/") + stem + "-XXXXXX";
-  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+// A fresh directory under TMPDIR (default /tmp). Every one this process made is removed when it
+// exits, whether its test passed or stopped at a failed assertion (callers also remove their own as
+// they finish; forked ranks leave with _exit and remove nothing).
+inline std::string make_temp_dir(const std::string& stem) {
+  static struct Made {
+    std::mutex mu;
+    std::vector<std::string> dirs;
+    ~Made() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  } made;
+  std::string tmpl = std::filesystem::temp_directory_path().string() + "/" + stem + "-XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp " + tmpl + ": " + std::strerror(errno));
+  std::lock_guard<std::mutex> lock(made.mu);
+  made.dirs.push_back(tmpl);
   return tmpl;
 }
 

@@ -7,15 +7,11 @@
 #include <filesystem>
 #include <thread>
 
+#include "tests/support/fork_ranks.h"
 #include "worker/core/error.h"
 
 namespace tessera {
 namespace {
-
-std::string temp_dir() {
-  char tmpl[] = "/tmp/tessera-store-XXXXXX";
-  return mkdtemp(tmpl);
-}
 
 void exercise(Store& s) {
   EXPECT_FALSE(s.try_get("a/b"));
@@ -52,7 +48,7 @@ TEST(StoreTest, MemoryStore) {
 }
 
 TEST(StoreTest, FileStore) {
-  auto dir = temp_dir();
+  auto dir = testing::make_temp_dir("tessera-store");
   FileStore s(dir);
   exercise(s);
   // A second store on the same directory (another process) sees the same keys.

@@ -21,13 +21,13 @@ void track_alloc(int64_t bytes) {
 }  // namespace
 
 int64_t live_tensor_bytes() { return g_live.load(); }
+int64_t peak_tensor_bytes() { return g_peak.load(); }
+void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
 
 void keep_freed_tensor_memory() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
-int64_t peak_tensor_bytes() { return g_peak.load(); }
-void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
