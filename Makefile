@@ -86,7 +86,7 @@ bench-cluster: build deps-bench
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only calibration,exchange,target
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only train,ddp --repeat 3
+	  --only train,overlap,ddp --repeat 3
 	/usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json
 	/usr/bin/python3 bench/cluster/plot.py $(CLUSTER_OUT)/cluster.jsonl $(CLUSTER_OUT) --model $(CLUSTER_OUT)/cost_model.json
 

@@ -23,7 +23,8 @@
 //   tessera-bench cluster --strategy S --nodes M --local N --rate 1gbit [--delay D] --size D --density R [--json]
 //       the exchange on an emulated cloud cluster (bench/cluster/cluster.sh: a network namespace per
 //       node, links rate-limited with tc), brought up and torn down around the measurement.
-//   tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--overlap on|off] [--peer ddp] ...
+//   tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--overlap on|off] [--peer ddp]
+//                [--optimizer sgd|adam|lars] [--lr X] ...
 //       training on the emulated cluster: step time, samples/s, exposed and total communication; the
 //       PyTorch DDP peer on the same model and samples; --epochs E: validation loss over time, of the
 //       weights and data order of --seed S.
@@ -445,8 +446,12 @@ struct TrainRun {
   int nodes = 2, local = 1, batch = 16, steps = 12, threads = 1;
   int epochs = 0;  // > 0: train that many epochs of `steps` steps and report validation after each
   uint64_t seed = 1;  // the weights' initialisation and the data order (the samples stay the same)
+  std::string optimizer;  // empty: the model's own (bench_job); else OptimizerConfig's defaults
+  double lr = 0;          // > 0: the base learning rate instead of the model's
   bool overlap = true;
   double density = 0.001;
+  // Time to a loss validates on 16 batches (256 samples at batch 16: a steadier loss than one batch).
+  uint64_t validation_samples() const { return epochs > 0 ? 16 * static_cast<uint64_t>(batch) : 0; }
 };
 
 // The slowest rank's means over the measured steps (each epoch's first two warm up): the step
@@ -472,9 +477,13 @@ TrainResult run_cluster_training(const TrainRun& t) {
     // would be). Time to a loss: --epochs of --steps, hybrid dense from its second half of epochs on.
     const bool throughput = t.epochs == 0;
     JobConfig job = bench_job(t.model, world, t.batch, t.steps, throughput ? (hybrid ? 4 : 2) : t.epochs, t.threads);
-    if (t.epochs > 0) job.validation_samples = 4 * static_cast<uint64_t>(t.batch);
+    if (t.epochs > 0) job.validation_samples = t.validation_samples();
     job.model.seed = t.seed;
     job.training.seed = t.seed;
+    if (!t.optimizer.empty()) {
+      job.training.optimizer = OptimizerConfig{.name = t.optimizer};  // its defaults: momentum 0.9
+    }
+    if (t.lr > 0) job.training.schedule.base_lr = t.lr;
     auto& c = job.communication;
     c.strategy = t.strategy;
     c.density = t.density;
@@ -587,6 +596,9 @@ int cmd_cluster_train(Flags& f) {
   t.seed = static_cast<uint64_t>(f.integer("seed", 1, 1));
   t.rate = f.str("rate", t.rate);
   t.delay = f.str("delay", "");
+  const bool tuned = f.has("optimizer") || f.has("lr");
+  t.optimizer = f.str("optimizer", "");
+  t.lr = f.num("lr", 0);
   const std::string overlap = f.str("overlap", "on"), peer = f.str("peer", "tessera");
   const bool json = f.has("json");
   f.check_all_used();
@@ -595,21 +607,30 @@ int cmd_cluster_train(Flags& f) {
   if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
   if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
   if (peer == "ddp" && seeded) throw ConfigError("--seed", "the DDP peer measures throughput only");
+  if (peer == "ddp" && tuned) throw ConfigError(f.has("lr") ? "--lr" : "--optimizer", "the DDP peer measures throughput only");
+  if (!t.optimizer.empty() && t.optimizer != "sgd" && t.optimizer != "adam" && t.optimizer != "lars")
+    throw ConfigError("--optimizer", "'" + t.optimizer + "': expected sgd, adam or lars");
+  if (f.has("lr") && !(t.lr > 0)) throw ConfigError("--lr", "must be positive");
   if (t.batch % (t.nodes * t.local))
     throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
   EmulatedCluster cluster(t.nodes, t.rate, t.delay, json);
   const TrainResult r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
   const double sps = t.batch / (r.step_ms / 1e3);
   const std::string strategy = peer == "ddp" ? "ddp" : t.strategy;
+  const JobConfig defaults = bench_job(t.model, 1, 1, 1, 1, 1);
+  const OptimizerConfig used = t.optimizer.empty() ? defaults.training.optimizer : OptimizerConfig{.name = t.optimizer};
+  const double used_lr = t.lr > 0 ? t.lr : defaults.training.schedule.base_lr;
   if (json) {
     std::printf("%s\n", nlohmann::json{{"bench", "cluster-train"}, {"peer", peer}, {"model", t.model}, {"params", r.params},
                                        {"strategy", strategy}, {"overlap", peer == "ddp" ? true : t.overlap},
                                        {"nodes", t.nodes}, {"local", t.local}, {"rate", t.rate}, {"delay", t.delay},
                                        {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
-                                       {"seed", t.seed}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"seed", t.seed}, {"optimizer", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(used.name)},
+                                       {"lr", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(used_lr)}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
                                        {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
-                                       {"bytes_inter", r.bytes_inter}, {"epochs", r.epochs}}.dump().c_str());
+                                       {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
+                                       {"epochs", r.epochs}}.dump().c_str());
     return 0;
   }
   std::printf("%s %s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
@@ -1272,7 +1293,8 @@ int usage(int code) {
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
                "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
                "  cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--peer ddp] [--overlap on|off] --nodes M --local N\n"
-               "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S] [--json]\n"
+               "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S]\n"
+               "           [--optimizer sgd|adam|lars --lr X] [--json]\n"
                "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                exchange_strategy_names());

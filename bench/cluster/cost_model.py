@@ -310,9 +310,11 @@ def main():
     # and the rest of a step, the median of what the step took beyond its compute and the model's
     # exchanges. The rest is mostly waiting for the slowest rank: 4 processes on 2 cores finish their
     # compute at different times, and a collective starts when the last one does.
+    # A calibration per model and placement (nodes, ranks per node, batch).
     cal = {}
-    for model in sorted({r["model"] for r in train}):
-        seq = [r for r in train if r["model"] == model and not r["overlap"]]
+    for g in sorted({results.placement(r) for r in train}):
+        model, m, n, batch = g
+        seq = [r for r in train if results.placement(r) == g and not r["overlap"]]
         if not seq:
             continue
         compute = statistics.median(r["compute_ms"] for r in seq) / 1e3
@@ -320,30 +322,30 @@ def main():
         for r in seq:
             mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
             phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
-            exposed = statistics.mean(step_time(model, s, r["density"], r["nodes"], r["local"], mc, compute, 0.0, False)[1]
-                                      for s in phases)
+            exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute, 0.0, False)[1] for s in phases)
             rest.append(r["step_ms"] / 1e3 - compute - exposed)
-        cal[model] = (compute, statistics.median(rest))
-        print(f"{model}: compute {compute * 1e3:.0f} ms per step, the rest {cal[model][1] * 1e3:.0f} ms")
+        cal[g] = (compute, statistics.median(rest))
+        print(f"{model} on {m} x {n}, batch {batch}: compute {compute * 1e3:.0f} ms per step, the rest {cal[g][1] * 1e3:.0f} ms")
     # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
-    # the slowest link (calibration, not checked below), by bisection.
-    p_row = next((r for r in train if r["model"] == "cosmoflow" and r["strategy"] == "dense" and r["overlap"]
-                  and r["rate"] == slowest and r["model"] in cal), None)
+    # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.
+    main_placement = statistics.mode(results.placement(r) for r in train) if train else None
+    p_row = next((r for r in train if results.placement(r) == main_placement and r["model"] == "cosmoflow" and r["strategy"] == "dense"
+                  and r["overlap"] and r["rate"] == slowest and main_placement in cal), None)
     pace = 1.0
     if p_row:
         mc = Machine(links, slowest, a.cores, sel, pass_, add, hidden)
         lo, hi = 0.05, 1.0
         for _ in range(40):
             mc.overlap_pace = (lo + hi) / 2
-            got = step_time("cosmoflow", "dense", p_row["density"], p_row["nodes"], p_row["local"], mc, *cal["cosmoflow"], True)[0]
+            got = step_time("cosmoflow", "dense", p_row["density"], p_row["nodes"], p_row["local"], mc, *cal[main_placement], True)[0]
             lo, hi = (mc.overlap_pace, hi) if got * 1e3 > p_row["step_ms"] else (lo, mc.overlap_pace)
         pace = (lo + hi) / 2
     print(f"communication during the backward pass runs at {pace:.2f} of its speed")
-    print("\ntraining step (2 nodes x 2 ranks): measured vs model")
+    print("\ntraining step: measured vs model")
     for r in train:
-        if r["model"] not in cal or r is p_row:
+        if results.placement(r) not in cal or r is p_row:
             continue
-        compute, rest = cal[r["model"]]
+        compute, rest = cal[results.placement(r)]
         mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
         mc.overlap_pace = pace
         m, n, d = r["nodes"], r["local"], r["density"]
@@ -353,9 +355,9 @@ def main():
         pred = (step("hitopk") + step("torus")) / 2 if r["strategy"] == "hybrid" else step(r["strategy"])
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
-        out.append({"kind": "step", **{k: r[k] for k in ["model", "strategy", "overlap", "rate"]},
+        out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
                     "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err})
-        print(f"  {r['model']:9s} {r['strategy']:7s} overlap {'on ' if r['overlap'] else 'off'} {r['rate']:7s} "
+        print(f"  {r['model']:9s} {r['nodes']}x{r['local']} batch {r['batch']:3d} {r['strategy']:7s} overlap {'on ' if r['overlap'] else 'off'} {r['rate']:7s} "
               f"{r['step_ms']:8.1f} {pred * 1e3:8.1f} ms  {err:+.1%}")
     print(f"\nlargest error: {worst:.1%}")
 

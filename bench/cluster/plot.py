@@ -57,50 +57,57 @@ def main():
         fig.savefig(os.path.join(a.outdir, "exchange.png"), dpi=90)
 
     tr = [r for r in rows if r["bench"] == "cluster-train" and not r["epochs"]]
-    ddp = {(r["model"], r["rate"]): r["samples_per_second"] for r in tr if r["peer"] == "ddp"}
+    ddp = {(results.placement(r), r["rate"]): r for r in tr if r["peer"] == "ddp"}
     if ddp:
         keys = sorted(ddp)
         fig, ax = plt.subplots(figsize=(9, 4))
         series = STRATEGIES + ["hybrid"]
-        vals = {(f"{m}\n{rate}", r["strategy"]): r["samples_per_second"] / ddp[(m, rate)]
-                for r in tr for m, rate in [(r["model"], r["rate"])]
-                if r["peer"] == "tessera" and r["overlap"] and (m, rate) in ddp}
-        bars(ax, [f"{m}\n{rate}" for m, rate in keys], series, vals, "samples/s over PyTorch DDP")
+        vals = {(f"{r['model']}\n{r['rate']}", r["strategy"]): r["samples_per_second"] / ddp[k]["samples_per_second"]
+                for r in tr for k in [(results.placement(r), r["rate"])]
+                if r["peer"] == "tessera" and r["overlap"] and k in ddp}
+        bars(ax, [f"{p[0]}\n{rate}" for p, rate in keys], series, vals, "samples/s over PyTorch DDP")
         ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_title("Training throughput on 2 emulated nodes x 2 ranks (overlap on)")
+        first = ddp[keys[0]]
+        ax.set_title(f"Training throughput on {first['nodes']} emulated nodes x {first['local']} ranks (overlap on)")
         ax.legend(ncol=5, fontsize=8)
         fig.tight_layout()
         fig.savefig(os.path.join(a.outdir, "throughput.png"), dpi=90)
 
     tt = [r for r in tr if r["peer"] == "tessera"]
     if tt:
-        groups = sorted({(r["model"], r["rate"]) for r in tt})
-        fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 4), squeeze=False)
-        for ax, (m, rate) in zip(axes[0], groups):
-            sub = [r for r in tt if (r["model"], r["rate"]) == (m, rate)]
+        groups = sorted({(results.placement(r), r["rate"]) for r in tt})
+        cols = min(4, len(groups))
+        rows_ = -(-len(groups) // cols)
+        fig, axes = plt.subplots(rows_, cols, figsize=(4 * cols, 4 * rows_), squeeze=False)
+        for ax in axes.flat[len(groups):]:
+            ax.set_visible(False)
+        for ax, (place, rate) in zip(axes.flat, groups):
+            sub = [r for r in tt if (results.placement(r), r["rate"]) == (place, rate)]
             series = ["off", "on"]
             vals = {(r["strategy"], "on" if r["overlap"] else "off"): r["comm_exposed_ms"] for r in sub}
-            bars(ax, STRATEGIES + ["hybrid"], series, vals, "exposed communication, ms/step")
-            ax.set_title(f"{m}, {rate}")
+            names = [s for s in STRATEGIES + ["hybrid"] if any(r["strategy"] == s for r in sub)]
+            bars(ax, names, series, vals, "exposed communication, ms/step")
+            ax.set_title(f"{place[0]}, {place[1]} x {place[2]}, batch {place[3]}, {rate}", fontsize=9)
             ax.tick_params(axis="x", labelsize=8)
         axes[0][0].legend(title="overlap")
         fig.tight_layout()
         fig.savefig(os.path.join(a.outdir, "overlap.png"), dpi=90)
 
-    tg = [r for r in rows if r["bench"] == "cluster-train" and r["epochs"]]
-    if tg:
+    groups = results.time_to_loss(rows)
+    if groups:
+        # each schedule's mean over its seeds per epoch, with the seeds' range shaded
         fig, ax = plt.subplots(figsize=(6, 4))
-        colors = {"dense": "tab:blue", "hybrid": "tab:orange"}
-        labelled = set()
-        for r in tg:  # one line per strategy and seed, a strategy's seeds in one colour
-            n = sum(1 for x in tg if x["strategy"] == r["strategy"])
-            label = None if r["strategy"] in labelled else f"{r['strategy']} ({n} seed{'s' if n > 1 else ''})"
-            labelled.add(r["strategy"])
-            ax.plot([e["seconds"] for e in r["epochs"]], [e["val_loss"] for e in r["epochs"]], marker="o", markersize=3,
-                    color=colors.get(r["strategy"]), alpha=0.8, label=label)
+        for name, g in groups.items():
+            n = min(len(r["epochs"]) for r in g)
+            t = [sum(r["epochs"][i]["seconds"] for r in g) / len(g) for i in range(n)]
+            losses = [[r["epochs"][i]["val_loss"] for r in g] for i in range(n)]
+            line, = ax.plot(t, [sum(x) / len(x) for x in losses], marker="o", markersize=3,
+                            label=f"{name} ({len(g)} seed{'s' if len(g) > 1 else ''})")
+            ax.fill_between(t, [min(x) for x in losses], [max(x) for x in losses], color=line.get_color(), alpha=0.15)
+        first = next(iter(groups.values()))[0]
         ax.set_xlabel("seconds")
         ax.set_ylabel("validation loss (MSE)")
-        ax.set_title(f"{tg[0]['model']}, 2 x 2 ranks, {tg[0]['rate']} (every seed)")
+        ax.set_title(f"{first['model']}, {first['nodes']} x {first['local']} ranks, {first['rate']} (mean and range of the seeds)")
         ax.grid(alpha=0.3)
         ax.legend()
         fig.tight_layout()

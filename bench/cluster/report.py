@@ -27,17 +27,18 @@ def main():
                 print(f"| {topo[0]} x {topo[1]} | {rate} | " + " | ".join(cells) + f" | {ratio:.3f} | {mb} |")
         print()
     tr = [r for r in rows if r["bench"] == "cluster-train" and not r["epochs"]]
-    ddp = {(r["model"], r["rate"]): r for r in tr if r["peer"] == "ddp"}
-    for model in ["cosmoflow", "cnn25m"]:
-        sub = [r for r in tr if r["model"] == model and r["peer"] == "tessera"]
+    ddp = {(results.placement(r), r["rate"]): r for r in tr if r["peer"] == "ddp"}
+    # a table per model and placement, the models in this order, the most ranks first
+    for place in sorted({results.placement(r) for r in tr}, key=lambda p: (["cosmoflow", "cnn25m"].index(p[0]), -p[1] * p[2], p[3])):
+        sub = [r for r in tr if results.placement(r) == place and r["peer"] == "tessera"]
         if not sub:
             continue
-        print(f"**{model}** ({sub[0]['params'] / 1e6:.1f}M parameters), {sub[0]['nodes']} nodes x {sub[0]['local']} ranks, "
+        print(f"**{place[0]}** ({sub[0]['params'] / 1e6:.1f}M parameters), {sub[0]['nodes']} nodes x {sub[0]['local']} ranks, "
               f"global batch {sub[0]['batch']}, density {sub[0]['density']}:\n")
         print("| link | strategy | overlap | step ms | samples/s | over DDP | compute ms | comm exposed / total ms | exposed share |")
         print("|---|---|---|---|---|---|---|---|---|")
         for rate in ["1gbit", "10gbit"]:
-            d = ddp.get((model, rate))
+            d = ddp.get((place, rate))
             if d:
                 print(f"| {rate} | PyTorch DDP | (its own) | {d['step_ms']:.0f} | {d['samples_per_second']:.1f} | 1 | {d['compute_ms']:.0f} | | |")
             for s in STRATEGIES + ["hybrid"]:
@@ -50,23 +51,45 @@ def main():
                           f"{r['compute_ms']:.0f} | {r['comm_exposed_ms']:.0f} / {r['comm_total_ms']:.0f} | "
                           f"{r['comm_exposed_ms'] / r['step_ms']:.0%} |")
         print()
-    tg = [r for r in rows if r["bench"] == "cluster-train" and r["epochs"]]
-    if tg:
-        first = min(r["seed"] for r in tg)
-        print("| strategy | epoch | seconds | validation loss | validation MAE |")
-        print("|---|---|---|---|---|")
-        for r in tg:
-            if r["seed"] == first:
-                for e in r["epochs"]:
-                    print(f"| {r['strategy']} | {e['epoch']} | {e['seconds']:.1f} | {e['val_loss']:.4f} | {e['val_metric']:.4f} |")
+    groups = results.time_to_loss(rows)
+    if groups:
+        print("Each cell: the seconds, the final validation loss and (in brackets) the best.\n")
+        print("| seed | " + " | ".join(groups) + " |")
+        print("|---|" + "---|" * len(groups))
+        for seed in sorted({r["seed"] for g in groups.values() for r in g}):
+            cells = []
+            for g in groups.values():
+                r = next((r for r in g if r["seed"] == seed), None)
+                cells.append(f"{r['epochs'][-1]['seconds']:.1f} s, {r['epochs'][-1]['val_loss']:.4f} "
+                             f"({min(e['val_loss'] for e in r['epochs']):.4f})" if r else "")
+            print(f"| {seed} | " + " | ".join(cells) + " |")
         print()
-        print("| seed | strategy | seconds | final loss | final MAE | best loss |")
+        print(f"| run | seeds | seconds | final loss | final MAE | seconds to {TARGET} (seeds reaching it) |")
         print("|---|---|---|---|---|---|")
-        for r in sorted(tg, key=lambda r: (r["seed"], r["strategy"])):
-            last = r["epochs"][-1]
-            print(f"| {r['seed']} | {r['strategy']} | {last['seconds']:.1f} | {last['val_loss']:.4f} | {last['val_metric']:.4f} | "
-                  f"{min(e['val_loss'] for e in r['epochs']):.4f} |")
+        for name, g in groups.items():
+            secs = [r["epochs"][-1]["seconds"] for r in g]
+            loss = [r["epochs"][-1]["val_loss"] for r in g]
+            mae = [r["epochs"][-1]["val_metric"] for r in g]
+            hit = [t for t in (results.reached(r, TARGET) for r in g) if t is not None]
+            to = f"{mean(hit):.1f} ({len(hit)})" if hit else "- (0)"
+            print(f"| {name} | {len(g)} | {mean(secs):.1f} | {mean(loss):.4f} +- {sd(loss):.4f} | {mean(mae):.4f} +- {sd(mae):.4f} | {to} |")
         print()
+
+
+TARGET = 0.25  # the validation loss of the time-to-a-loss comparison
+
+
+def mean(v):
+    return sum(v) / len(v)
+
+
+def sd(v):
+    """The sample standard deviation (0 for one value)."""
+    if len(v) < 2:
+        return 0.0
+    m = mean(v)
+    return (sum((x - m) ** 2 for x in v) / (len(v) - 1)) ** 0.5
+
 
 if __name__ == "__main__":
     main()

@@ -15,8 +15,11 @@ def load(path):
         r = json.loads(line)
         if r.get("bench") == "cluster-train":
             r.setdefault("seed", 1)  # runs from before --seed had the first
+            if r.get("peer") == "tessera" and "optimizer" not in r:  # and each model's own optimizer
+                r["optimizer"], r["lr"] = {"cosmoflow": ("adam", 2e-4), "cnn25m": ("sgd", 0.01)}[r["model"]]
+            r.setdefault("validation_samples", 4 * r["batch"] if r.get("epochs") else 0)  # and validated on 4 batches
         config = {k: v for k, v in r.items() if k not in MEASURED}
-        config["time_to_loss"] = bool(r.get("epochs"))  # a run with validation is not a throughput run
+        config["epoch_count"] = len(r.get("epochs") or [])  # a run with validation is not a throughput run
         key = json.dumps(config, sort_keys=True)
         if key not in groups:
             groups[key] = []
@@ -32,3 +35,23 @@ def load(path):
         row["repeats"] = len(runs)
         out.append(row)
     return out
+
+
+def placement(r):
+    """A training run's model and placement (nodes, ranks per node, global batch)."""
+    return (r["model"], r["nodes"], r["local"], r["batch"])
+
+
+def time_to_loss(rows):
+    """The time-to-a-loss runs (those with validation epochs), grouped by schedule: a dict from
+    "strategy, N epochs" to its runs, one a seed, in seed order."""
+    groups = {}
+    for r in sorted((r for r in rows if r["bench"] == "cluster-train" and r.get("epochs")),
+                    key=lambda r: (r["strategy"] != "dense", len(r["epochs"]), r["seed"])):
+        groups.setdefault(f"{r['strategy']}, {len(r['epochs'])} epochs", []).append(r)
+    return groups
+
+
+def reached(run, loss):
+    """Seconds until the run's validation loss first reached `loss`, or None."""
+    return next((e["seconds"] for e in run["epochs"] if e["val_loss"] <= loss), None)

@@ -125,6 +125,24 @@ class ResultsTest(unittest.TestCase):
             os.unlink(f.name)
         self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 20, 3), ("topk", 5, 1)])
 
+    def test_time_to_loss_runs_group_by_schedule_and_keep_every_seed(self):
+        def run(strategy, seed, losses):
+            return {"bench": "cluster-train", "peer": "tessera", "model": "cosmoflow", "strategy": strategy, "seed": seed,
+                    "step_ms": 1.0, "epochs": [{"epoch": i, "seconds": 2.0 * (i + 1), "val_loss": v} for i, v in enumerate(losses)]}
+        rows = [run("hybrid", 2, [0.4, 0.3]), run("hybrid", 1, [0.4, 0.2, 0.1]), run("dense", 1, [0.3, 0.2]),
+                run("hybrid", 1, [0.5, 0.3])]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        try:
+            groups = results.time_to_loss(results.load(f.name))
+        finally:
+            os.unlink(f.name)
+        self.assertEqual({k: [r["seed"] for r in g] for k, g in groups.items()},
+                         {"dense, 2 epochs": [1], "hybrid, 2 epochs": [1, 2], "hybrid, 3 epochs": [1]})
+        self.assertEqual(list(groups)[0], "dense, 2 epochs")
+        self.assertEqual(results.reached(groups["hybrid, 3 epochs"][0], 0.2), 4.0)
+        self.assertIsNone(results.reached(groups["hybrid, 2 epochs"][0], 0.2))
+
 
 if __name__ == "__main__":
     unittest.main()
