@@ -456,7 +456,9 @@ struct TrainRun {
 
 // The slowest rank's means over the measured steps (each epoch's first two warm up): the step
 // (everything it waited for: data, compute, exposed communication), communication exposed and
-// total, compute (forward, backward, update), and the bytes it sent between nodes per step.
+// total, compute (forward, backward, update); and the bytes a rank sent between nodes per step,
+// the mean over the ranks (as the exchange benchmark's): in a world ring only one rank of a node
+// sends across, so the slowest rank's own may be 0.
 struct TrainResult {
   double step_ms = 0, exposed_ms = 0, total_ms = 0, compute_ms = 0, bytes_inter = 0;
   int64_t params = 0;
@@ -514,6 +516,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
   }, std::chrono::minutes(20));
   std::filesystem::remove_all(dir);
   TrainResult worst;
+  double inter = 0;
   for (int r = 0; r < world; ++r) {
     if (outcomes[r].exit_code != 0)
       throw Error(detail::concat("training bench: rank ", r, " failed (exit ", outcomes[r].exit_code, "): ", outcomes[r].report));
@@ -523,9 +526,11 @@ TrainResult run_cluster_training(const TrainRun& t) {
     std::string rest;
     std::getline(in >> std::ws, rest);
     x.epochs = nlohmann::json::parse(rest);
+    inter += x.bytes_inter / world;
     // The job runs at its slowest rank's pace; its communication figures are that rank's.
     if (x.step_ms > worst.step_ms) worst = x;
   }
+  worst.bytes_inter = inter;
   worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
   return worst;
 }

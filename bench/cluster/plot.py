@@ -22,6 +22,11 @@ import results  # noqa: E402
 STRATEGIES = ["dense", "torus", "topk", "hitopk"]
 
 
+def rate_gbit(rate):
+    """A link rate such as "10gbit" in Gbit/s, for ordering."""
+    return float(rate.rstrip("gbit"))
+
+
 def bars(ax, groups, series, values, ylabel, log=False):
     width = 0.8 / len(series)
     for i, s in enumerate(series):
@@ -49,7 +54,7 @@ def main():
         fig, axes = plt.subplots(1, len(topologies), figsize=(5 * len(topologies), 4), squeeze=False)
         for ax, (m, n) in zip(axes[0], topologies):
             sub = [r for r in ex if (r["nodes"], r["local"]) == (m, n)]
-            rates = sorted({r["rate"] for r in sub}, key=lambda x: float(x.rstrip("gbit")))
+            rates = sorted({r["rate"] for r in sub}, key=rate_gbit)
             bars(ax, rates, STRATEGIES, {(r["rate"], r["strategy"]): r["exchange_ms"] for r in sub}, "ms per exchange", log=True)
             ax.set_title(f"{m} nodes x {n} ranks, 25.6M floats, density 0.001")
         axes[0][0].legend()
@@ -75,20 +80,18 @@ def main():
 
     tt = [r for r in tr if r["peer"] == "tessera"]
     if tt:
-        groups = sorted({(results.placement(r), r["rate"]) for r in tt})
-        cols = min(4, len(groups))
-        rows_ = -(-len(groups) // cols)
-        fig, axes = plt.subplots(rows_, cols, figsize=(4 * cols, 4 * rows_), squeeze=False)
-        for ax in axes.flat[len(groups):]:
-            ax.set_visible(False)
-        for ax, (place, rate) in zip(axes.flat, groups):
-            sub = [r for r in tt if (results.placement(r), r["rate"]) == (place, rate)]
-            series = ["off", "on"]
-            vals = {(r["strategy"], "on" if r["overlap"] else "off"): r["comm_exposed_ms"] for r in sub}
-            names = [s for s in STRATEGIES + ["hybrid"] if any(r["strategy"] == s for r in sub)]
-            bars(ax, names, series, vals, "exposed communication, ms/step")
-            ax.set_title(f"{place[0]}, {place[1]} x {place[2]}, batch {place[3]}, {rate}", fontsize=9)
-            ax.tick_params(axis="x", labelsize=8)
+        # a row per placement (the order of report.py's tables), a column per link rate
+        places = sorted({results.placement(r) for r in tt}, key=results.placement_order)
+        rates = sorted({r["rate"] for r in tt}, key=rate_gbit)
+        fig, axes = plt.subplots(len(places), len(rates), figsize=(4.5 * len(rates), 3.5 * len(places)), squeeze=False)
+        for row, place in zip(axes, places):
+            for ax, rate in zip(row, rates):
+                sub = [r for r in tt if (results.placement(r), r["rate"]) == (place, rate)]
+                vals = {(r["strategy"], "on" if r["overlap"] else "off"): r["comm_exposed_ms"] for r in sub}
+                names = [s for s in STRATEGIES + ["hybrid"] if any(r["strategy"] == s for r in sub)]
+                bars(ax, names, ["off", "on"], vals, "exposed communication, ms/step")
+                ax.set_title(f"{place[0]}, {place[1]} x {place[2]}, batch {place[3]}, {rate}", fontsize=9)
+                ax.tick_params(axis="x", labelsize=8)
         axes[0][0].legend(title="overlap")
         fig.tight_layout()
         fig.savefig(os.path.join(a.outdir, "overlap.png"), dpi=90)

@@ -29,14 +29,16 @@ def main():
     tr = [r for r in rows if r["bench"] == "cluster-train" and not r["epochs"]]
     ddp = {(results.placement(r), r["rate"]): r for r in tr if r["peer"] == "ddp"}
     # a table per model and placement, the models in this order, the most ranks first
-    for place in sorted({results.placement(r) for r in tr}, key=lambda p: (["cosmoflow", "cnn25m"].index(p[0]), -p[1] * p[2], p[3])):
+    for place in sorted({results.placement(r) for r in tr}, key=results.placement_order):
         sub = [r for r in tr if results.placement(r) == place and r["peer"] == "tessera"]
         if not sub:
             continue
         print(f"**{place[0]}** ({sub[0]['params'] / 1e6:.1f}M parameters), {sub[0]['nodes']} nodes x {sub[0]['local']} ranks, "
               f"global batch {sub[0]['batch']}, density {sub[0]['density']}:\n")
-        print("| link | strategy | overlap | step ms | samples/s | over DDP | compute ms | comm exposed / total ms | exposed share |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        peer = any(p == place for p, _ in ddp)  # the "over DDP" column only where the peer ran
+        print("| link | strategy | overlap | step ms | samples/s | " + ("over DDP | " if peer else "") +
+              "compute ms | comm exposed / total ms | exposed share |")
+        print("|---|---|---|---|---|" + ("---|" if peer else "") + "---|---|---|")
         for rate in ["1gbit", "10gbit"]:
             d = ddp.get((place, rate))
             if d:
@@ -46,8 +48,8 @@ def main():
                     r = next((r for r in sub if r["rate"] == rate and r["strategy"] == s and r["overlap"] == ov), None)
                     if not r:
                         continue
-                    over = f"{r['samples_per_second'] / d['samples_per_second']:.2f}" if d else ""
-                    print(f"| {rate} | {s} | {'on' if ov else 'off'} | {r['step_ms']:.0f} | {r['samples_per_second']:.1f} | {over} | "
+                    over = (f"{r['samples_per_second'] / d['samples_per_second']:.2f} | " if d else " | ") if peer else ""
+                    print(f"| {rate} | {s} | {'on' if ov else 'off'} | {r['step_ms']:.0f} | {r['samples_per_second']:.1f} | {over}"
                           f"{r['compute_ms']:.0f} | {r['comm_exposed_ms']:.0f} / {r['comm_total_ms']:.0f} | "
                           f"{r['comm_exposed_ms'] / r['step_ms']:.0%} |")
         print()

@@ -42,6 +42,11 @@ def placement(r):
     return (r["model"], r["nodes"], r["local"], r["batch"])
 
 
+def placement_order(p):
+    """Sort key of placements for tables and plots: CosmoFlow first, then the most ranks."""
+    return (["cosmoflow", "cnn25m"].index(p[0]), -p[1] * p[2], p[3])
+
+
 def time_to_loss(rows):
     """The time-to-a-loss runs (those with validation epochs), grouped by schedule: a dict from
     "strategy, N epochs" to its runs, one a seed, in seed order."""

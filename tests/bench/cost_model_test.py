@@ -127,7 +127,7 @@ class ResultsTest(unittest.TestCase):
 
     def test_time_to_loss_runs_group_by_schedule_and_keep_every_seed(self):
         def run(strategy, seed, losses):
-            return {"bench": "cluster-train", "peer": "tessera", "model": "cosmoflow", "strategy": strategy, "seed": seed,
+            return {"bench": "cluster-train", "peer": "tessera", "model": "cosmoflow", "batch": 16, "strategy": strategy, "seed": seed,
                     "step_ms": 1.0, "epochs": [{"epoch": i, "seconds": 2.0 * (i + 1), "val_loss": v} for i, v in enumerate(losses)]}
         rows = [run("hybrid", 2, [0.4, 0.3]), run("hybrid", 1, [0.4, 0.2, 0.1]), run("dense", 1, [0.3, 0.2]),
                 run("hybrid", 1, [0.5, 0.3])]
