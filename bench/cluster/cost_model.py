@@ -330,7 +330,7 @@ def main():
     # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.
     main_placement = statistics.mode(results.placement(r) for r in train) if train else None
     p_row = next((r for r in train if results.placement(r) == main_placement and r["model"] == "cosmoflow" and r["strategy"] == "dense"
-                  and r["overlap"] and r["rate"] == slowest and main_placement in cal), None)
+                  and r["overlap"] and r["rate"] == slowest), None) if main_placement in cal else None
     pace = 1.0
     if p_row:
         mc = Machine(links, slowest, a.cores, sel, pass_, add, hidden)

@@ -11,6 +11,7 @@ model.png (model vs measured).
 import argparse
 import json
 import os
+import statistics
 
 import matplotlib
 
@@ -102,9 +103,9 @@ def main():
         fig, ax = plt.subplots(figsize=(6, 4))
         for name, g in groups.items():
             n = min(len(r["epochs"]) for r in g)
-            t = [sum(r["epochs"][i]["seconds"] for r in g) / len(g) for i in range(n)]
+            t = [statistics.mean(r["epochs"][i]["seconds"] for r in g) for i in range(n)]
             losses = [[r["epochs"][i]["val_loss"] for r in g] for i in range(n)]
-            line, = ax.plot(t, [sum(x) / len(x) for x in losses], marker="o", markersize=3,
+            line, = ax.plot(t, [statistics.mean(x) for x in losses], marker="o", markersize=3,
                             label=f"{name} ({len(g)} seed{'s' if len(g) > 1 else ''})")
             ax.fill_between(t, [min(x) for x in losses], [max(x) for x in losses], color=line.get_color(), alpha=0.15)
         first = next(iter(groups.values()))[0]

@@ -3,6 +3,7 @@
 
   report.py RESULTS.jsonl
 """
+import statistics
 import sys
 
 import results
@@ -73,24 +74,17 @@ def main():
             loss = [r["epochs"][-1]["val_loss"] for r in g]
             mae = [r["epochs"][-1]["val_metric"] for r in g]
             hit = [t for t in (results.reached(r, TARGET) for r in g) if t is not None]
-            to = f"{mean(hit):.1f} ({len(hit)})" if hit else "- (0)"
-            print(f"| {name} | {len(g)} | {mean(secs):.1f} | {mean(loss):.4f} +- {sd(loss):.4f} | {mean(mae):.4f} +- {sd(mae):.4f} | {to} |")
+            to = f"{statistics.mean(hit):.1f} ({len(hit)})" if hit else "- (0)"
+            print(f"| {name} | {len(g)} | {statistics.mean(secs):.1f} | {statistics.mean(loss):.4f} +- {sd(loss):.4f} | {statistics.mean(mae):.4f} +- {sd(mae):.4f} | {to} |")
         print()
 
 
 TARGET = 0.25  # the validation loss of the time-to-a-loss comparison
 
 
-def mean(v):
-    return sum(v) / len(v)
-
-
 def sd(v):
     """The sample standard deviation (0 for one value)."""
-    if len(v) < 2:
-        return 0.0
-    m = mean(v)
-    return (sum((x - m) ** 2 for x in v) / (len(v) - 1)) ** 0.5
+    return statistics.stdev(v) if len(v) > 1 else 0.0
 
 
 if __name__ == "__main__":

@@ -13,11 +13,6 @@ def load(path):
         if not line.strip():
             continue
         r = json.loads(line)
-        if r.get("bench") == "cluster-train":
-            r.setdefault("seed", 1)  # runs from before --seed had the first
-            if r.get("peer") == "tessera" and "optimizer" not in r:  # and each model's own optimizer
-                r["optimizer"], r["lr"] = {"cosmoflow": ("adam", 2e-4), "cnn25m": ("sgd", 0.01)}[r["model"]]
-            r.setdefault("validation_samples", 4 * r["batch"] if r.get("epochs") else 0)  # and validated on 4 batches
         config = {k: v for k, v in r.items() if k not in MEASURED}
         config["epoch_count"] = len(r.get("epochs") or [])  # a run with validation is not a throughput run
         key = json.dumps(config, sort_keys=True)
