@@ -6,7 +6,7 @@ packages=(
   build-essential cmake ccache pkg-config
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
-  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev libcurl4-openssl-dev prometheus-cpp-dev
+  libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev zlib1g-dev libcurl4-openssl-dev prometheus-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libssl-dev                                       # HMAC-SHA256 of the controller's job tokens
   libgtest-dev googletest

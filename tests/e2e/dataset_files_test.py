@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+import zlib
 
 import h5py
 import numpy as np
@@ -33,9 +34,9 @@ def counts(rng, shape):
     return rng.poisson(3.0, size=shape).astype(np.int16)
 
 
-def write_cosmo(path, full, targets, input_key="full", target_key="unitPar"):
+def write_cosmo(path, full, targets, input_key="full", target_key="unitPar", **filters):
     with h5py.File(path, "w") as f:
-        f.create_dataset(input_key, data=full, chunks=True, compression="gzip")
+        f.create_dataset(input_key, data=full, chunks=True, compression="gzip", **filters)
         f.create_dataset(target_key, data=np.asarray(targets, dtype=np.float32))
 
 
@@ -157,11 +158,11 @@ class DatasetFilesTest(unittest.TestCase):
         self.check_blocks(job, [0, 4], lambda s: (np.log1p(files[s][0].astype(np.float32)), files[s][1]))
         self.assertEqual(tessera("data", "verify", d)[0], 0)
         self.train(job)
-        # float32 densities: the same layout
+        # float32 densities: the same layout (here also shuffled and checksummed, as h5py can write it)
         f32 = self.path("lbann32", "x")[:-2]
         vol = self.rng.gamma(2.0, 1.5, size=(4, 16, 16, 16)).astype(np.float32)
         for i in range(2):
-            write_cosmo(os.path.join(f32, "u%d.h5" % i), vol * (i + 1), [0.1, 0.2, 0.3, 0.4])
+            write_cosmo(os.path.join(f32, "u%d.h5" % i), vol * (i + 1), [0.1, 0.2, 0.3, 0.4], shuffle=True, fletcher32=True)
         self.assertIn("full float32 [4, 16, 16, 16]", self.index(f32))
         job32 = self.job("lbann32", {"name": "cosmoflow", "inputSize": 16, "baseChannels": 2, "hidden": [8]},
                          {"format": "hdf5", "path": f32})
@@ -299,6 +300,24 @@ class DatasetFilesTest(unittest.TestCase):
             odd.set_size(3)
             h5py.h5d.create(f.id, b"full", odd, h5py.h5s.create_simple((4, 8, 8, 8)))
         self.index_fails(d, "s1.h5' dataset 'full': holds neither 8- to 64-bit integers nor 32- or 64-bit floats")
+
+        # a chunk that inflates to fewer bytes than its shape needs (HDF5 would copy past its end);
+        # float volumes are read whole by the index
+        d = self.path("short-chunk", "x")[:-2]
+        for i in range(2):
+            write_cosmo(os.path.join(d, "s%d.h5" % i), self.rng.gamma(2.0, 1.0, size=(4, 8, 8, 8)).astype(np.float32), np.zeros(4))
+        with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:
+            ds = f["full"]
+            ds.id.write_direct_chunk((0,) * ds.ndim, zlib.compress(b"\0" * 100))
+            need = int(np.prod(ds.chunks)) * ds.dtype.itemsize
+        self.index_fails(d, "s1.h5' dataset 'full': the chunk at [0, 0, 0, 0] holds 100 bytes, its shape needs %d" % need)
+
+        # a filter the reader cannot measure a chunk through
+        d = fresh("filter", n=2)
+        with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:
+            del f["full"]
+            f.create_dataset("full", data=counts(self.rng, (4, 8, 8, 8)), chunks=True, scaleoffset=0)
+        self.index_fails(d, "s1.h5' dataset 'full': is stored with the HDF5 filter 'scaleoffset'", "h5repack -f GZIP=1")
 
         d = self.path("empty", "x")[:-2]
         with open(os.path.join(d, "README"), "w") as f:

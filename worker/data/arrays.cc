@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <hdf5.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -50,7 +51,32 @@ std::string type_name(bool floating, bool is_signed, size_t bytes) {
   return (is_signed ? "int" : "uint") + std::to_string(8 * bytes);
 }
 
-// The info of an open HDF5 dataset; empty type when it is neither integer nor float.
+// HDF5 1.10 copies a whole chunk out of the buffer its filters leave without checking that
+// buffer's length: a chunk whose stored or inflated bytes fall short of its shape (a corrupt file)
+// overruns a heap buffer. So every chunk a read touches is measured first, its filters undone in
+// reverse with the ones this reader can follow (deflate, shuffle, fletcher32); a dataset stored
+// with any other filter is refused.
+struct Filter {
+  H5Z_filter_t id;
+  std::string name;
+};
+
+std::vector<Filter> filters_of(hid_t create) {
+  std::vector<Filter> out;
+  const int n = H5Pget_nfilters(create);
+  for (int i = 0; i < n; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t nvalues = 0;
+    char name[64] = {};
+    const H5Z_filter_t id = H5Pget_filter2(create, static_cast<unsigned>(i), &flags, &nvalues, nullptr, sizeof(name), name, &config);
+    out.push_back({id, name[0] ? name : "filter " + std::to_string(id)});
+  }
+  return out;
+}
+
+bool followed(H5Z_filter_t id) { return id == H5Z_FILTER_DEFLATE || id == H5Z_FILTER_SHUFFLE || id == H5Z_FILTER_FLETCHER32; }
+
+// The info of an open HDF5 dataset.
 ArrayInfo h5_info(hid_t ds) {
   ArrayInfo info;
   H5Handle space(H5Dget_space(ds), H5Sclose);
@@ -68,11 +94,16 @@ ArrayInfo h5_info(hid_t ds) {
                 (cls == H5T_FLOAT && (bytes == 4 || bytes == 8)))) {
     info.floating = cls == H5T_FLOAT;
     info.type = type_name(info.floating, cls == H5T_INTEGER && H5Tget_sign(type) == H5T_SGN_2, bytes);
+  } else {
+    info.unreadable = "holds neither 8- to 64-bit integers nor 32- or 64-bit floats";
   }
+  H5Handle create(H5Dget_create_plist(ds), H5Pclose);
+  for (const Filter& f : filters_of(create))
+    if (!followed(f.id) && info.unreadable.empty())
+      info.unreadable = "is stored with the HDF5 filter '" + f.name +
+                        "'; samples are read stored raw or with gzip, shuffle and fletcher32 (rewrite it with h5repack -f GZIP=1)";
   return info;
 }
-
-constexpr const char* kUnsupportedType = "holds neither 8- to 64-bit integers nor 32- or 64-bit floats";
 
 // The selection of a read: start and count of every dimension, and the box's extent.
 struct Selection {
@@ -115,34 +146,138 @@ Tensor channels_first(const std::vector<float>& v, const std::array<int64_t, 3>&
 // The shape of a channels-first read: the selection's counts.
 Shape read_shape(const Selection& s) { return Shape(s.count.begin(), s.count.end()); }
 
+// The length of a zlib stream's output, counted up to limit + 1 bytes; -1 when the stream is broken.
+int64_t inflated_size(const std::vector<unsigned char>& in, size_t limit) {
+  z_stream z{};
+  if (inflateInit(&z) != Z_OK) return -1;
+  std::vector<unsigned char> out(std::min<size_t>(limit + 1, 1 << 20));
+  z.next_in = const_cast<unsigned char*>(in.data());
+  z.avail_in = static_cast<uInt>(in.size());
+  int64_t total = 0;
+  int rc = Z_OK;
+  while (rc == Z_OK && total <= static_cast<int64_t>(limit)) {
+    z.next_out = out.data();
+    z.avail_out = static_cast<uInt>(out.size());
+    rc = inflate(&z, Z_NO_FLUSH);
+    total += static_cast<int64_t>(out.size() - z.avail_out);
+    if (rc == Z_BUF_ERROR && z.avail_in == 0) break;  // the stream ends early
+  }
+  inflateEnd(&z);
+  return rc == Z_STREAM_END || total > static_cast<int64_t>(limit) ? total : -1;
+}
+
+// The bytes chunk `offset` yields once its filters are undone, -1 when they cannot be undone.
+int64_t decoded_size(hid_t ds, const std::vector<Filter>& filters, const std::vector<hsize_t>& offset, hsize_t stored, size_t expect) {
+  uint32_t mask = 0;
+  std::vector<unsigned char> bytes(stored);
+  if (H5Dread_chunk(ds, H5P_DEFAULT, offset.data(), &mask, bytes.data()) < 0) return -1;
+  int64_t size = static_cast<int64_t>(stored);
+  bool inflated = false;  // then only the length is known, not the bytes
+  for (size_t i = filters.size(); i-- > 0;) {
+    if (mask & (1u << i)) continue;  // skipped for this chunk when it was written
+    if (filters[i].id == H5Z_FILTER_FLETCHER32) {  // a checksum after the data, which HDF5 checks
+      if (size < 4) return -1;
+      size -= 4;
+      if (!inflated) bytes.resize(static_cast<size_t>(size));
+    } else if (filters[i].id == H5Z_FILTER_DEFLATE) {
+      if (inflated) return -1;  // compressed twice: not a file any writer makes
+      size = inflated_size(bytes, expect + 64);
+      if (size < 0) return -1;
+      inflated = true;
+    }  // shuffle keeps the length
+  }
+  return size;
+}
+
+// Checks every chunk a selection touches and returns their stored bytes.
+uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection& sel, size_t item, hsize_t file_bytes) {
+  const int rank = static_cast<int>(sel.start.size());
+  std::vector<hsize_t> chunk(rank), first(rank), last(rank), at(rank), offset(rank);
+  H5Pget_chunk(create, rank, chunk.data());
+  size_t expect = item;
+  for (int i = 0; i < rank; ++i) {
+    if (chunk[i] == 0) fail(a, "a chunk dimension of 0 (a malformed file?)");
+    expect *= chunk[i];
+  }
+  const std::vector<Filter> filters = filters_of(create);  // followed ones: h5_info checked them
+  for (int i = 0; i < rank; ++i) {
+    first[i] = sel.start[i] / chunk[i];
+    last[i] = (sel.start[i] + sel.count[i] - 1) / chunk[i];
+    at[i] = first[i];
+  }
+  uint64_t stored_total = 0;
+  for (;;) {  // every chunk index between first and last, like an odometer
+    for (int i = 0; i < rank; ++i) offset[i] = at[i] * chunk[i];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t stored = 0;
+    if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &addr, &stored) < 0)
+      fail(a, "cannot locate its chunks (a corrupt file?)");
+    if (addr != HADDR_UNDEF) {  // an unwritten chunk holds the fill value
+      if (stored > file_bytes)
+        fail(a, detail::concat("a chunk claims ", stored, " bytes, more than the file's ", file_bytes, " (a corrupt file?)"));
+      const int64_t got = decoded_size(ds, filters, offset, stored, expect);
+      if (got != static_cast<int64_t>(expect))
+        fail(a, got < 0 ? detail::concat("the chunk at ", shape_str(Shape(offset.begin(), offset.end())), " cannot be decompressed (a corrupt file?)")
+                        : detail::concat("the chunk at ", shape_str(Shape(offset.begin(), offset.end())), " holds ", got,
+                                         " bytes, its shape needs ", expect, " (a corrupt file?)"));
+      stored_total += stored;
+    }
+    int i = rank - 1;
+    for (; i >= 0; --i) {
+      if (at[i] < last[i]) {
+        ++at[i];
+        break;
+      }
+      at[i] = first[i];
+    }
+    if (i < 0) break;
+  }
+  return stored_total;
+}
+
 ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   std::lock_guard<std::mutex> lock(h5_mutex());
   H5Handle file = open_h5(a.path);
   H5Handle ds(H5Dopen2(file, a.key.c_str(), H5P_DEFAULT), H5Dclose);
   if (ds < 0) fail(a, "no such dataset");
   const ArrayInfo info = h5_info(ds);
-  if (info.type.empty()) fail(a, kUnsupportedType);
+  if (!info.unreadable.empty()) fail(a, info.unreadable);
   const Selection sel = select(a, info.shape, box, channels_last);
   const int rank = static_cast<int>(info.shape.size());
+  H5Handle type(H5Dget_type(ds), H5Tclose);
+  const size_t item = H5Tget_size(type);
+  const int64_t numel = shape_numel(Shape(sel.count.begin(), sel.count.end()));
   H5Handle create(H5Dget_create_plist(ds), H5Pclose);
-  if (rank > 0 && H5Pget_layout(create) == H5D_CHUNKED) {
+  const H5D_layout_t layout = rank > 0 ? H5Pget_layout(create) : H5D_CONTIGUOUS;
+  uint64_t stored_bytes = static_cast<uint64_t>(numel) * item;
+  if (layout == H5D_CHUNKED) {
     // HDF5 allocates a whole chunk to read any of it: a chunk far larger than its dataset (a
     // malformed or hostile file) is refused before it is.
     std::vector<hsize_t> chunk(rank);
     H5Pget_chunk(create, rank, chunk.data());
-    H5Handle type(H5Dget_type(ds), H5Tclose);
-    double chunk_bytes = static_cast<double>(H5Tget_size(type)), data_bytes = chunk_bytes;
+    double chunk_bytes = static_cast<double>(item), data_bytes = chunk_bytes;
     for (int i = 0; i < rank; ++i) {
       chunk_bytes *= static_cast<double>(chunk[i]);
       data_bytes *= static_cast<double>(info.shape[i]);
     }
     if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
       fail(a, detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
+    hsize_t file_bytes = 0;
+    H5Fget_filesize(file, &file_bytes);
+    if (numel > 0) stored_bytes = check_chunks(a, ds, create, sel, item, file_bytes);
+  } else if (layout == H5D_COMPACT) {
+    // The same copy as a chunk's, out of the bytes the dataset's header holds.
+    const double need = static_cast<double>(item) * static_cast<double>(shape_numel(info.shape));
+    if (static_cast<double>(H5Dget_storage_size(ds)) != need)
+      fail(a, detail::concat("its header holds ", H5Dget_storage_size(ds), " bytes of data, its shape needs ", need, " (a corrupt file?)"));
+  } else if (layout != H5D_CONTIGUOUS) {
+    fail(a, "is a virtual dataset (it maps other files); samples are read from the datasets themselves");
   }
   H5Handle space(H5Dget_space(ds), H5Sclose);
   if (rank > 0) H5Sselect_hyperslab(space, H5S_SELECT_SET, sel.start.data(), nullptr, sel.count.data(), nullptr);
   H5Handle mem(rank > 0 ? H5Screate_simple(rank, sel.count.data(), nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
-  std::vector<float> buf(static_cast<size_t>(shape_numel(Shape(sel.count.begin(), sel.count.end()))));
+  std::vector<float> buf(static_cast<size_t>(numel));
   if (H5Dread(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, buf.data()) < 0)
     fail(a, "cannot read (a corrupt or truncated file?)");
   ArrayRead r;
@@ -152,33 +287,7 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
     r.values = Tensor(read_shape(sel));
     std::memcpy(r.values.data(), buf.data(), buf.size() * sizeof(float));
   }
-  // The chunks the selection touches: their stored (compressed) bytes.
-  if (rank > 0 && H5Pget_layout(create) == H5D_CHUNKED) {
-    std::vector<hsize_t> chunk(rank), first(rank), last(rank), at(rank), offset(rank);
-    H5Pget_chunk(create, rank, chunk.data());
-    for (int i = 0; i < rank; ++i) {
-      first[i] = sel.start[i] / chunk[i];
-      last[i] = (sel.start[i] + sel.count[i] - 1) / chunk[i];
-      at[i] = first[i];
-    }
-    for (;;) {  // every chunk index between first and last, like an odometer
-      for (int i = 0; i < rank; ++i) offset[i] = at[i] * chunk[i];
-      hsize_t bytes = 0;
-      if (H5Dget_chunk_storage_size(ds, offset.data(), &bytes) >= 0) r.stored_bytes += bytes;
-      int i = rank - 1;
-      for (; i >= 0; --i) {
-        if (at[i] < last[i]) {
-          ++at[i];
-          break;
-        }
-        at[i] = first[i];
-      }
-      if (i < 0) break;
-    }
-  } else {
-    H5Handle type(H5Dget_type(ds), H5Tclose);
-    r.stored_bytes = buf.size() * H5Tget_size(type);
-  }
+  r.stored_bytes = stored_bytes;  // for chunks, their stored (compressed) bytes
   return r;
 }
 
@@ -401,7 +510,7 @@ ArrayInfo array_info(const ArrayRef& a) {
   const auto arrays = h5_arrays(a.path);
   auto it = arrays.find(a.key);
   if (it == arrays.end()) fail(a, "no such dataset");
-  if (it->second.type.empty()) fail(a, kUnsupportedType);
+  if (!it->second.unreadable.empty()) fail(a, it->second.unreadable);
   return it->second;
 }
 

@@ -29,6 +29,7 @@ struct ArrayInfo {
   Shape shape;
   std::string type;       // int8 .. int64, uint8 .. uint64, float32, float64
   bool floating = false;
+  std::string unreadable;  // why an HDF5 dataset cannot be read as a sample's array; empty when it can
   std::string str() const;  // "int16 (4, 64, 64, 64)"
 };
 
@@ -38,10 +39,10 @@ struct ArrayRef {
   std::string str() const;  // "'a.h5' dataset 'full'" or "'a_x.npy'"
 };
 
-// Every dataset at the root of an HDF5 file (type empty where its elements are none of ArrayInfo's
-// types). Error naming the file when it is not (readable) HDF5.
+// Every dataset at the root of an HDF5 file (`unreadable` says why one cannot be read: its element
+// type or its filters). Error naming the file when it is not (readable) HDF5.
 std::map<std::string, ArrayInfo> h5_arrays(const std::string& path);
-// Error naming the array when it is missing or of another element type.
+// Error naming the array when it is missing or unreadable.
 ArrayInfo array_info(const ArrayRef& a);
 
 struct ArrayRead {
