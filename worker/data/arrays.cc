@@ -214,6 +214,11 @@ uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection
     if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &addr, &stored) < 0)
       fail(a, "cannot locate its chunks (a corrupt file?)");
     if (addr != HADDR_UNDEF) {  // an unwritten chunk holds the fill value
+      // H5Dread_chunk and H5Dread find a chunk as H5Dget_chunk_storage_size does; a corrupt index
+      // can name one offset twice, and then this lookup can disagree with theirs.
+      hsize_t read_size = 0;
+      if (H5Dget_chunk_storage_size(ds, offset.data(), &read_size) < 0 || read_size != stored)
+        fail(a, "its chunk index is inconsistent (a corrupt file?)");
       if (stored > file_bytes)
         fail(a, detail::concat("a chunk claims ", stored, " bytes, more than the file's ", file_bytes, " (a corrupt file?)"));
       const int64_t got = decoded_size(ds, filters, offset, stored, expect);
