@@ -312,6 +312,27 @@ class DatasetFilesTest(unittest.TestCase):
             need = int(np.prod(ds.chunks)) * ds.dtype.itemsize
         self.index_fails(d, "s1.h5' dataset 'full': the chunk at [0, 0, 0, 0] holds 100 bytes, its shape needs %d" % need)
 
+        # a volume partly written: the chunks never written are named, not read as zeros
+        d = self.path("partial", "x")[:-2]
+        for i in range(2):
+            write_cosmo(os.path.join(d, "s%d.h5" % i), self.rng.gamma(2.0, 1.0, size=(4, 8, 8, 8)).astype(np.float32), np.zeros(4))
+        with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:
+            del f["full"]
+            f.create_dataset("full", shape=(4, 8, 8, 8), dtype="f4", chunks=(1, 8, 8, 8))[0] = 1.0
+        self.index_fails(d, "s1.h5' dataset 'full': reading it needs 4 chunks, and the file holds 1 (chunks never written")
+
+        # a target declaring a billion values in a file of a few kilobytes
+        d = fresh("huge-target", n=2)
+        with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:
+            del f["unitPar"]
+            f.create_dataset("unitPar", shape=(10 ** 9,), dtype="f4")
+        self.index_fails(d, "s1.h5' dataset 'unitPar' is float32 [1000000000] but the first sample's (s0.h5) is float32 [4]")
+        d = fresh("huge-target-first", n=2)
+        with h5py.File(os.path.join(d, "s0.h5"), "r+") as f:
+            del f["unitPar"]
+            f.create_dataset("unitPar", shape=(10 ** 9,), dtype="f4")
+        self.index_fails(d, "s0.h5' dataset 'unitPar': its shape needs 4e+09 bytes, and the file holds")
+
         # a filter the reader cannot measure a chunk through
         d = fresh("filter", n=2)
         with h5py.File(os.path.join(d, "s1.h5"), "r+") as f:

@@ -200,11 +200,21 @@ uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection
     expect *= chunk[i];
   }
   const std::vector<Filter> filters = filters_of(create);  // followed ones: h5_info checked them
+  double touched = 1;
   for (int i = 0; i < rank; ++i) {
     first[i] = sel.start[i] / chunk[i];
     last[i] = (sel.start[i] + sel.count[i] - 1) / chunk[i];
     at[i] = first[i];
+    touched *= static_cast<double>(last[i] - first[i] + 1);
   }
+  // Every chunk read must have been written: HDF5 would fill the others in, as many as the
+  // dataset's declared shape has (a corrupt one, billions).
+  hsize_t written = 0;
+  H5Handle space(H5Dget_space(ds), H5Sclose);
+  if (H5Dget_num_chunks(ds, space, &written) < 0) fail(a, "cannot count its chunks (a corrupt file?)");
+  if (touched > static_cast<double>(written))
+    fail(a, detail::concat("reading it needs ", touched, " chunks, and the file holds ", written,
+                           " (chunks never written: an incomplete or corrupt file?)"));
   uint64_t stored_total = 0;
   for (;;) {  // every chunk index between first and last, like an odometer
     for (int i = 0; i < rank; ++i) offset[i] = at[i] * chunk[i];
@@ -213,7 +223,10 @@ uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection
     hsize_t stored = 0;
     if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &addr, &stored) < 0)
       fail(a, "cannot locate its chunks (a corrupt file?)");
-    if (addr != HADDR_UNDEF) {  // an unwritten chunk holds the fill value
+    if (addr == HADDR_UNDEF)
+      fail(a, detail::concat("its chunk at ", shape_str(Shape(offset.begin(), offset.end())),
+                             " was never written (an incomplete file?)"));
+    {
       // H5Dread_chunk and H5Dread find a chunk as H5Dget_chunk_storage_size does; a corrupt index
       // can name one offset twice, and then this lookup can disagree with theirs.
       hsize_t read_size = 0;
@@ -252,33 +265,41 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   const int rank = static_cast<int>(info.shape.size());
   H5Handle type(H5Dget_type(ds), H5Tclose);
   const size_t item = H5Tget_size(type);
-  const int64_t numel = shape_numel(Shape(sel.count.begin(), sel.count.end()));
+  // Sizes in doubles until the file is known to hold them: a corrupt shape overflows an int64.
+  double data_bytes = static_cast<double>(item), read_elements = 1;
+  for (int i = 0; i < rank; ++i) {
+    data_bytes *= static_cast<double>(info.shape[i]);
+    read_elements *= static_cast<double>(sel.count[i]);
+  }
+  hsize_t file_bytes = 0;
+  H5Fget_filesize(file, &file_bytes);
   H5Handle create(H5Dget_create_plist(ds), H5Pclose);
   const H5D_layout_t layout = rank > 0 ? H5Pget_layout(create) : H5D_CONTIGUOUS;
-  uint64_t stored_bytes = static_cast<uint64_t>(numel) * item;
+  uint64_t stored_bytes = static_cast<uint64_t>(read_elements) * item;
   if (layout == H5D_CHUNKED) {
     // HDF5 allocates a whole chunk to read any of it: a chunk far larger than its dataset (a
     // malformed or hostile file) is refused before it is.
     std::vector<hsize_t> chunk(rank);
     H5Pget_chunk(create, rank, chunk.data());
-    double chunk_bytes = static_cast<double>(item), data_bytes = chunk_bytes;
-    for (int i = 0; i < rank; ++i) {
-      chunk_bytes *= static_cast<double>(chunk[i]);
-      data_bytes *= static_cast<double>(info.shape[i]);
-    }
+    double chunk_bytes = static_cast<double>(item);
+    for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<double>(chunk[i]);
     if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
       fail(a, detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
-    hsize_t file_bytes = 0;
-    H5Fget_filesize(file, &file_bytes);
-    if (numel > 0) stored_bytes = check_chunks(a, ds, create, sel, item, file_bytes);
+    // Then what is read is bounded by the chunks the file holds, each checked to decode whole.
+    if (read_elements > 0) stored_bytes = check_chunks(a, ds, create, sel, item, file_bytes);
   } else if (layout == H5D_COMPACT) {
     // The same copy as a chunk's, out of the bytes the dataset's header holds.
-    const double need = static_cast<double>(item) * static_cast<double>(shape_numel(info.shape));
-    if (static_cast<double>(H5Dget_storage_size(ds)) != need)
-      fail(a, detail::concat("its header holds ", H5Dget_storage_size(ds), " bytes of data, its shape needs ", need, " (a corrupt file?)"));
-  } else if (layout != H5D_CONTIGUOUS) {
+    if (static_cast<double>(H5Dget_storage_size(ds)) != data_bytes)
+      fail(a, detail::concat("its header holds ", H5Dget_storage_size(ds), " bytes of data, its shape needs ", data_bytes,
+                             " (a corrupt file?)"));
+  } else if (layout == H5D_CONTIGUOUS) {
+    if (data_bytes > static_cast<double>(file_bytes))
+      fail(a, detail::concat("its shape needs ", data_bytes, " bytes, and the file holds ", file_bytes,
+                             " (a truncated or corrupt file?)"));
+  } else {
     fail(a, "is a virtual dataset (it maps other files); samples are read from the datasets themselves");
   }
+  const auto numel = static_cast<int64_t>(read_elements);
   H5Handle space(H5Dget_space(ds), H5Sclose);
   if (rank > 0) H5Sselect_hyperslab(space, H5S_SELECT_SET, sel.start.data(), nullptr, sel.count.data(), nullptr);
   H5Handle mem(rank > 0 ? H5Screate_simple(rank, sel.count.data(), nullptr) : H5Screate(H5S_SCALAR), H5Sclose);
