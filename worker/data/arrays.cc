@@ -274,13 +274,15 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
   hsize_t file_bytes = 0;
   H5Fget_filesize(file, &file_bytes);
   H5Handle create(H5Dget_create_plist(ds), H5Pclose);
-  const H5D_layout_t layout = rank > 0 ? H5Pget_layout(create) : H5D_CONTIGUOUS;
+  const H5D_layout_t layout = H5Pget_layout(create);
   uint64_t stored_bytes = static_cast<uint64_t>(read_elements) * item;
   if (layout == H5D_CHUNKED) {
     // HDF5 allocates a whole chunk to read any of it: a chunk far larger than its dataset (a
     // malformed or hostile file) is refused before it is.
-    std::vector<hsize_t> chunk(rank);
-    H5Pget_chunk(create, rank, chunk.data());
+    // Chunks of another rank than the dataspace's (a scalar in chunks) send H5Dread round forever.
+    std::vector<hsize_t> chunk(std::max(rank, 1));
+    if (rank == 0 || H5Pget_chunk(create, rank, chunk.data()) != rank)
+      fail(a, detail::concat("its chunks and its shape ", shape_str(info.shape), " differ in rank (a corrupt file?)"));
     double chunk_bytes = static_cast<double>(item);
     for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<double>(chunk[i]);
     if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
