@@ -467,6 +467,9 @@ void tune_optimizer(JobConfig& job, const TrainRun& t) {
 // sends across, so the slowest rank's own may be 0.
 struct TrainResult {
   double step_ms = 0, exposed_ms = 0, total_ms = 0, compute_ms = 0, bytes_inter = 0;
+  // Per step, the largest compute of any rank (every collective waits for it), averaged; compute_ms
+  // is the reported rank's own.
+  double slowest_compute_ms = 0;
   int64_t params = 0;
   nlohmann::json epochs = nlohmann::json::array();  // {epoch, seconds, val_loss, val_metric} (--epochs)
 };
@@ -513,27 +516,34 @@ TrainResult run_cluster_training(const TrainRun& t) {
       inter.push_back(static_cast<double>(s.bytes_inter));
     };
     trainer.run();
-    auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / std::max<size_t>(1, v.size()); };
-    report = detail::concat(mean(step), " ", mean(exposed), " ", mean(total), " ", mean(compute), " ", mean(inter), " ", epochs.dump());
+    report = nlohmann::json{{"step", step}, {"exposed", exposed}, {"total", total}, {"compute", compute}, {"inter", inter}, {"epochs", epochs}}.dump();
     return 0;
   }, std::chrono::minutes(20));
   std::filesystem::remove_all(dir);
+  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / std::max<size_t>(1, v.size()); };
   TrainResult worst;
   double inter = 0;
+  std::vector<double> slowest;  // per measured step, the largest compute of any rank
   for (int r = 0; r < world; ++r) {
     if (outcomes[r].exit_code != 0)
       throw Error(detail::concat("training bench: rank ", r, " failed (exit ", outcomes[r].exit_code, "): ", outcomes[r].report));
+    const nlohmann::json j = nlohmann::json::parse(outcomes[r].report);
+    const auto compute = j["compute"].get<std::vector<double>>();
     TrainResult x;
-    std::istringstream in(outcomes[r].report);
-    in >> x.step_ms >> x.exposed_ms >> x.total_ms >> x.compute_ms >> x.bytes_inter;
-    std::string rest;
-    std::getline(in >> std::ws, rest);
-    x.epochs = nlohmann::json::parse(rest);
+    x.step_ms = mean(j["step"].get<std::vector<double>>());
+    x.exposed_ms = mean(j["exposed"].get<std::vector<double>>());
+    x.total_ms = mean(j["total"].get<std::vector<double>>());
+    x.compute_ms = mean(compute);
+    x.bytes_inter = mean(j["inter"].get<std::vector<double>>());
+    x.epochs = j["epochs"];
     inter += x.bytes_inter / world;
+    slowest.resize(std::max(slowest.size(), compute.size()));
+    for (size_t i = 0; i < compute.size(); ++i) slowest[i] = std::max(slowest[i], compute[i]);
     // The job runs at its slowest rank's pace; its communication figures are that rank's.
     if (x.step_ms > worst.step_ms) worst = x;
   }
   worst.bytes_inter = inter;
+  worst.slowest_compute_ms = mean(slowest);
   worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
   return worst;
 }
@@ -637,6 +647,7 @@ int cmd_cluster_train(Flags& f) {
                                        {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
                                        {"seed", t.seed}, {"optimizer", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.optimizer.name)},
                                        {"lr", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.schedule.base_lr)}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"slowest_compute_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.slowest_compute_ms)},
                                        {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
                                        {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
@@ -648,7 +659,8 @@ int cmd_cluster_train(Flags& f) {
               peer.c_str(), strategy.c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
               r.step_ms, sps, r.compute_ms);
   if (peer == "tessera")
-    std::printf(", communication %.1f ms exposed of %.1f ms%s", r.exposed_ms, r.total_ms, t.overlap ? " (overlapped)" : "");
+    std::printf(" (the slowest rank's %.1f ms), communication %.1f ms exposed of %.1f ms%s", r.slowest_compute_ms, r.exposed_ms,
+                r.total_ms, t.overlap ? " (overlapped)" : "");
   std::printf("\n");
   for (const auto& e : r.epochs)
     std::printf("  epoch %d at %.1f s: validation loss %.5f, metric %.4f\n", e["epoch"].get<int>(), e["seconds"].get<double>(),
