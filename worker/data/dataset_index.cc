@@ -214,10 +214,12 @@ void check_shapes(const DatasetIndex& x, const std::string& in_path, const std::
 void scan_values(DatasetIndex& x, DatasetIndex::Entry& e, const ArrayRef& in, const ArrayRef& t) {
   const bool need_input = x.input.floating || x.transform == "standardize";
   const int64_t channels = x.volume()[0];
-  std::vector<double> sum(channels, 0.0), sq(channels, 0.0);
+  std::vector<double> sum, sq;  // sized once a slab is read: the header's channel count is not yet known to be real
   double count = 0;
   if (need_input)
     for_each_slab(in, x.input, x.channels_last(), kScanBytes, [&](const Tensor& slab) {
+      sum.resize(channels, 0.0);
+      sq.resize(channels, 0.0);
       const int64_t per = slab.numel() / channels;
       for (int64_t c = 0; c < channels; ++c) {
         const float* p = slab.data() + c * per;
@@ -232,6 +234,7 @@ void scan_values(DatasetIndex& x, DatasetIndex::Entry& e, const ArrayRef& in, co
       }
       count += static_cast<double>(per);
     });
+  if (x.transform == "standardize" && count == 0) throw Error(in.str() + " holds no values to standardize");
   if (x.transform == "standardize")
     for (int64_t c = 0; c < channels; ++c) {
       const double mean = sum[c] / count, var = std::max(0.0, sq[c] / count - mean * mean);
