@@ -3,7 +3,7 @@
 # corpus (fuzz/corpus/TARGET, kept as committed; what a run finds new stays in a temporary directory).
 #   scripts/fuzz.sh ci                      the run of `make test`: each target a fixed number of inputs
 #                                           from a fixed seed (about 15 s each here); the inputs it makes
-#                                           still differ between machines, so a finding may come on one
+#                                           still differ from run to run, so a finding may come in one
 #   scripts/fuzz.sh SECONDS [TARGET...]     each target for SECONDS, from a random seed
 # A crash, an uncaught exception, a leak, an input taking over 10 s, a process over 2 GiB or a C++
 # allocation over 1 GiB fails the run; the input is kept under build-fuzz/findings/ and can be
