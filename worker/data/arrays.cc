@@ -223,24 +223,20 @@ uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection
     hsize_t stored = 0;
     if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &addr, &stored) < 0)
       fail(a, "cannot locate its chunks (a corrupt file?)");
-    if (addr == HADDR_UNDEF)
-      fail(a, detail::concat("its chunk at ", shape_str(Shape(offset.begin(), offset.end())),
-                             " was never written (an incomplete file?)"));
-    {
-      // H5Dread_chunk and H5Dread find a chunk as H5Dget_chunk_storage_size does; a corrupt index
-      // can name one offset twice, and then this lookup can disagree with theirs.
-      hsize_t read_size = 0;
-      if (H5Dget_chunk_storage_size(ds, offset.data(), &read_size) < 0 || read_size != stored)
-        fail(a, "its chunk index is inconsistent (a corrupt file?)");
-      if (stored > file_bytes)
-        fail(a, detail::concat("a chunk claims ", stored, " bytes, more than the file's ", file_bytes, " (a corrupt file?)"));
-      const int64_t got = decoded_size(ds, filters, offset, stored, expect);
-      if (got != static_cast<int64_t>(expect))
-        fail(a, got < 0 ? detail::concat("the chunk at ", shape_str(Shape(offset.begin(), offset.end())), " cannot be decompressed (a corrupt file?)")
-                        : detail::concat("the chunk at ", shape_str(Shape(offset.begin(), offset.end())), " holds ", got,
-                                         " bytes, its shape needs ", expect, " (a corrupt file?)"));
-      stored_total += stored;
-    }
+    const std::string where = "the chunk at " + shape_str(Shape(offset.begin(), offset.end()));
+    if (addr == HADDR_UNDEF) fail(a, where + " was never written (an incomplete file?)");
+    // H5Dread_chunk and H5Dread find a chunk as H5Dget_chunk_storage_size does; a corrupt index
+    // can name one offset twice, and then this lookup can disagree with theirs.
+    hsize_t read_size = 0;
+    if (H5Dget_chunk_storage_size(ds, offset.data(), &read_size) < 0 || read_size != stored)
+      fail(a, "its chunk index is inconsistent (a corrupt file?)");
+    if (stored > file_bytes)
+      fail(a, detail::concat(where, " claims ", stored, " bytes, more than the file's ", file_bytes, " (a corrupt file?)"));
+    const int64_t got = decoded_size(ds, filters, offset, stored, expect);
+    if (got < 0) fail(a, where + " cannot be decompressed (a corrupt file?)");
+    if (got != static_cast<int64_t>(expect))
+      fail(a, detail::concat(where, " holds ", got, " bytes, its shape needs ", expect, " (a corrupt file?)"));
+    stored_total += stored;
     int i = rank - 1;
     for (; i >= 0; --i) {
       if (at[i] < last[i]) {
