@@ -190,10 +190,10 @@ int64_t decoded_size(hid_t ds, const std::vector<Filter>& filters, const std::ve
 }
 
 // Checks every chunk a selection touches and returns their stored bytes.
-uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const Selection& sel, size_t item, hsize_t file_bytes) {
+uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const std::vector<hsize_t>& chunk, const Selection& sel,
+                      size_t item, hsize_t file_bytes) {
   const int rank = static_cast<int>(sel.start.size());
-  std::vector<hsize_t> chunk(rank), first(rank), last(rank), at(rank), offset(rank);
-  H5Pget_chunk(create, rank, chunk.data());
+  std::vector<hsize_t> first(rank), last(rank), at(rank), offset(rank);
   size_t expect = item;
   for (int i = 0; i < rank; ++i) {
     if (chunk[i] == 0) fail(a, "a chunk dimension of 0 (a malformed file?)");
@@ -284,7 +284,7 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
     if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
       fail(a, detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
     // Then what is read is bounded by the chunks the file holds, each checked to decode whole.
-    if (read_elements > 0) stored_bytes = check_chunks(a, ds, create, sel, item, file_bytes);
+    if (read_elements > 0) stored_bytes = check_chunks(a, ds, create, chunk, sel, item, file_bytes);
   } else if (layout == H5D_COMPACT) {
     // The same copy as a chunk's, out of the bytes the dataset's header holds.
     if (static_cast<double>(H5Dget_storage_size(ds)) != data_bytes)
