@@ -478,7 +478,8 @@ TrainResult run_cluster_training(const TrainRun& t) {
   const int world = t.nodes * t.local;
   const std::string dir = testing::make_temp_dir("tessera-train-bench");
   auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
-    set_log_level(LogLevel::kWarn);
+    if (!std::getenv("TESSERA_LOG_LEVEL")) set_log_level(LogLevel::kWarn);  // quiet, unless TESSERA_LOG_LEVEL asks otherwise
+    set_log_tag("rank " + std::to_string(r));
     const std::string host = enter_node(r / t.local);
     FileStore store(dir);
     CommGroups g = connect_groups(store, Topology::grid(t.nodes, t.local), r, gloo_factory(Millis(300000), host));
