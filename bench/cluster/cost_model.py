@@ -23,7 +23,7 @@ rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-
 scatter-add; with P processes on C cores a rank's work takes P/C times as long). It takes the longer
 of the two; where the wire is the longer, the share of the CPU work that does not hide behind it
 (calibrated) adds on. A training step is its compute (per model), the rest of the step (per model:
-the wait for the slowest rank and communication the model does not capture) and the exposed part of its communication: without overlap all
+what the step's collectives wait for: the slowest rank, ranks out of step, stalls) and the exposed part of its communication: without overlap all
 of it; with overlap, the buckets (reverse parameter order) are sent one after the other as the
 backward pass finishes them, the backward pass's time spread over the layers by their FLOPs, and
 what runs past its end is exposed; while the pass holds the cores, communication runs at a
@@ -308,8 +308,10 @@ def main():
     # Calibration per model, from its runs without overlap (which differ only in their communication):
     # its compute (forward, backward, update, all ranks computing at once), the median of the measured;
     # and the rest of a step, the median of what the step took beyond its compute and the model's
-    # exchanges. The rest is the wait for the slowest rank (4 processes on 2 cores finish their compute
-    # at different times; measured at about 15 ms) and communication the model does not capture.
+    # exchanges. The rest is what the collectives wait for (TESSERA_LOG_LEVEL=debug times each bucket):
+    # the first bucket for the slowest rank's compute (4 processes on 2 cores finish it at different
+    # times), the bucket after the big one for the ranks to leave its collective, the loss all-reduce,
+    # and stalls of a rank or the network; 40-77 ms on 2 x 2, about the same for every strategy.
     # A calibration per model and placement (nodes, ranks per node, batch).
     cal = {}
     for g in sorted({results.placement(r) for r in train}):
