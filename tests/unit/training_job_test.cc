@@ -9,6 +9,7 @@
 
 #include <set>
 
+#include "tests/support/fork_ranks.h"
 #include "worker/train/job_config.h"
 
 namespace tessera {
@@ -139,7 +140,8 @@ TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
 }
 
 TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
-  const std::string file = ::testing::TempDir() + "/broken.yaml";
+  const std::string dir = testing::make_temp_dir("tessera-manifest");  // removed at exit
+  const std::string file = dir + "/broken.yaml";
   FILE* f = std::fopen(file.c_str(), "w");
   std::fputs("spec: {model: {name: cosmoflow\ntraining: [", f);
   std::fclose(f);
@@ -149,7 +151,7 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   EXPECT_NE(p.problems[0].reason.find("line"), std::string::npos);
   EXPECT_THROW(api::load_training_job(file), ConfigError);
   EXPECT_EQ(api::read_training_job("/nonexistent/job.yaml").problems.at(0).reason, "no such file");
-  EXPECT_EQ(api::read_training_job(::testing::TempDir()).problems.at(0).reason, "is a directory, not a manifest file");
+  EXPECT_EQ(api::read_training_job(dir).problems.at(0).reason, "is a directory, not a manifest file");
   FILE* g = std::fopen(file.c_str(), "w");
   std::fputs("- not\n- a mapping\n", g);
   std::fclose(g);
