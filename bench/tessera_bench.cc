@@ -478,7 +478,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
   const int world = t.nodes * t.local;
   const std::string dir = testing::make_temp_dir("tessera-train-bench");
   auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
-    if (!std::getenv("TESSERA_LOG_LEVEL")) set_log_level(LogLevel::kWarn);  // quiet, unless TESSERA_LOG_LEVEL asks otherwise
+    set_default_log_level(LogLevel::kWarn);
     set_log_tag("rank " + std::to_string(r));
     const std::string host = enter_node(r / t.local);
     FileStore store(dir);
@@ -952,7 +952,7 @@ int cmd_spatial(Flags& f) {
 // CosmoFlow on a generated HDF5 dataset of `samples` size^3 fields in dir (validation: one batch),
 // read through the memory cache and an SSD tier in dir/ssd; Adam, quiet.
 JobConfig hdf5_job(const std::string& dir, int samples, int size, int batch, int threads) {
-  set_log_level(LogLevel::kWarn);
+  set_default_log_level(LogLevel::kWarn);
   generate_dataset("cosmoflow", samples, size, dir + "/train", 1);
   generate_dataset("cosmoflow", batch, size, dir + "/val", 2);
   JobConfig job;

@@ -23,10 +23,10 @@ rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-
 scatter-add; with P processes on C cores a rank's work takes P/C times as long). It takes the longer
 of the two; where the wire is the longer, the share of the CPU work that does not hide behind it
 (calibrated) adds on. A training step is its compute (per model), the rest of the step (per model:
-what the step's collectives wait for: the slowest rank, ranks out of step, stalls) and the exposed part of its communication: without overlap all
-of it; with overlap, the buckets (reverse parameter order) are sent one after the other as the
-backward pass finishes them, the backward pass's time spread over the layers by their FLOPs, and
-what runs past its end is exposed; while the pass holds the cores, communication runs at a
+what the step's collectives wait for: the slowest rank, ranks out of step, stalls) and the exposed
+part of its communication: without overlap all of it; with overlap, the buckets (reverse parameter
+order) are sent one after the other as the backward pass finishes them, the backward pass's time
+spread over the layers by their FLOPs, and what runs past its end is exposed; while the pass holds the cores, communication runs at a
 calibrated pace (its thread waits for a core, its link idles meanwhile).
 Each bucket also costs its fuse and unfuse: the gradients copied in and scaled back out.
 """

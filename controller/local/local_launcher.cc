@@ -447,7 +447,7 @@ class Launch {
     const std::string exchange =
         c.strategy == "hybrid" ? detail::concat(phase, " phase (", phase == "sparse" ? c.sparse : c.dense, ")") : c.strategy;
     say(detail::concat(job_.name, " Running  epoch ", p.epoch + 1, "/", spec_.training.epochs, "  step ", p.step, "  ",
-                       fixed(p.samples_per_second, 1), " samples/s  loss ", fixed(p.loss, 4), "  ", exchange,
+                       fixed_digits(p.samples_per_second, 1), " samples/s  loss ", fixed_digits(p.loss, 4), "  ", exchange,
                        "  restarts ", status().value("restarts", 0)));
   }
 
@@ -527,7 +527,7 @@ class Launch {
       return;
     }
     std::string line = detail::concat(job_.name, " Succeeded in ", duration(r.seconds), ": ", r.steps, " steps, ",
-                                      fixed(r.samples_per_second, 2), " samples/s, restarts ", r.restarts);
+                                      fixed_digits(r.samples_per_second, 2), " samples/s, restarts ", r.restarts);
     if (r.switch_step >= 0) line += detail::concat(", switched to ", spec_.communication.dense, " at step ", r.switch_step);
     say(line);
     for (const auto& h : r.restart_history)
@@ -535,17 +535,11 @@ class Launch {
     if (!r.validated)
       say("  no validation: the job has no validation set (spec.dataset.validationPath or validationSplit gives one)");
     else if (spec_.model.name == "cosmoflow")
-      say(detail::concat("  validation MSE ", fixed(r.val_loss, 4), " vs predict-the-mean ", fixed(r.baseline_loss, 4), ": ",
-                         fixed(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed(r.val_metric, 4)));
+      say(detail::concat("  validation MSE ", fixed_digits(r.val_loss, 4), " vs predict-the-mean ", fixed_digits(r.baseline_loss, 4), ": ",
+                         fixed_digits(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed_digits(r.val_metric, 4)));
     else
-      say(detail::concat("  validation loss ", fixed(r.val_loss, 4), ", accuracy ", fixed(r.val_metric, 4),
+      say(detail::concat("  validation loss ", fixed_digits(r.val_loss, 4), ", accuracy ", fixed_digits(r.val_metric, 4),
                          class_scores_text(r.baseline_metric, r.iou)));
-  }
-
-  static std::string fixed(double v, int digits) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-    return buf;
   }
 
   void say(const std::string& line) {

@@ -35,8 +35,20 @@ void set_log_tag(const std::string& tag) {
 
 void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 
+void set_default_log_level(LogLevel level) {
+  if (!std::getenv("TESSERA_LOG_LEVEL")) set_log_level(level);
+}
+
+bool log_enabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
+
+std::string fixed_digits(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
+  return buf;
+}
+
 void log_line(LogLevel level, const std::string& msg) {
-  if (static_cast<int>(level) < g_level.load()) return;
+  if (!log_enabled(level)) return;
   static const char* names[] = {"D", "I", "W", "E"};
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
@@ -59,20 +71,15 @@ void log_line(LogLevel level, const std::string& msg) {
 }
 
 std::string class_scores_text(double baseline_metric, const std::vector<double>& iou) {
-  auto fixed = [](double v, int digits) {
-    char buf[64];
-    std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-    return std::string(buf);
-  };
-  std::string text = " (the most frequent class alone: " + fixed(baseline_metric, 4) + ")";
+  std::string text = " (the most frequent class alone: " + fixed_digits(baseline_metric, 4) + ")";
   if (iou.empty()) return text;
   double mean = 0;
   text += "; IoU per class";
   for (size_t k = 0; k < iou.size(); ++k) {
-    text += (k ? ", " : " ") + fixed(iou[k], 3);
+    text += (k ? ", " : " ") + fixed_digits(iou[k], 3);
     mean += iou[k] / static_cast<double>(iou.size());
   }
-  return text + ", mean " + fixed(mean, 3);
+  return text + ", mean " + fixed_digits(mean, 3);
 }
 
 }  // namespace tessera

@@ -493,8 +493,9 @@ TrainSummary Trainer::run() {
         log_warn("straggler: ", s.message);
     }
 
-    log_debug("step ", step_, ": data ", 1e3 * rec.data_s, " ms, forward ", 1e3 * rec.forward_s, " ms, backward ", 1e3 * rec.backward_s,
-              " ms, communication ", 1e3 * rec.comm_s, " ms exposed of ", 1e3 * rec.comm_total_s, " ms, update ", 1e3 * rec.update_s, " ms");
+    auto ms = [](double s) { return fixed_digits(1e3 * s, 1); };
+    log_debug("step ", step_, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
+              " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms, update ", ms(rec.update_s), " ms");
     window.data_s += rec.data_s;
     window.forward_s += rec.forward_s;
     window.backward_s += rec.backward_s;
