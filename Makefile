@@ -81,12 +81,10 @@ bench: build deps-bench cluster-tools
 CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
 bench-cluster: build deps-bench
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
-	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json > $(CLUSTER_OUT)/cluster.jsonl
-	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.01 --json >> $(CLUSTER_OUT)/cluster.jsonl
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only calibration,target
+	  --only cpu,calibration,exchange,train,overlap,ddp --repeat 3
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only exchange,train,overlap,ddp --repeat 3
+	  --only target
 	/usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json
 	/usr/bin/python3 bench/cluster/plot.py $(CLUSTER_OUT)/cluster.jsonl $(CLUSTER_OUT) --model $(CLUSTER_OUT)/cost_model.json
 

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only exchange,calibration,train,overlap,ddp,target] [--repeat N]
+  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,train,overlap,ddp,target] [--repeat N]
 
-Each line is one `tessera-bench cluster` or `cluster-train` run (it brings the emulated cluster up
-and down itself); a run that fails is reported on stderr and the others go on. --repeat N measures
-the whole list N times over, one pass after another, so the machine's slow spells fall on every
-configuration; results.py keeps each configuration's median run. Needs root (network namespaces).
-report.py, plot.py and cost_model.py read the file.
+Each line is one `tessera-bench topk`, `cluster` or `cluster-train` run (the last two bring the
+emulated cluster up and down themselves); a run that fails is reported on stderr and the others go
+on. --repeat N measures the whole list N times over, one pass after another, so the machine's slow
+spells fall on every configuration; results.py keeps each configuration's median run. The cost model
+takes its calibration from the same file, so measure its groups (cpu, calibration) in the same
+sitting as the runs it is checked against: this machine's speed drifts by a quarter from one day to
+the next. Needs root (network namespaces). report.py, plot.py and cost_model.py read the file.
 """
 import argparse
 import json
@@ -21,6 +23,10 @@ STRATEGIES = ["dense", "torus", "topk", "hitopk"]
 
 
 def runs(groups):
+    if "cpu" in groups:
+        # the CPU costs the cost model takes: selection at both densities of the runs, a streaming pass
+        for density in ["0.001", "0.01"]:
+            yield ["topk", "--size", str(SIZE), "--density", density]
     if "calibration" in groups:
         # alpha and beta of each link kind: dense all-reduce of growing size between two nodes (inter)
         # and between two ranks of one node (intra, loopback).
@@ -68,7 +74,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--bench", default="build/bin/tessera-bench")
-    p.add_argument("--only", default="calibration,exchange,train,overlap,ddp,target")
+    p.add_argument("--only", default="cpu,calibration,exchange,train,overlap,ddp,target")
     p.add_argument("--repeat", type=int, default=1)
     a = p.parse_args()
     groups = set(a.only.split(","))
@@ -86,7 +92,7 @@ def main():
             row = json.loads(line)
             out.write(json.dumps(row, sort_keys=True) + "\n")
             out.flush()
-            shown = row.get("exchange_ms") or row.get("step_ms")
+            shown = row.get("exchange_ms") or row.get("step_ms") or row.get("mstopk_ms")
             print(f"[{i}/{len(todo)}] {' '.join(args)}: {shown:.1f} ms ({time.time() - t0:.0f} s)", file=sys.stderr)
     sys.exit(1 if failed else 0)
 

@@ -125,6 +125,21 @@ class ResultsTest(unittest.TestCase):
             os.unlink(f.name)
         self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 20, 3), ("topk", 5, 1)])
 
+    def test_repeated_selection_runs_are_one_configuration_per_density(self):
+        def run(density, mstopk, pass_ms):
+            return {"bench": "topk", "size": 1000, "density": density, "k": 10, "repeat": 5, "mstopk_ms": mstopk,
+                    "pass_ms": pass_ms, "nth_element_ms": 9.0, "candidates": 40 + mstopk, "exact": True}
+        rows = [run(0.01, 3.0, 1.0), run(0.01, 1.0, 2.0), run(0.001, 0.5, 1.5), run(0.01, 2.0, 3.0)]
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        try:
+            got = results.load(f.name)
+        finally:
+            os.unlink(f.name)
+        # the median run by selection time keeps its own pass time
+        self.assertEqual([(r["density"], r["mstopk_ms"], r["pass_ms"], r["repeats"]) for r in got],
+                         [(0.01, 2.0, 3.0, 3), (0.001, 0.5, 1.5, 1)])
+
     def test_time_to_loss_runs_group_by_schedule_and_keep_every_seed(self):
         def run(strategy, seed, losses):
             return {"bench": "cluster-train", "peer": "tessera", "model": "cosmoflow", "batch": 16, "strategy": strategy, "seed": seed,
