@@ -22,12 +22,17 @@ Two resources bound an exchange: the wire of each node's link, and the machine's
 rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-k selection,
 scatter-add; with P processes on C cores a rank's work takes P/C times as long). It takes the longer
 of the two; where the wire is the longer, the share of the CPU work that does not hide behind it
-(calibrated) adds on. A training step is its compute (per model), the rest of the step (per model:
-what the step's collectives wait for: the slowest rank, ranks out of step, stalls) and the exposed
-part of its communication: without overlap all of it; with overlap, the buckets (reverse parameter
-order) are sent one after the other as the backward pass finishes them, the backward pass's time
-spread over the layers by their FLOPs, and what runs past its end is exposed; while the pass holds the cores, communication runs at a
-calibrated pace (its thread waits for a core, its link idles meanwhile).
+(calibrated) adds on.
+
+A training step is its compute (per model), the rest of the step (per model: what the step's
+collectives wait for: the slowest rank, the loss all-reduce, stalls) and the exposed part of its
+communication, each exchange taking a calibrated factor longer inside a step than alone (measured
+as a whole; ranks entering ring steps at different times and buffers out of cache are candidates,
+not measured apart). Without overlap all of it is
+exposed. With overlap, the buckets (reverse parameter order) are sent one after the other as the
+backward pass finishes them, the pass's time spread over the layers by their FLOPs, and what runs
+past its end is exposed; while the pass holds the cores, communication runs at a calibrated pace
+(its thread waits for a core, its link idles meanwhile).
 Each bucket also costs its fuse and unfuse: the gradients copied in and scaled back out.
 """
 import argparse
@@ -109,6 +114,7 @@ class Machine:
             (self.a_i, self.b_i), (self.a_l, self.c_l), self.c_i = links["inter"], links["intra"], 0.0
         self.cores, self.sel, self.pass_, self.add, self.hidden = cores, sel, pass_, add, hidden
         self.overlap_pace = 1.0  # the speed of communication during the backward pass (calibrated)
+        self.in_step = 1.0  # how much longer an exchange takes inside a training step than alone (calibrated)
 
     def slow(self, procs):
         """How much slower CPU work runs with `procs` processes on the shared cores."""
@@ -241,7 +247,7 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     for size, ready in buckets(model):
         c, w = exchange_cost(strategy, size, d, m, n, mc)
         fuse = mc.pass_ * 4 * size  # gradients copied into the bucket and scaled back out: four streams
-        c, w = c + slow * fuse, w + fuse
+        c, w = mc.in_step * (c + slow * fuse), w + fuse
         total += c
         cpu += w
         start = max(t, ready * backward if overlap else backward)
@@ -254,6 +260,21 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     if overlap and mc.cores:
         step = max(step, compute_s + slow * cpu)
     return rest_s + step, exposed, total
+
+
+def fit_in_step(points):
+    """Least squares of y = rest[g] + f x over points (g, y, x, weight): a rest per group g and one
+    factor f for all (the slope within the groups). Returns f and {g: rest}."""
+    groups = {g for g, *_ in points}
+    mean = {}
+    for g in groups:
+        pts = [(y, x, w) for h, y, x, w in points if h == g]
+        sw = sum(w for *_, w in pts)
+        mean[g] = (sum(w * y for y, _, w in pts) / sw, sum(w * x for _, x, w in pts) / sw)
+    num = sum(w * (y - mean[g][0]) * (x - mean[g][1]) for g, y, x, w in points)
+    den = sum(w * (x - mean[g][1]) ** 2 for g, y, x, w in points)
+    f = num / den if den > 0 else 1.0
+    return f, {g: mean[g][0] - f * mean[g][1] for g in groups}
 
 
 def main():
@@ -305,29 +326,36 @@ def main():
         print(f"  {r['strategy']:7s} {r['nodes']}x{r['local']} {r['rate']:7s} {r['exchange_ms']:8.1f} {pred:8.1f} ms  {err:+.1%}")
 
     train = [r for r in rows if r["bench"] == "cluster-train" and r["peer"] == "tessera" and not r["epochs"]]
-    # Calibration per model, from its runs without overlap (which differ only in their communication):
-    # its compute (forward, backward, update, all ranks computing at once), the median of the measured;
-    # and the rest of a step, the median of what the step took beyond its compute and the model's
-    # exchanges. The rest is what the collectives wait for (TESSERA_LOG_LEVEL=debug times each bucket):
-    # the first bucket for the slowest rank's compute (4 processes on 2 cores finish it at different
-    # times), the bucket after the big one for the ranks to leave its collective, the loss all-reduce,
-    # and stalls of a rank or the network; 40-77 ms on 2 x 2, about the same for every strategy.
-    # A calibration per model and placement (nodes, ranks per node, batch).
-    cal = {}
+    # Calibration from the runs without overlap (which differ only in their communication): per model
+    # and placement (nodes, ranks per node, batch) its compute (forward, backward, update, all ranks
+    # computing at once), the median of the measured; then, over all of them at once, the rest of a
+    # step and how much longer the exchanges take inside a step than alone. The rest is what a step's
+    # collectives wait for that the exchange itself does not: the slowest rank's compute (4 processes
+    # on 2 cores finish it at different times), the loss all-reduce, stalls; per placement. The
+    # factor is one for the machine: without it the rest, a median over strategies, took in the
+    # long exchanges' excess (dense and torus steps came out low, topk's high). Least squares of the
+    # step beyond the compute, rest + factor x modelled exchange, each run's error counting in
+    # proportion to its step.
+    cal, seq_runs = {}, []
     for g in sorted({results.placement(r) for r in train}):
-        model, m, n, batch = g
         seq = [r for r in train if results.placement(r) == g and not r["overlap"]]
-        if not seq:
-            continue
-        compute = statistics.median(r["compute_ms"] for r in seq) / 1e3
-        rest = []
-        for r in seq:
-            mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
-            phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
-            exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute, 0.0, False)[1] for s in phases)
-            rest.append(r["step_ms"] / 1e3 - compute - exposed)
-        cal[g] = (compute, statistics.median(rest))
-        print(f"{model} on {m} x {n}, batch {batch}: compute {compute * 1e3:.0f} ms per step, the rest {cal[g][1] * 1e3:.0f} ms")
+        if seq:
+            cal[g] = statistics.median(r["compute_ms"] for r in seq) / 1e3
+            seq_runs += seq
+    points = []  # (placement, step beyond the compute, the model's exposed exchange, weight)
+    for r in seq_runs:
+        g = results.placement(r)
+        model, m, n, _ = g
+        mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
+        phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
+        exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, cal[g], 0.0, False)[1] for s in phases)
+        points.append((g, r["step_ms"] / 1e3 - cal[g], exposed, (1e3 / r["step_ms"]) ** 2))
+    in_step, rests = fit_in_step(points)
+    for g in list(cal):
+        model, m, n, batch = g
+        cal[g] = (cal[g], rests[g])
+        print(f"{model} on {m} x {n}, batch {batch}: compute {cal[g][0] * 1e3:.0f} ms per step, the rest {cal[g][1] * 1e3:.0f} ms")
+    print(f"an exchange inside a training step takes {in_step:.2f} times its time alone")
     # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
     # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.
     main_placement = statistics.mode(results.placement(r) for r in train) if train else None
@@ -336,6 +364,7 @@ def main():
     pace = 1.0
     if p_row:
         mc = Machine(links, slowest, a.cores, sel, pass_, add, hidden)
+        mc.in_step = in_step
         lo, hi = 0.05, 1.0
         for _ in range(40):
             mc.overlap_pace = (lo + hi) / 2
@@ -349,7 +378,7 @@ def main():
             continue
         compute, rest = cal[results.placement(r)]
         mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
-        mc.overlap_pace = pace
+        mc.overlap_pace, mc.in_step = pace, in_step
         m, n, d = r["nodes"], r["local"], r["density"]
 
         def step(strategy):

@@ -113,6 +113,24 @@ class StepTest(unittest.TestCase):
         self.assertGreaterEqual(ovl, seq - 0.3 * 2 / 3 - 1e-12)
 
 
+class CalibrationTest(unittest.TestCase):
+    def test_in_step_factor_is_one_slope_with_a_rest_per_placement(self):
+        # two placements with rests 0.05 and 0.08 s, exchanges 1.2 times their modelled time
+        pts = [(g, rest + 1.2 * x, x, 1.0) for g, rest in [("a", 0.05), ("b", 0.08)] for x in (0.1, 0.4, 1.5)]
+        f, rests = cost_model.fit_in_step(pts)
+        self.assertAlmostEqual(f, 1.2)
+        self.assertAlmostEqual(rests["a"], 0.05)
+        self.assertAlmostEqual(rests["b"], 0.08)
+
+    def test_in_step_factor_scales_each_exchange_of_a_step(self):
+        mc = machine()
+        base = cost_model.step_time("cnn25m", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
+        mc.in_step = 1.5
+        slow = cost_model.step_time("cnn25m", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
+        self.assertAlmostEqual(slow[1], 1.5 * base[1])  # without overlap all of it is exposed
+        self.assertAlmostEqual(slow[0] - 0.3, 1.5 * (base[0] - 0.3))
+
+
 class ResultsTest(unittest.TestCase):
     def test_a_repeated_configuration_is_its_median_run(self):
         rows = [{"bench": "cluster", "strategy": "dense", "exchange_ms": v, "bytes_inter": 1} for v in (30, 10, 20)]
