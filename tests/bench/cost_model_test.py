@@ -113,6 +113,16 @@ class StepTest(unittest.TestCase):
         self.assertGreaterEqual(ovl, seq - 0.3 * 2 / 3 - 1e-12)
 
 
+def load(rows):
+    """results.load of these rows, written as JSON lines to a file of their own."""
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows))
+    try:
+        return results.load(f.name)
+    finally:
+        os.unlink(f.name)
+
+
 class CalibrationTest(unittest.TestCase):
     def test_in_step_factor_is_one_slope_with_a_rest_per_placement(self):
         # two placements with rests 0.05 and 0.08 s, exchanges 1.2 times their modelled time
@@ -135,12 +145,7 @@ class ResultsTest(unittest.TestCase):
     def test_a_repeated_configuration_is_its_median_run(self):
         rows = [{"bench": "cluster", "strategy": "dense", "exchange_ms": v, "bytes_inter": 1} for v in (30, 10, 20)]
         rows.append({"bench": "cluster", "strategy": "topk", "exchange_ms": 5, "bytes_inter": 1})
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("".join(json.dumps(r) + "\n" for r in rows))
-        try:
-            got = results.load(f.name)
-        finally:
-            os.unlink(f.name)
+        got = load(rows)
         self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 20, 3), ("topk", 5, 1)])
 
     def test_repeated_selection_runs_are_one_configuration_per_density(self):
@@ -148,12 +153,7 @@ class ResultsTest(unittest.TestCase):
             return {"bench": "topk", "size": 1000, "density": density, "k": 10, "repeat": 5, "mstopk_ms": mstopk,
                     "pass_ms": pass_ms, "nth_element_ms": 9.0, "candidates": 40 + mstopk, "exact": True}
         rows = [run(0.01, 3.0, 1.0), run(0.01, 1.0, 2.0), run(0.001, 0.5, 1.5), run(0.01, 2.0, 3.0)]
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("".join(json.dumps(r) + "\n" for r in rows))
-        try:
-            got = results.load(f.name)
-        finally:
-            os.unlink(f.name)
+        got = load(rows)
         # the median run by selection time keeps its own pass time
         self.assertEqual([(r["density"], r["mstopk_ms"], r["pass_ms"], r["repeats"]) for r in got],
                          [(0.01, 2.0, 3.0, 3), (0.001, 0.5, 1.5, 1)])
@@ -164,12 +164,7 @@ class ResultsTest(unittest.TestCase):
                     "step_ms": 1.0, "epochs": [{"epoch": i, "seconds": 2.0 * (i + 1), "val_loss": v} for i, v in enumerate(losses)]}
         rows = [run("hybrid", 2, [0.4, 0.3]), run("hybrid", 1, [0.4, 0.2, 0.1]), run("dense", 1, [0.3, 0.2]),
                 run("hybrid", 1, [0.5, 0.3])]
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-            f.write("".join(json.dumps(r) + "\n" for r in rows))
-        try:
-            groups = results.time_to_loss(results.load(f.name))
-        finally:
-            os.unlink(f.name)
+        groups = results.time_to_loss(load(rows))
         self.assertEqual({k: [r["seed"] for r in g] for k, g in groups.items()},
                          {"dense, 2 epochs": [1], "hybrid, 2 epochs": [1, 2], "hybrid, 3 epochs": [1]})
         self.assertEqual(list(groups)[0], "dense, 2 epochs")
