@@ -26,9 +26,8 @@ of the two; where the wire is the longer, the share of the CPU work that does no
 
 A training step is its compute (per model), the rest of the step (per model: what the step's
 collectives wait for: the slowest rank, the loss all-reduce, stalls) and the exposed part of its
-communication, each exchange taking a calibrated factor longer inside a step than alone (measured
-as a whole; ranks entering ring steps at different times and buffers out of cache are candidates,
-not measured apart). Without overlap all of it is
+communication, each exchange taking a calibrated factor longer inside a step than alone (one for
+the machine, fitted; docs/benchmarks.md has it measured per strategy). Without overlap all of it is
 exposed. With overlap, the buckets (reverse parameter order) are sent one after the other as the
 backward pass finishes them, the pass's time spread over the layers by their FLOPs, and what runs
 past its end is exposed; while the pass holds the cores, communication runs at a calibrated pace
@@ -336,25 +335,21 @@ def main():
     # long exchanges' excess (dense and torus steps came out low, topk's high). Least squares of the
     # step beyond the compute, rest + factor x modelled exchange, each run's error counting in
     # proportion to its step.
-    cal, seq_runs = {}, []
-    for g in sorted({results.placement(r) for r in train}):
-        seq = [r for r in train if results.placement(r) == g and not r["overlap"]]
-        if seq:
-            cal[g] = statistics.median(r["compute_ms"] for r in seq) / 1e3
-            seq_runs += seq
+    seq = [r for r in train if not r["overlap"]]
+    compute = {g: statistics.median(r["compute_ms"] for r in seq if results.placement(r) == g) / 1e3
+               for g in sorted({results.placement(r) for r in seq})}
     points = []  # (placement, step beyond the compute, the model's exposed exchange, weight)
-    for r in seq_runs:
+    for r in seq:
         g = results.placement(r)
         model, m, n, _ = g
         mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
         phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
-        exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, cal[g], 0.0, False)[1] for s in phases)
-        points.append((g, r["step_ms"] / 1e3 - cal[g], exposed, (1e3 / r["step_ms"]) ** 2))
+        exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute[g], 0.0, False)[1] for s in phases)
+        points.append((g, r["step_ms"] / 1e3 - compute[g], exposed, (1e3 / r["step_ms"]) ** 2))
     in_step, rests = fit_in_step(points)
-    for g in list(cal):
-        model, m, n, batch = g
-        cal[g] = (cal[g], rests[g])
-        print(f"{model} on {m} x {n}, batch {batch}: compute {cal[g][0] * 1e3:.0f} ms per step, the rest {cal[g][1] * 1e3:.0f} ms")
+    cal = {g: (compute[g], rests[g]) for g in compute}
+    for (model, m, n, batch), (c, rest) in cal.items():
+        print(f"{model} on {m} x {n}, batch {batch}: compute {c * 1e3:.0f} ms per step, the rest {rest * 1e3:.0f} ms")
     print(f"an exchange inside a training step takes {in_step:.2f} times its time alone")
     # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
     # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.

@@ -41,11 +41,13 @@ void set_default_log_level(LogLevel level) {
 
 bool log_enabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
 
-std::string fixed_digits(double v, int digits) {
+std::ostream& operator<<(std::ostream& os, Fixed f) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.*f", digits, v);
-  return buf;
+  std::snprintf(buf, sizeof(buf), "%.*f", f.digits, f.value);
+  return os << buf;
 }
+
+std::string fixed_digits(double v, int digits) { return detail::concat(Fixed{v, digits}); }
 
 void log_line(LogLevel level, const std::string& msg) {
   if (!log_enabled(level)) return;

@@ -2,6 +2,7 @@
 // (for workers "rank N"). Thread-safe: each line is written with a single write.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,14 @@ void set_default_log_level(LogLevel level);
 bool log_enabled(LogLevel level);
 void log_line(LogLevel level, const std::string& msg);
 
-// v with `digits` digits after the point ("%.*f"): figures in log lines and summaries.
+// A figure with `digits` digits after the point ("%.*f"), formatted only when streamed: a log_*
+// line that is off formats none of its Fixed arguments.
+struct Fixed {
+  double value;
+  int digits;
+};
+std::ostream& operator<<(std::ostream& os, Fixed f);
+// The same as a string: figures in summaries.
 std::string fixed_digits(double v, int digits);
 
 // What a class accuracy compares with, as the epoch log and the `tessera run` summary print it:

@@ -11,9 +11,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-std::string ms_between(Clock::time_point a, Clock::time_point b) {
-  return fixed_digits(1e3 * std::chrono::duration<double>(b - a).count(), 1);
-}
+Fixed ms_between(Clock::time_point a, Clock::time_point b) { return {1e3 * std::chrono::duration<double>(b - a).count(), 1}; }
 
 }  // namespace
 

@@ -493,7 +493,7 @@ TrainSummary Trainer::run() {
         log_warn("straggler: ", s.message);
     }
 
-    auto ms = [](double s) { return fixed_digits(1e3 * s, 1); };
+    auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
     log_debug("step ", step_, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
               " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms, update ", ms(rec.update_s), " ms");
     window.data_s += rec.data_s;
