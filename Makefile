@@ -82,7 +82,7 @@ CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
 bench-cluster: build deps-bench
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only cpu,calibration,exchange,train,overlap,ddp --repeat 3
+	  --only cpu,calibration,exchange,bucket,train,overlap,ddp --repeat 3
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only target
 	/usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json

@@ -245,7 +245,7 @@ int cmd_topk(Flags& f) {
 
 struct RankResult {
   int rank = 0;
-  double ms = 0;
+  double ms = 0, select_ms = 0;  // the median exchange, and its error feedback and selection
   uint64_t bytes_intra = 0, bytes_inter = 0;
   size_t selected = 0;
   double rel_error = 0;  // |result - exact sum| / |exact sum| of the first exchange
@@ -258,11 +258,10 @@ struct ExchangeRun {
   size_t size = 0;
   double density = 0.001;
   std::vector<RankResult> ranks;
-  double ms() const {
-    double worst = 0;
-    for (const auto& r : ranks) worst = std::max(worst, r.ms);
-    return worst;
+  const RankResult& slowest() const {
+    return *std::max_element(ranks.begin(), ranks.end(), [](const RankResult& a, const RankResult& b) { return a.ms < b.ms; });
   }
+  double ms() const { return slowest().ms; }
   double mean_inter() const {
     double s = 0;
     for (const auto& r : ranks) s += static_cast<double>(r.bytes_inter);
@@ -286,7 +285,8 @@ std::string enter_node(int node) {
   return detail::concat("10.77.0.", node + 1);
 }
 
-// One process per rank; each reports "ms intra inter selected rel_error" (ms: the median exchange).
+// One process per rank; each reports "ms select_ms intra inter selected rel_error" (ms: the median
+// exchange; select_ms: the median of its error feedback and selection).
 ExchangeRun run_exchange(ExchangeRun run) {
   const int world = run.nodes * run.local;
   const std::string dir = testing::make_temp_dir("tessera-bench");
@@ -307,15 +307,16 @@ ExchangeRun run_exchange(ExchangeRun run) {
       num += (double(x[i]) - exact[i]) * (double(x[i]) - exact[i]);
       den += double(exact[i]) * exact[i];
     }
-    std::vector<double> ms;
+    std::vector<double> ms, select_ms;
     ExchangeStats st;
     for (int it = 0; it < run.iters; ++it) {
       x = grad;
       g.world->barrier(Millis(0));
       st = ex->exchange(0, x);
       ms.push_back(st.seconds * 1e3);
+      select_ms.push_back(st.select_seconds * 1e3);
     }
-    report = detail::concat(median(ms), " ", st.bytes.intra, " ", st.bytes.inter, " ", st.selected, " ",
+    report = detail::concat(median(ms), " ", median(select_ms), " ", st.bytes.intra, " ", st.bytes.inter, " ", st.selected, " ",
                             den > 0 ? std::sqrt(num / den) : 0.0);
     return 0;
   }, std::chrono::minutes(10));
@@ -327,7 +328,7 @@ ExchangeRun run_exchange(ExchangeRun run) {
     RankResult rr;
     rr.rank = r;
     std::istringstream in(outcomes[r].report);
-    in >> rr.ms >> rr.bytes_intra >> rr.bytes_inter >> rr.selected >> rr.rel_error;
+    in >> rr.ms >> rr.select_ms >> rr.bytes_intra >> rr.bytes_inter >> rr.selected >> rr.rel_error;
     run.ranks.push_back(rr);
   }
   return run;
@@ -394,9 +395,10 @@ int cmd_cluster(Flags& f) {
   run = run_exchange(run);
   if (json) {
     std::printf("{\"bench\":\"cluster\",\"strategy\":\"%s\",\"nodes\":%d,\"local\":%d,\"rate\":\"%s\",\"delay\":\"%s\","
-                "\"size\":%zu,\"density\":%g,\"iters\":%d,\"exchange_ms\":%.3f,\"bytes_intra\":%.0f,\"bytes_inter\":%.0f}\n",
+                "\"size\":%zu,\"density\":%g,\"iters\":%d,\"exchange_ms\":%.3f,\"select_ms\":%.3f,\"bytes_intra\":%.0f,"
+                "\"bytes_inter\":%.0f}\n",
                 run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.c_str(), run.size, run.density, run.iters,
-                run.ms(), run.mean_intra(), run.mean_inter());
+                run.ms(), run.slowest().select_ms, run.mean_intra(), run.mean_inter());
     return 0;
   }
   std::printf("%s on %d emulated nodes x %d processes, links of %s%s, %zu floats, density %g: %.2f ms per exchange "
@@ -467,6 +469,7 @@ void tune_optimizer(JobConfig& job, const TrainRun& t) {
 // sends across, so the slowest rank's own may be 0.
 struct TrainResult {
   double step_ms = 0, exposed_ms = 0, total_ms = 0, compute_ms = 0, bytes_inter = 0;
+  double select_ms = 0;  // of the communication: error feedback and top-k selection (sparse strategies)
   // Per step, the largest compute of any rank (every collective waits for it), averaged; compute_ms
   // is the reported rank's own.
   double slowest_compute_ms = 0;
@@ -505,7 +508,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
       if (t.epochs > 0)  // time to a loss; a throughput run's validation is not reported
         epochs.push_back({{"epoch", e.epoch}, {"seconds", ms_since(t_start) / 1e3}, {"val_loss", e.val_loss}, {"val_metric", e.val_metric}});
     };
-    std::vector<double> step, exposed, total, compute, inter;
+    std::vector<double> step, exposed, total, select, compute, inter;
     trainer.on_step = [&](const StepRecord& s) {
       // Warm-up: the first two steps of each epoch (allocation, connections, a new phase's
       // buffers); throughput: the first epoch of each phase as well.
@@ -513,11 +516,12 @@ TrainResult run_cluster_training(const TrainRun& t) {
       step.push_back(1e3 * (s.data_s + s.forward_s + s.backward_s + s.comm_s + s.update_s));
       exposed.push_back(1e3 * s.comm_s);
       total.push_back(1e3 * s.comm_total_s);
+      select.push_back(1e3 * s.select_s);
       compute.push_back(1e3 * (s.forward_s + s.backward_s + s.update_s));
       inter.push_back(static_cast<double>(s.bytes_inter));
     };
     trainer.run();
-    report = nlohmann::json{{"step", step}, {"exposed", exposed}, {"total", total}, {"compute", compute}, {"inter", inter}, {"epochs", epochs}}.dump();
+    report = nlohmann::json{{"step", step}, {"exposed", exposed}, {"total", total}, {"select", select}, {"compute", compute}, {"inter", inter}, {"epochs", epochs}}.dump();
     return 0;
   }, std::chrono::minutes(20));
   std::filesystem::remove_all(dir);
@@ -534,6 +538,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
     x.step_ms = mean(j["step"].get<std::vector<double>>());
     x.exposed_ms = mean(j["exposed"].get<std::vector<double>>());
     x.total_ms = mean(j["total"].get<std::vector<double>>());
+    x.select_ms = mean(j["select"].get<std::vector<double>>());
     x.compute_ms = mean(compute);
     x.bytes_inter = mean(j["inter"].get<std::vector<double>>());
     x.epochs = j["epochs"];
@@ -651,6 +656,7 @@ int cmd_cluster_train(Flags& f) {
                                        {"slowest_compute_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.slowest_compute_ms)},
                                        {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
+                                       {"select_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.select_ms)},
                                        {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
                                        {"epochs", r.epochs}}.dump().c_str());
     return 0;

@@ -354,10 +354,10 @@ int run(int argc, char** argv) {
     char line[512];
     std::snprintf(line, sizeof(line),
                   "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
-                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"update_s\":%.6f,"
+                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%.6f,\"update_s\":%.6f,"
                   "\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
                   o.rank, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(), r.data_s, r.forward_s,
-                  r.backward_s, r.comm_s, r.comm_total_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
+                  r.backward_s, r.comm_s, r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
                   static_cast<unsigned long long>(r.bytes_inter));
     metrics << line << std::flush;
   };

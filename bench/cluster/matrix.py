@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,train,overlap,ddp,target] [--repeat N]
+  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target] [--repeat N]
 
 Each line is one `tessera-bench topk`, `cluster` or `cluster-train` run (the last two bring the
 emulated cluster up and down themselves); a run that fails is reported on stderr and the others go
@@ -43,6 +43,13 @@ def runs(groups):
                 for s in STRATEGIES:
                     yield ["cluster", "--strategy", s, "--nodes", str(nodes), "--local", str(local), "--rate", rate,
                            "--size", str(SIZE), "--density", str(DENSITY), "--iters", "5"]
+    if "bucket" in groups:
+        # the training runs' large bucket alone: cnn25m's 25.2M floats at their density, on their placement,
+        # to set against the same exchange inside a step (the runs' select_ms and the debug log)
+        for rate in RATES:
+            for s in STRATEGIES:
+                yield ["cluster", "--strategy", s, "--nodes", "2", "--local", "2", "--rate", rate,
+                       "--size", "25165824", "--density", "0.01", "--iters", "5"]
     train = ["--nodes", "2", "--local", "2", "--batch", "16", "--steps", "8", "--threads", "1", "--density", "0.01"]
     if "train" in groups:
         for model in ["cosmoflow", "cnn25m"]:
@@ -74,7 +81,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--bench", default="build/bin/tessera-bench")
-    p.add_argument("--only", default="cpu,calibration,exchange,train,overlap,ddp,target")
+    p.add_argument("--only", default="cpu,calibration,exchange,bucket,train,overlap,ddp,target")
     p.add_argument("--repeat", type=int, default=1)
     a = p.parse_args()
     groups = set(a.only.split(","))

@@ -4,7 +4,7 @@ exposed and total communication) stay those of one run."""
 import json
 
 MEASURED = {"exchange_ms", "bytes_intra", "bytes_inter", "step_ms", "samples_per_second", "compute_ms",
-            "slowest_compute_ms", "comm_exposed_ms", "comm_total_ms", "params", "epochs", "repeats",
+            "slowest_compute_ms", "comm_exposed_ms", "comm_total_ms", "select_ms", "params", "epochs", "repeats",
             # tessera-bench topk
             "pass_ms", "nth_element_ms", "mstopk_ms", "mstopk_over_pass", "mstopk_over_nth_element", "passes",
             "candidates", "exact", "torch_topk_ms", "mstopk_over_torch_topk"}

@@ -137,7 +137,9 @@ class SparseSelector {
 
   // acc := residual + grad; picks k = topk_count(acc) entries; packs them with `offset` added to
   // their indices; zeroes them in the residual.
-  const std::vector<SparseEntry>& select(int bucket, std::span<const float> grad, uint32_t offset) {
+  // Adds the seconds it took to `seconds`.
+  const std::vector<SparseEntry>& select(int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::span<float> acc = feedback_.accumulate(bucket, grad);
     const size_t k = topk_count(acc.size(), density_);
     const std::string name = "bucket " + std::to_string(bucket);
@@ -149,6 +151,7 @@ class SparseSelector {
     entries_.resize(idx_.size());
     pack_entries(acc, idx_, offset, entries_);
     feedback_.mark_sent(bucket, idx_);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return entries_;
   }
 
@@ -181,7 +184,7 @@ class SparseAllgather final : public GradientExchange {
   SparseAllgather(CommGroups& g, const ExchangeConfig& c)
       : GradientExchange("topk", g), selector_(c.density, c.selector == "exact") {}
   size_t run(int bucket, std::span<float> grad) override {
-    const auto& mine = selector_.select(bucket, grad, 0);
+    const auto& mine = selector_.select(bucket, grad, 0, select_seconds_);
     Communicator& world = *groups_.world;
     gathered_.resize(mine.size() * world.size());
     world.allgather(mine.data(), gathered_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
@@ -215,7 +218,7 @@ class HierarchicalTopk final : public GradientExchange {
     shard_.resize(counts[me]);
     intra.reduce_scatter(grad.data(), shard_.data(), counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
     // 2. Error feedback and top-k on the shard (indices made bucket-global).
-    const auto& mine = selector_.select(bucket, shard_, static_cast<uint32_t>(offset));
+    const auto& mine = selector_.select(bucket, shard_, static_cast<uint32_t>(offset), select_seconds_);
     // 3. Sparse all-gather across nodes among ranks owning the same shard.
     node_entries_.resize(mine.size() * m);
     inter.allgather(mine.data(), node_entries_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
@@ -258,8 +261,10 @@ ExchangeStats GradientExchange::exchange(int bucket, std::span<float> grad) {
   const LinkBytes before = groups_.link_bytes();
   const auto t0 = std::chrono::steady_clock::now();
   ExchangeStats stats;
+  select_seconds_ = 0;
   stats.selected = run(bucket, grad);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  stats.select_seconds = select_seconds_;
   stats.bytes = groups_.link_bytes() - before;
   return stats;
 }

@@ -35,6 +35,7 @@ struct ExchangeStats {
   LinkBytes bytes;      // bytes this rank sent during the call, by link kind
   size_t selected = 0;  // entries this rank selected (sparse strategies), else the bucket size
   double seconds = 0;   // wall time of the call
+  double select_seconds = 0;  // of which error feedback and top-k selection (sparse strategies)
 };
 
 class GradientExchange {
@@ -63,6 +64,7 @@ class GradientExchange {
 
   std::string name_;
   CommGroups& groups_;
+  double select_seconds_ = 0;  // run() adds its error feedback and selection time here
 };
 
 // The strategies' names, for help texts and errors.

@@ -217,6 +217,7 @@ void Trainer::begin_exchange(StepRecord& rec) {
         const ExchangeStats st = ex->exchange(b, bucket);
         rec.bytes_intra += st.bytes.intra;
         rec.bytes_inter += st.bytes.inter;
+        rec.select_s += st.select_seconds;
       },
       1.0f / static_cast<float>(replicas_));
 }
@@ -495,7 +496,7 @@ TrainSummary Trainer::run() {
 
     auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
     log_debug("step ", step_, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
-              " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms, update ", ms(rec.update_s), " ms");
+              " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms (selection ", ms(rec.select_s), " ms), update ", ms(rec.update_s), " ms");
     window.data_s += rec.data_s;
     window.forward_s += rec.forward_s;
     window.backward_s += rec.backward_s;

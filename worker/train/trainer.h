@@ -36,6 +36,7 @@ struct StepRecord {
   double data_s = 0, forward_s = 0, backward_s = 0, update_s = 0;
   double comm_s = 0;           // communication the step waited for (exposed), after the backward pass
   double comm_total_s = 0;     // all communication of the step, overlapped with backward or not
+  double select_s = 0;         // of which error feedback and top-k selection (sparse strategies)
   uint64_t bytes_intra = 0, bytes_inter = 0;  // this rank, this step
   bool dense = true;           // the exchange was dense (dense, torus or a single process)
   double density = 1;          // fraction of gradient entries the exchange sent
