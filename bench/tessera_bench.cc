@@ -1,7 +1,8 @@
 // tessera-bench: benchmarks that report ratios against a baseline measured in the same run.
 //
 //   tessera-bench topk     --size D --density R [--repeat N] [--json]
-//       one streaming pass (memory-bandwidth floor), exact nth_element top-k, MSTopK; single thread.
+//       one streaming pass (memory-bandwidth floor), exact nth_element top-k, MSTopK, and the
+//       scatter-add of 4 ranks' selections into a bucket (random read-modify-writes); single thread.
 //   tessera-bench exchange --strategy S --nodes M --local N --size D --density R [--iters I] [--json]
 //       M x N worker processes over loopback TCP; per-rank time and bytes per link kind per exchange.
 //   tessera-bench train    --model cosmoflow --size W [--batch B] [--threads T] [--iters I] [--json]
@@ -65,6 +66,7 @@
 #include "controller/kube/client.h"
 #include "controller/kube/operator.h"
 #include "controller/placement/ring_planner.h"
+#include "worker/compress/sparse.h"
 #include "worker/data/file_dataset.h"
 #include "worker/metrics/http_server.h"
 #include "worker/metrics/worker_metrics.h"
@@ -214,16 +216,30 @@ int cmd_topk(Flags& f) {
     ms.push_back(ms_since(t0));
   }
   const bool exact = sorted_magnitudes(x, exact_idx) == sorted_magnitudes(x, ms_idx);
-  const double p = median(pass), n = median(nth), m = median(ms);
+  // The scatter-add of a sparse all-gather among 4 ranks: 4k pairs at uniformly random indices (the
+  // top k of independent gradients) added into a zeroed bucket of d floats, one cache miss each.
+  std::vector<SparseEntry> pairs(4 * k);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> at(0, static_cast<uint32_t>(d - 1));
+  for (auto& e : pairs) e = {at(rng), 1.0f};
+  std::vector<float> bucket(d);
+  std::vector<double> scatter;
+  for (int r = 0; r < repeat; ++r) {
+    std::fill(bucket.begin(), bucket.end(), 0.0f);
+    const auto t0 = Clock::now();
+    scatter_add(bucket, pairs);
+    scatter.push_back(ms_since(t0));
+  }
+  const double p = median(pass), n = median(nth), m = median(ms), sc = median(scatter);
   // The peer: torch.topk on as many floats, one thread (null without python3-torch).
   const nlohmann::json peer = python_peer(detail::concat("torch_topk.py --size ", d, " --density ", density, " --repeat ", repeat));
   const double torch_ms = peer.is_object() ? peer.value("torch_topk_ms", 0.0) : 0.0;
   if (json) {
     std::printf("{\"bench\":\"topk\",\"size\":%zu,\"density\":%g,\"k\":%zu,\"repeat\":%d,\"pass_ms\":%.3f,"
                 "\"nth_element_ms\":%.3f,\"mstopk_ms\":%.3f,\"mstopk_over_pass\":%.3f,\"mstopk_over_nth_element\":%.4f,"
-                "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s",
+                "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s,\"scatter_pairs\":%zu,\"scatter_ms\":%.3f",
                 d, density, k, repeat, p, n, m, m / p, m / n, selector.last().passes, selector.last().candidates,
-                exact ? "true" : "false");
+                exact ? "true" : "false", pairs.size(), sc);
     if (torch_ms > 0) std::printf(",\"torch_topk_ms\":%.3f,\"mstopk_over_torch_topk\":%.4f", torch_ms, m / torch_ms);
     std::printf("}\n");
   } else {
@@ -232,6 +248,7 @@ int cmd_topk(Flags& f) {
     std::printf("  nth_element      %9.3f ms\n", n);
     std::printf("  MSTopK           %9.3f ms  = %.2fx pass, %.3fx nth_element, %s\n", m, m / p, m / n,
                 exact ? "exact" : "NOT the true top-k");
+    std::printf("  scatter-add      %9.3f ms  (%zu pairs, %.1f ns each)\n", sc, pairs.size(), sc * 1e6 / pairs.size());
     if (torch_ms > 0) {
       std::printf("  torch.topk       %9.3f ms  (MSTopK %.3fx)\n", torch_ms, m / torch_ms);
     } else {

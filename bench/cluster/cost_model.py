@@ -14,13 +14,15 @@ ranks ordered node by node every step crosses each node's link once. Rings runni
 
   dense   a world ring: 2(N-1) steps of 4S/N bytes
   torus   2(n-1) loopback steps of 4S/n bytes; 2(m-1) steps of 4S/(nm) bytes across, n rings per link
-  topk    sel(S), a world ring of N-1 steps of 8k bytes, add(Nk)
-  hitopk  n-1 loopback steps of 4S/n bytes, sel(S/n), m-1 steps of 8dS/n bytes across (n rings per
-          link), n-1 loopback steps of 8mdS/n bytes, add(mdS)
+  topk    sel(S); a world ring of N-1 steps of 8k bytes; add(Nk)
+  hitopk  n-1 loopback steps of 4S/n bytes; sel(S/n); m-1 steps of 8dS/n bytes across (n rings per
+          link); n-1 loopback steps of 8mdS/n bytes; add(mdS)
 
-Two resources bound an exchange: the wire of each node's link, and the machine's cores, which every
-rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-k selection,
-scatter-add; with P processes on C cores a rank's work takes P/C times as long). It takes the longer
+The phases (between semicolons) run one after the other, as in the code: nothing is sent before the
+selection ends. Two resources bound each phase: the wire of each node's link, and the machine's
+cores, which every rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-k
+selection, scatter-add; with P processes on C cores a rank's work takes P/C times as long, the
+selection a calibrated share of that: the ranks do not all select at once). A phase takes the longer
 of the two; where the wire is the longer, the share of the CPU work that does not hide behind it
 (calibrated) adds on.
 
@@ -97,10 +99,11 @@ class Links:
 
 
 class Machine:
+    sel_share = 1.0  # the selection's share of P/C (calibrated once per run of this script, for every machine)
     """One link rate's alpha and wire seconds per byte between nodes (a_i, b_i), the CPU seconds per
     byte sent inside a node (loopback: alpha a_l, c_l) and between nodes (c_i), and the CPU costs per
-    float: top-k selection (sel, by density), a streaming pass over a buffer (pass_), a scatter-add of
-    one pair (add). cores: the machine's cores that every rank shares, or None where nothing is shared
+    float: top-k selection (sel, by density), a streaming pass over a buffer (pass_), a random access
+    (add: a scatter-add of one pair, packing or zeroing one selected entry). cores: the machine's cores that every rank shares, or None where nothing is shared
     (a GPU per rank, NICs moving the bytes). hidden: the share of an exchange's CPU work that a
     link-bound exchange hides behind the wire (calibrated)."""
 
@@ -119,40 +122,59 @@ class Machine:
         """How much slower CPU work runs with `procs` processes on the shared cores."""
         return max(1.0, procs / self.cores) if self.cores else 1.0
 
+    def sel_slow(self, procs):
+        """How much slower the selection runs with `procs` processes on the shared cores (calibrated)."""
+        return max(1.0, self.sel_share * procs / self.cores) if self.cores else 1.0
+
     def sel_at(self, d):
         """Selection cost per float at density d: the calibrated density nearest to d."""
         return self.sel[min(self.sel, key=lambda x: abs(math.log(x / d)))]
 
 
 def exchange_cost(strategy, S, d, m, n, mc):
-    """(seconds, CPU seconds) of one exchange of S floats on m nodes x n ranks: its time, and the
-    work it gives this rank's cores (single-core seconds), which overlapped compute has to share.
+    """(seconds, busy seconds, selection seconds) of one exchange of S floats on m nodes x n ranks:
+    its time; how long its CPU work holds this rank's share of the cores, which overlapped compute
+    has to share too; and the part of its time spent on error feedback and selection (sparse
+    strategies).
 
-    Two resources bound it: the wire of each node's link (the bytes the node sends, plus a latency
-    per ring step) and the machine's cores, which every rank's CPU work shares (copying bytes through
-    loopback and the virtual NICs, selection, scatter-add). The exchange takes the longer of the two;
-    where the wire is the longer, the share 1 - hidden of the CPU work adds to it (a ring step's
-    received chunk is copied out and reduced before the next step sends it on)."""
+    The exchange is a sequence of phases, each waiting for the one before (the selection, for one,
+    ends before anything is sent). Two resources bound a phase: the wire of each node's link (the
+    bytes the node sends, plus a latency per ring step) and the machine's cores, which every rank's
+    CPU work shares (copying bytes through loopback and the virtual NICs, selection, scatter-add).
+    A phase takes the longer of the two; where the wire is the longer, the share 1 - hidden of the
+    CPU work adds to it (a ring step's received chunk is copied out and reduced before the next step
+    sends it on). dense is one phase; so is torus, whose stages are pipelined in chunks."""
     N = m * n
     slow = mc.slow(N)
-    wire, work = [0.0], [0.0]  # wire seconds on the critical path; this rank's single-core CPU seconds
+    # phases run one after the other: [wire seconds on the critical path, single-core CPU seconds, is selection]
+    phases = [[0.0, 0.0, False]]
+
+    def next_phase(selection=False):
+        phases.append([0.0, 0.0, selection])
 
     def inter(steps, nbytes, ranks_on_link=1):  # ring steps whose message crosses the node's link
-        wire[0] += steps * (mc.a_i + ranks_on_link * nbytes * mc.b_i)
-        work[0] += steps * nbytes * mc.c_i
+        phases[-1][0] += steps * (mc.a_i + ranks_on_link * nbytes * mc.b_i)
+        phases[-1][1] += steps * nbytes * mc.c_i
 
     def intra(steps, nbytes):  # loopback: CPU copies
-        wire[0] += steps * mc.a_l
-        work[0] += steps * nbytes * mc.c_l
+        phases[-1][0] += steps * mc.a_l
+        phases[-1][1] += steps * nbytes * mc.c_l
 
     def world_ring(steps, nbytes):  # a ring over all ranks, node by node: one rank of n sends across
         if m == 1:
             return intra(steps, nbytes)
-        wire[0] += steps * (mc.a_i + nbytes * mc.b_i)
-        work[0] += steps * nbytes * (mc.c_i + (n - 1) * mc.c_l) / n
+        phases[-1][0] += steps * (mc.a_i + nbytes * mc.b_i)
+        phases[-1][1] += steps * nbytes * (mc.c_i + (n - 1) * mc.c_l) / n
 
-    def cpu(floats_sel, passes, pairs):
-        work[0] += mc.sel_at(d) * floats_sel + mc.pass_ * passes + mc.add * pairs
+    def cpu(passes, pairs):  # streaming passes over floats, random accesses
+        phases[-1][1] += mc.pass_ * passes + mc.add * pairs
+
+    def selection(floats, k):
+        # error feedback (residual += gradient: three streams), top-k, packing the k pairs and zeroing
+        # them in the residual (a random access each): nothing is sent until it is done
+        next_phase(True)
+        phases[-1][1] += mc.sel_at(d) * floats + mc.pass_ * 3 * floats + mc.add * 2 * k
+        next_phase()
 
     k = math.ceil(d * S)
     if strategy == "dense":
@@ -161,27 +183,38 @@ def exchange_cost(strategy, S, d, m, n, mc):
         if n > 1:
             intra(2 * (n - 1), 4.0 * S / n)
         else:  # a reduce-scatter and an all-gather of one member are copies (two streams each)
-            cpu(0, 4 * S, 0)
+            cpu(4 * S, 0)
         if m > 1:  # n rings side by side, one per local rank, share the node's link
             inter(2 * (m - 1), 4.0 * S / (n * m), n)
     elif strategy == "topk":
-        # error feedback (residual += gradient: three streams), selection, zeroing the bucket, scatter-add
-        cpu(S, 4 * S, N * k)
+        selection(S, k)
         world_ring(N - 1, 8.0 * k)
+        next_phase()
+        cpu(S, N * k)  # zeroing the bucket, scatter-add
     elif strategy == "hitopk":
         ks = math.ceil(d * S / n)
         if n > 1:
             intra(n - 1, 4.0 * S / n)
-            intra(n - 1, 8.0 * m * ks)
+        else:  # a reduce-scatter of one member is a copy (two streams)
+            cpu(2 * S, 0)
+        selection(S / n, ks)
         if m > 1:
             inter(m - 1, 8.0 * ks, n)
-        # a reduce-scatter of one member is a copy (two streams); error feedback on the shard (three),
-        # its selection, zeroing the bucket, scatter-add
-        cpu(S / n, (2 * S if n == 1 else 0) + 3 * S / n + S, m * n * ks)
+        if n > 1:
+            next_phase()
+            intra(n - 1, 8.0 * m * ks)
+        next_phase()
+        cpu(S, m * n * ks)  # zeroing the bucket, scatter-add
     else:
         raise ValueError(strategy)
-    busy = slow * work[0]
-    return max(wire[0] + (1 - mc.hidden) * busy, busy), work[0]
+    sel_slow = mc.sel_slow(N)
+    t = busy = select = 0.0
+    for wire, work, is_selection in phases:
+        b = (sel_slow if is_selection else slow) * work
+        t += max(wire + (1 - mc.hidden) * b, b)
+        busy += b
+        select += b if is_selection else 0.0
+    return t, busy, select
 
 
 def exchange_s(strategy, S, d, m, n, mc):
@@ -244,9 +277,9 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     backward = compute_s * 2 / 3
     t, total, cpu = 0.0, 0.0, 0.0
     for size, ready in buckets(model):
-        c, w = exchange_cost(strategy, size, d, m, n, mc)
-        fuse = mc.pass_ * 4 * size  # gradients copied into the bucket and scaled back out: four streams
-        c, w = mc.in_step * (c + slow * fuse), w + fuse
+        c, w, _ = exchange_cost(strategy, size, d, m, n, mc)
+        fuse = slow * mc.pass_ * 4 * size  # gradients copied into the bucket and scaled back out: four streams
+        c, w = mc.in_step * (c + fuse), w + fuse
         total += c
         cpu += w
         start = max(t, ready * backward if overlap else backward)
@@ -257,7 +290,7 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     exposed = max(0.0, t - backward)
     step = compute_s + exposed
     if overlap and mc.cores:
-        step = max(step, compute_s + slow * cpu)
+        step = max(step, compute_s + cpu)
     return rest_s + step, exposed, total
 
 
@@ -284,12 +317,16 @@ def main():
     a = p.parse_args()
     rows = results.load(a.results)
     links = Links(rows)
-    topk_rows = [r for r in rows if r["bench"] == "topk"]
-    if not topk_rows:
-        sys.exit("cost_model.py: the results have no `tessera-bench topk --json` row (the CPU costs)")
-    sel = {r["density"]: r["mstopk_ms"] / 1e3 / r["size"] for r in topk_rows}
-    pass_ = min(r["pass_ms"] / 1e3 / r["size"] for r in topk_rows)
-    add = 4 * pass_  # scatter-add of one (index, value) pair: a random read-modify-write
+    # The CPU costs: medians over every `tessera-bench topk` run (the cpu group, repeated).
+    topk_runs = [r for r in results.runs(a.results) if r["bench"] == "topk"]
+    scatter_runs = [r for r in topk_runs if "scatter_ms" in r]
+    if not topk_runs or not scatter_runs:
+        sys.exit("cost_model.py: the results have no `tessera-bench topk --json` run with scatter_ms (the CPU costs: "
+                 "matrix.py --only cpu)")
+    sel = {d: statistics.median(r["mstopk_ms"] / 1e3 / r["size"] for r in topk_runs if r["density"] == d)
+           for d in sorted({r["density"] for r in topk_runs})}
+    pass_ = statistics.median(r["pass_ms"] / 1e3 / r["size"] for r in topk_runs)
+    add = statistics.median(r["scatter_ms"] / 1e3 / r["scatter_pairs"] for r in scatter_runs)
     print(f"links: intra alpha {links.intra[0] * 1e6:.1f} us")
     for rate, (al, be) in links.inter.items():
         print(f"links: inter {rate}: alpha {al * 1e6:.1f} us, the wire {1 / be / 1e9:.3f} GB/s")
@@ -311,18 +348,33 @@ def main():
         hidden = min(1.0, max(0.0, 1 - (h_row["exchange_ms"] / 1e3 - hidden_all) / busy)) if busy > 0 else 1.0
     print(f"CPU: loopback {links.intra[1] * 1e9:.2f} ns per byte, between nodes {links.cpu_inter * 1e9:.2f} ns per byte; "
           f"a link-bound exchange hides {hidden:.0%} of its CPU work behind the wire")
+    # The selection's share of the cores: its measured time in the exchanges (select_ms) against the
+    # model's with every process on the cores at once.
+    pts = []
+    for r in rows:
+        if r["bench"] == "cluster" and r.get("select_ms"):
+            mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
+            pts.append(r["select_ms"] / 1e3 / exchange_cost(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc)[2])
+    if not pts:
+        sys.exit("cost_model.py: the results have no sparse exchange with select_ms (matrix.py --only exchange)")
+    Machine.sel_share = statistics.median(pts)
+    print(f"CPU: selection runs at {Machine.sel_share:.2f} of the processes' share of the cores")
     out, worst = [], 0.0
-    print("\nexchange (25.6M floats unless noted): measured vs model")
+    print("\nexchange (floats, density): measured vs model; of which error feedback and selection (sparse strategies)")
     for r in rows:
         if r["bench"] != "cluster" or r["density"] == 1 or r is h_row:
             continue
         mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
-        pred = exchange_s(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc) * 1e3
+        pred, _, pred_sel = exchange_cost(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc)
+        pred, pred_sel = pred * 1e3, pred_sel * 1e3
         err = pred / r["exchange_ms"] - 1
         worst = max(worst, abs(err))
-        out.append({"kind": "exchange", **{k: r[k] for k in ["strategy", "nodes", "local", "rate"]},
-                    "measured_ms": r["exchange_ms"], "model_ms": pred, "error": err})
-        print(f"  {r['strategy']:7s} {r['nodes']}x{r['local']} {r['rate']:7s} {r['exchange_ms']:8.1f} {pred:8.1f} ms  {err:+.1%}")
+        out.append({"kind": "exchange", **{k: r[k] for k in ["strategy", "nodes", "local", "rate", "size", "density"]},
+                    "measured_ms": r["exchange_ms"], "model_ms": pred, "error": err,
+                    "measured_select_ms": r.get("select_ms"), "model_select_ms": pred_sel})
+        shown = f"   selection {r['select_ms']:6.1f} {pred_sel:6.1f} ms" if r.get("select_ms") else ""
+        print(f"  {r['strategy']:7s} {r['nodes']}x{r['local']} {r['rate']:7s} {r['size']:9d} {r['density']:<6g}"
+              f"{r['exchange_ms']:8.1f} {pred:8.1f} ms  {err:+6.1%}{shown}")
 
     train = [r for r in rows if r["bench"] == "cluster-train" and r["peer"] == "tessera" and not r["epochs"]]
     # Calibration from the runs without overlap (which differ only in their communication): per model
@@ -381,10 +433,16 @@ def main():
         pred = (step("hitopk") + step("torus")) / 2 if r["strategy"] == "hybrid" else step(r["strategy"])
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
+        # the selection of a step (every bucket's), as alone: set beside the runs' own select_ms
+        sparse = ["hitopk"] if r["strategy"] == "hybrid" else [r["strategy"]]
+        pred_sel = statistics.mean(sum(exchange_cost(s, size, d, m, n, mc)[2] for size, _ in buckets(r["model"])) for s in sparse)
+        pred_sel *= 1e3 / 2 if r["strategy"] == "hybrid" else 1e3  # hybrid: half its steps sparse
         out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
-                    "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err})
+                    "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err,
+                    "measured_select_ms": r.get("select_ms"), "model_select_ms": pred_sel})
+        shown = f"   selection {r['select_ms']:6.1f} {pred_sel:6.1f} ms" if r.get("select_ms") else ""
         print(f"  {r['model']:9s} {r['nodes']}x{r['local']} batch {r['batch']:3d} {r['strategy']:7s} overlap {'on ' if r['overlap'] else 'off'} {r['rate']:7s} "
-              f"{r['step_ms']:8.1f} {pred * 1e3:8.1f} ms  {err:+.1%}")
+              f"{r['step_ms']:8.1f} {pred * 1e3:8.1f} ms  {err:+6.1%}{shown}")
     print(f"\nlargest error: {worst:.1%}")
 
     # The seed's setting: 16 nodes x 8 V100, 25 Gbit/s between nodes, NVLink inside, ResNet-50.

@@ -49,7 +49,7 @@ def main():
     rows = results.load(a.results)
     os.makedirs(a.outdir, exist_ok=True)
 
-    ex = [r for r in rows if r["bench"] == "cluster" and r["density"] != 1]
+    ex = results.exchanges(rows)
     if ex:
         topologies = sorted({(r["nodes"], r["local"]) for r in ex})
         fig, axes = plt.subplots(1, len(topologies), figsize=(5 * len(topologies), 4), squeeze=False)

@@ -13,7 +13,7 @@ STRATEGIES = ["dense", "torus", "topk", "hitopk"]
 
 def main():
     rows = results.load(sys.argv[1])
-    ex = [r for r in rows if r["bench"] == "cluster" and r["density"] != 1]
+    ex = results.exchanges(rows)
     if ex:
         print("| nodes x ranks | link | " + " | ".join(STRATEGIES) + " | hitopk / dense | inter-node MB per rank (dense / hitopk) |")
         print("|---|---|" + "---|" * (len(STRATEGIES) + 2))
@@ -26,6 +26,23 @@ def main():
                 ratio = got["hitopk"]["exchange_ms"] / got["dense"]["exchange_ms"] if "hitopk" in got and "dense" in got else float("nan")
                 mb = f"{got['dense']['bytes_inter'] / 1e6:.1f} / {got['hitopk']['bytes_inter'] / 1e6:.2f}" if "hitopk" in got and "dense" in got else ""
                 print(f"| {topo[0]} x {topo[1]} | {rate} | " + " | ".join(cells) + f" | {ratio:.3f} | {mb} |")
+        print()
+    big = results.exchanges(rows, bucket=True)
+    if big:
+        # the training runs' large bucket alone, and the selection of a training step (error feedback
+        # and top-k of every bucket) in cnn25m's runs without overlap
+        steps = {(r["strategy"], r["rate"]): r for r in rows if r["bench"] == "cluster-train" and r["peer"] == "tessera"
+                 and r["model"] == "cnn25m" and not r["overlap"] and not r["epochs"]}
+        print("| link | strategy | exchange alone ms | of which selection ms | selection in a training step ms |")
+        print("|---|---|---|---|---|")
+        for rate in ["1gbit", "10gbit"]:
+            for s in STRATEGIES:
+                r = next((x for x in big if x["rate"] == rate and x["strategy"] == s), None)
+                if r:
+                    step = steps.get((s, rate))
+                    inside = f"{step['select_ms']:.1f}" if step and step.get("select_ms") else ""
+                    alone = f"{r['select_ms']:.1f}" if r.get("select_ms") else ""
+                    print(f"| {rate} | {s} | {r['exchange_ms']:.0f} | {alone} | {inside} |")
         print()
     tr = [r for r in rows if r["bench"] == "cluster-train" and not r["epochs"]]
     ddp = {(results.placement(r), r["rate"]): r for r in tr if r["peer"] == "ddp"}

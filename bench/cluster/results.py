@@ -7,16 +7,19 @@ MEASURED = {"exchange_ms", "bytes_intra", "bytes_inter", "step_ms", "samples_per
             "slowest_compute_ms", "comm_exposed_ms", "comm_total_ms", "select_ms", "params", "epochs", "repeats",
             # tessera-bench topk
             "pass_ms", "nth_element_ms", "mstopk_ms", "mstopk_over_pass", "mstopk_over_nth_element", "passes",
-            "candidates", "exact", "torch_topk_ms", "mstopk_over_torch_topk"}
+            "candidates", "exact", "torch_topk_ms", "mstopk_over_torch_topk", "scatter_pairs", "scatter_ms"}
 TIME = ["exchange_ms", "step_ms", "mstopk_ms"]  # what orders a configuration's runs
+
+
+def runs(path):
+    """Every run in the file, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def load(path):
     groups, order = {}, []
-    for line in open(path):
-        if not line.strip():
-            continue
-        r = json.loads(line)
+    for r in runs(path):
         config = {k: v for k, v in r.items() if k not in MEASURED}
         config["epoch_count"] = len(r.get("epochs") or [])  # a run with validation is not a throughput run
         key = json.dumps(config, sort_keys=True)
@@ -26,14 +29,23 @@ def load(path):
         groups[key].append(r)
     out = []
     for key in order:
-        runs = groups[key]
-        t = next((k for k in TIME if k in runs[0]), None)
+        group = groups[key]
+        t = next((k for k in TIME if k in group[0]), None)
         if t:
-            runs = sorted(runs, key=lambda r: r[t])
-        row = dict(runs[(len(runs) - 1) // 2])
-        row["repeats"] = len(runs)
+            group = sorted(group, key=lambda r: r[t])
+        row = dict(group[(len(group) - 1) // 2])
+        row["repeats"] = len(group)
         out.append(row)
     return out
+
+
+BUCKET = 25165824  # cnn25m's large bucket (matrix.py's group bucket)
+
+
+def exchanges(rows, bucket=False):
+    """The exchange runs of the comparison (matrix.py's group exchange), or with bucket=True those of
+    cnn25m's large bucket at the training runs' density (group bucket); calibration runs are neither."""
+    return [r for r in rows if r["bench"] == "cluster" and r["density"] != 1 and (r["size"] == BUCKET) == bucket]
 
 
 def placement(r):

@@ -50,16 +50,39 @@ class ExchangeTest(unittest.TestCase):
         self.assertAlmostEqual(cost_model.exchange_s("hitopk", S, d, m, n, machine()), want)
 
     def test_shared_cores_slow_cpu_work(self):
-        # 4 processes on 4 cores, then on 2: the selection (1 ns per float) takes twice as long; the
-        # CPU work it gives the cores is the same
+        # 4 processes on 4 cores, then on 2: the selection (1 ns per float) takes twice as long, at
+        # its share of the cores
         own, shared = machine(cores=4), machine(cores=2)
         for mc in (own, shared):
             mc.sel, mc.c_l = {0.001: 1e-9}, 0.0
-        t_own, w_own = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)
-        t_shared, w_shared = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)
-        self.assertAlmostEqual(w_own, w_shared)
+        t_own, busy_own, sel_own = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)
+        t_shared, busy_shared, sel_shared = cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)
+        self.assertAlmostEqual(sel_own, 1e-3)
+        self.assertAlmostEqual(sel_shared, 2e-3)
         self.assertAlmostEqual(t_shared - t_own, 1e-3)
+        self.assertAlmostEqual(busy_shared - busy_own, 1e-3)
+        try:
+            cost_model.Machine.sel_share = 0.75  # calibrated: the selections do not all run at once
+            self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)[2], 1.5e-3)
+            self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)[2], 1e-3)  # never below one core
+        finally:
+            cost_model.Machine.sel_share = 1.0
 
+    def test_nothing_is_sent_before_the_selection_ends(self):
+        # topk on a slow link, its selection and scatter-add taking time: the phases add up, where a
+        # dense ring's copies hide behind its wire. Every float costs 1 ns to select, every pair 10 ns
+        # to add; 2 x 2 ranks with a core each.
+        S, d = 1_000_000, 0.01
+        k = math.ceil(d * S)
+        mc = machine(cores=4, hidden=1.0)
+        mc.sel, mc.add, mc.c_l = {d: 1e-9}, 1e-8, 0.0
+        select = S * 1e-9 + 2 * k * 1e-8  # top-k, packing the pairs and zeroing them in the residual
+        ring = 3 * (A_I + 8 * k * B_I)
+        scatter = 4 * k * 1e-8
+        t, busy, sel = cost_model.exchange_cost("topk", S, d, 2, 2, mc)
+        self.assertAlmostEqual(sel, select)
+        self.assertAlmostEqual(busy, select + scatter)
+        self.assertAlmostEqual(t, select + ring + scatter)
 
     def test_the_wire_or_the_cores_whichever_is_longer(self):
         # dense between 2 nodes x 2 ranks: the wire carries 6 steps of S/4 floats across each node's
@@ -71,8 +94,8 @@ class ExchangeTest(unittest.TestCase):
             mc.c_i, mc.c_l = 5e-9, 1e-9
             busy = 2 * work  # 4 processes on 2 cores
             self.assertGreater(wire, busy)
-            t, w = cost_model.exchange_cost("dense", S, 1, 2, 2, mc)
-            self.assertAlmostEqual(w, work)
+            t, b, _ = cost_model.exchange_cost("dense", S, 1, 2, 2, mc)
+            self.assertAlmostEqual(b, busy)
             self.assertAlmostEqual(t, wire + (1 - hidden) * busy)
             mc.b_i = B_I / 100  # a fast link: the cores bound it, and nothing of the wire shows
             self.assertAlmostEqual(cost_model.exchange_s("dense", S, 1, 2, 2, mc),
@@ -157,6 +180,18 @@ class ResultsTest(unittest.TestCase):
         # the median run by selection time keeps its own pass time
         self.assertEqual([(r["density"], r["mstopk_ms"], r["pass_ms"], r["repeats"]) for r in got],
                          [(0.01, 2.0, 3.0, 3), (0.001, 0.5, 1.5, 1)])
+
+    def test_the_large_bucket_is_apart_from_the_exchange_comparison(self):
+        def run(size, density, ms, select_ms=None):
+            r = {"bench": "cluster", "strategy": "topk", "size": size, "density": density, "exchange_ms": ms}
+            if select_ms is not None:
+                r["select_ms"] = select_ms
+            return r
+        # the selection time is a measurement: runs with and without it are one configuration
+        rows = load([run(25600000, 0.001, 40), run(results.BUCKET, 0.01, 75, 30), run(results.BUCKET, 0.01, 80, 35),
+                     run(2500, 1, 0.3)])
+        self.assertEqual([r["exchange_ms"] for r in results.exchanges(rows)], [40])
+        self.assertEqual([(r["exchange_ms"], r["repeats"]) for r in results.exchanges(rows, bucket=True)], [(75, 2)])
 
     def test_time_to_loss_runs_group_by_schedule_and_keep_every_seed(self):
         def run(strategy, seed, losses):

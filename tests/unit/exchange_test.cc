@@ -62,6 +62,13 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
               ASSERT_EQ(grad, want) << s << " d=" << d << " step " << step;
             }
             ASSERT_LE(st.selected, density < 1.0 ? topk_count(d, density) : d) << s;
+            // The selection is part of the call's time, and only sparse strategies select.
+            const bool sparse = s == std::string("topk") || s == std::string("hitopk");
+            ASSERT_GE(st.select_seconds, 0.0) << s;
+            ASSERT_LE(st.select_seconds, st.seconds) << s;
+            if (!sparse) {
+              ASSERT_EQ(st.select_seconds, 0.0) << s;
+            }
             std::lock_guard<std::mutex> lock(mu);
             auto key = std::string(s) + "/" + std::to_string(density) + "/" + std::to_string(d) + "/" + std::to_string(step);
             auto [it, inserted] = first_result.emplace(key, grad);
