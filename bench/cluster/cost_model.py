@@ -29,7 +29,7 @@ of the two; where the wire is the longer, the share of the CPU work that does no
 A training step is its compute (per model), the rest of the step (per model: what the step's
 collectives wait for: the slowest rank, the loss all-reduce, stalls) and the exposed part of its
 communication, each exchange taking a calibrated factor longer inside a step than alone (one for
-the machine, fitted; docs/benchmarks.md has it measured per strategy). Without overlap all of it is
+the machine, fitted). Without overlap all of it is
 exposed. With overlap, the buckets (reverse parameter order) are sent one after the other as the
 backward pass finishes them, the pass's time spread over the layers by their FLOPs, and what runs
 past its end is exposed; while the pass holds the cores, communication runs at a calibrated pace
@@ -99,12 +99,12 @@ class Links:
 
 
 class Machine:
-    sel_share = 1.0  # the selection's share of P/C (calibrated once per run of this script, for every machine)
     """One link rate's alpha and wire seconds per byte between nodes (a_i, b_i), the CPU seconds per
     byte sent inside a node (loopback: alpha a_l, c_l) and between nodes (c_i), and the CPU costs per
     float: top-k selection (sel, by density), a streaming pass over a buffer (pass_), a random access
-    (add: a scatter-add of one pair, packing or zeroing one selected entry). cores: the machine's cores that every rank shares, or None where nothing is shared
-    (a GPU per rank, NICs moving the bytes). hidden: the share of an exchange's CPU work that a
+    (add: a scatter-add of one pair, packing or zeroing one selected entry). cores: the machine's
+    cores that every rank shares, or None where nothing is shared (a GPU per rank, NICs moving the
+    bytes). hidden: the share of an exchange's CPU work that a
     link-bound exchange hides behind the wire (calibrated)."""
 
     def __init__(self, links, rate, cores, sel, pass_, add, hidden):
@@ -117,6 +117,7 @@ class Machine:
         self.cores, self.sel, self.pass_, self.add, self.hidden = cores, sel, pass_, add, hidden
         self.overlap_pace = 1.0  # the speed of communication during the backward pass (calibrated)
         self.in_step = 1.0  # how much longer an exchange takes inside a training step than alone (calibrated)
+        self.sel_share = 1.0  # the selection's share of the processes' P/C (calibrated)
 
     def slow(self, procs):
         """How much slower CPU work runs with `procs` processes on the shared cores."""
@@ -338,14 +339,24 @@ def main():
     slowest = max(links.inter, key=lambda k: links.inter[k][1])
     h_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] != 1
                   and r["nodes"] == 4 and r["local"] == 1 and r["rate"] == slowest), None)
+    # Every machine below has the calibrated values found so far (the defaults before they are).
+    calibrated = {}
+
+    def machine(rate):
+        mc = Machine(links, rate, a.cores, sel, pass_, add, 0.0)
+        for name, value in calibrated.items():
+            setattr(mc, name, value)
+        return mc
+
     hidden = 1.0
     if h_row:
-        mc = Machine(links, slowest, a.cores, sel, pass_, add, 0.0)
+        mc = machine(slowest)
         exposed = exchange_s("dense", h_row["size"], 1, 4, 1, mc)  # nothing hidden
         mc.hidden = 1.0
         hidden_all = exchange_s("dense", h_row["size"], 1, 4, 1, mc)
         busy = exposed - hidden_all
         hidden = min(1.0, max(0.0, 1 - (h_row["exchange_ms"] / 1e3 - hidden_all) / busy)) if busy > 0 else 1.0
+    calibrated["hidden"] = hidden
     print(f"CPU: loopback {links.intra[1] * 1e9:.2f} ns per byte, between nodes {links.cpu_inter * 1e9:.2f} ns per byte; "
           f"a link-bound exchange hides {hidden:.0%} of its CPU work behind the wire")
     # The selection's share of the cores: its measured time in the exchanges (select_ms) against the
@@ -353,18 +364,18 @@ def main():
     pts = []
     for r in rows:
         if r["bench"] == "cluster" and r.get("select_ms"):
-            mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
+            mc = machine(r["rate"])
             pts.append(r["select_ms"] / 1e3 / exchange_cost(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc)[2])
     if not pts:
         sys.exit("cost_model.py: the results have no sparse exchange with select_ms (matrix.py --only exchange)")
-    Machine.sel_share = statistics.median(pts)
-    print(f"CPU: selection runs at {Machine.sel_share:.2f} of the processes' share of the cores")
+    calibrated["sel_share"] = statistics.median(pts)
+    print(f"CPU: selection runs at {calibrated['sel_share']:.2f} of the processes' share of the cores")
     out, worst = [], 0.0
     print("\nexchange (floats, density): measured vs model; of which error feedback and selection (sparse strategies)")
     for r in rows:
         if r["bench"] != "cluster" or r["density"] == 1 or r is h_row:
             continue
-        mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
+        mc = machine(r["rate"])
         pred, _, pred_sel = exchange_cost(r["strategy"], r["size"], r["density"], r["nodes"], r["local"], mc)
         pred, pred_sel = pred * 1e3, pred_sel * 1e3
         err = pred / r["exchange_ms"] - 1
@@ -394,7 +405,7 @@ def main():
     for r in seq:
         g = results.placement(r)
         model, m, n, _ = g
-        mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
+        mc = machine(r["rate"])
         phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
         exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute[g], 0.0, False)[1] for s in phases)
         points.append((g, r["step_ms"] / 1e3 - compute[g], exposed, (1e3 / r["step_ms"]) ** 2))
@@ -402,6 +413,7 @@ def main():
     cal = {g: (compute[g], rests[g]) for g in compute}
     for (model, m, n, batch), (c, rest) in cal.items():
         print(f"{model} on {m} x {n}, batch {batch}: compute {c * 1e3:.0f} ms per step, the rest {rest * 1e3:.0f} ms")
+    calibrated["in_step"] = in_step
     print(f"an exchange inside a training step takes {in_step:.2f} times its time alone")
     # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
     # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.
@@ -410,22 +422,21 @@ def main():
                   and r["overlap"] and r["rate"] == slowest), None) if main_placement in cal else None
     pace = 1.0
     if p_row:
-        mc = Machine(links, slowest, a.cores, sel, pass_, add, hidden)
-        mc.in_step = in_step
+        mc = machine(slowest)
         lo, hi = 0.05, 1.0
         for _ in range(40):
             mc.overlap_pace = (lo + hi) / 2
             got = step_time("cosmoflow", "dense", p_row["density"], p_row["nodes"], p_row["local"], mc, *cal[main_placement], True)[0]
             lo, hi = (mc.overlap_pace, hi) if got * 1e3 > p_row["step_ms"] else (lo, mc.overlap_pace)
         pace = (lo + hi) / 2
+    calibrated["overlap_pace"] = pace
     print(f"communication during the backward pass runs at {pace:.2f} of its speed")
     print("\ntraining step: measured vs model")
     for r in train:
         if results.placement(r) not in cal or r is p_row:
             continue
         compute, rest = cal[results.placement(r)]
-        mc = Machine(links, r["rate"], a.cores, sel, pass_, add, hidden)
-        mc.overlap_pace, mc.in_step = pace, in_step
+        mc = machine(r["rate"])
         m, n, d = r["nodes"], r["local"], r["density"]
 
         def step(strategy):
@@ -434,9 +445,9 @@ def main():
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
         # the selection of a step (every bucket's), as alone: set beside the runs' own select_ms
-        sparse = ["hitopk"] if r["strategy"] == "hybrid" else [r["strategy"]]
-        pred_sel = statistics.mean(sum(exchange_cost(s, size, d, m, n, mc)[2] for size, _ in buckets(r["model"])) for s in sparse)
-        pred_sel *= 1e3 / 2 if r["strategy"] == "hybrid" else 1e3  # hybrid: half its steps sparse
+        hybrid = r["strategy"] == "hybrid"  # half its steps sparse (hitopk)
+        pred_sel = sum(exchange_cost("hitopk" if hybrid else r["strategy"], size, d, m, n, mc)[2] for size, _ in buckets(r["model"]))
+        pred_sel *= 1e3 / 2 if hybrid else 1e3
         out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
                     "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err,
                     "measured_select_ms": r.get("select_ms"), "model_select_ms": pred_sel})

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import results
+
 SIZE, DENSITY = 25600000, 0.001
 RATES = ["1gbit", "10gbit"]
 STRATEGIES = ["dense", "torus", "topk", "hitopk"]
@@ -49,7 +51,7 @@ def runs(groups):
         for rate in RATES:
             for s in STRATEGIES:
                 yield ["cluster", "--strategy", s, "--nodes", "2", "--local", "2", "--rate", rate,
-                       "--size", "25165824", "--density", "0.01", "--iters", "5"]
+                       "--size", str(results.BUCKET), "--density", "0.01", "--iters", "5"]
     train = ["--nodes", "2", "--local", "2", "--batch", "16", "--steps", "8", "--threads", "1", "--density", "0.01"]
     if "train" in groups:
         for model in ["cosmoflow", "cnn25m"]:

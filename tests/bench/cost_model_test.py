@@ -61,12 +61,10 @@ class ExchangeTest(unittest.TestCase):
         self.assertAlmostEqual(sel_shared, 2e-3)
         self.assertAlmostEqual(t_shared - t_own, 1e-3)
         self.assertAlmostEqual(busy_shared - busy_own, 1e-3)
-        try:
-            cost_model.Machine.sel_share = 0.75  # calibrated: the selections do not all run at once
-            self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)[2], 1.5e-3)
-            self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)[2], 1e-3)  # never below one core
-        finally:
-            cost_model.Machine.sel_share = 1.0
+        for mc in (own, shared):
+            mc.sel_share = 0.75  # calibrated: the selections do not all run at once
+        self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, shared)[2], 1.5e-3)
+        self.assertAlmostEqual(cost_model.exchange_cost("topk", 1_000_000, 0.001, 2, 2, own)[2], 1e-3)  # never below one core
 
     def test_nothing_is_sent_before_the_selection_ends(self):
         # topk on a slow link, its selection and scatter-add taking time: the phases add up, where a
