@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/config_node.h"
+#include "common/config_node.h"
 
 namespace tessera::api {
 
@@ -153,7 +153,7 @@ struct LocalSpec {
   int nodes = 0;                     // 0: replicas
   int gpus_per_node = 0;             // 0: ranksPerReplica
   std::string work_dir;              // logs, status, SSD cache; empty: .tessera/<name>
-  // An emulated cloud network (bench/cluster/cluster.sh): each virtual node in its own network
+  // An emulated cloud network (the tessera-netns program): each virtual node in its own network
   // namespace, its link limited to network_rate (tc, "1gbit") and delayed by network_delay
   // ("0.2ms", where the kernel has netem). Empty: every worker on loopback.
   std::string network_rate, network_delay;

@@ -22,7 +22,7 @@
 //       gangs of P pods created at once; time until all are Running, reconcile latency p50/p99, API
 //       requests per job, peak RSS (this process: the operator runs in it).
 //   tessera-bench cluster --strategy S --nodes M --local N --rate 1gbit [--delay D] --size D --density R [--json]
-//       the exchange on an emulated cloud cluster (bench/cluster/cluster.sh: a network namespace per
+//       the exchange on an emulated cloud cluster (tessera-netns: a network namespace per
 //       node, links rate-limited with tc), brought up and torn down around the measurement.
 //   tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--overlap on|off] [--peer ddp]
 //                [--optimizer sgd|adam|lars] [--lr X] ...
@@ -56,8 +56,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/fork_ranks.h"
-#include "tests/support/process.h"
+#include "testing/fork_ranks.h"
+#include "testing/process.h"
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/dnnl_util.h"
@@ -68,7 +68,7 @@
 #include "controller/placement/ring_planner.h"
 #include "worker/compress/sparse.h"
 #include "worker/data/file_dataset.h"
-#include "worker/metrics/http_server.h"
+#include "common/http_server.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 
@@ -82,8 +82,8 @@
 #include "worker/comm/exchange.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/compress/topk.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/log.h"
 
 namespace tessera {
 namespace {
@@ -271,7 +271,7 @@ struct RankResult {
 struct ExchangeRun {
   std::string strategy;
   int nodes = 2, local = 2, iters = 5;
-  bool emulated = false;  // ranks in the nodes' network namespaces of bench/cluster/cluster.sh
+  bool emulated = false;  // ranks in the nodes' network namespaces of tessera-netns
   size_t size = 0;
   double density = 0.001;
   std::vector<RankResult> ranks;
@@ -291,7 +291,7 @@ struct ExchangeRun {
   }
 };
 
-// Moves this process into the network namespace of emulated node `node` (bench/cluster/cluster.sh)
+// Moves this process into the network namespace of emulated node `node` (tessera-netns)
 // and returns the node's address.
 std::string enter_node(int node) {
   const std::string path = detail::concat("/var/run/netns/tessera-n", node);
@@ -380,20 +380,20 @@ ExchangeRun exchange_flags(Flags& f) {
   return run;
 }
 
-// bench/cluster/cluster.sh's emulated cloud cluster, up for the life of this object: --nodes network
+// tessera-netns's emulated cloud cluster, up for the life of this object: --nodes network
 // namespaces whose links run at `rate` (and `delay` where the kernel has netem).
 class EmulatedCluster {
  public:
   EmulatedCluster(int nodes, const std::string& rate, const std::string& delay, bool quiet)
-      : script_(detail::concat(TESSERA_SOURCE_DIR, "/bench/cluster/cluster.sh")) {
+      : script_((std::filesystem::canonical("/proc/self/exe").parent_path() / "tessera-netns").string()) {
     for (const std::string* v : {&rate, &delay})
       if (v->find_first_not_of("0123456789.kmgbitpsu") != std::string::npos)
         throw ConfigError(v == &rate ? "--rate" : "--delay", "'" + *v + "' is not a tc rate or time");
-    const std::string up = detail::concat("bash ", script_, " up --nodes ", nodes, " --rate ", rate,
+    const std::string up = detail::concat(script_, " up --nodes ", nodes, " --rate ", rate,
                                           delay.empty() ? "" : " --delay " + delay, quiet ? " >&2" : "");
     if (std::system(up.c_str()) != 0) throw Error("the emulated cluster did not come up (" + up + ")");
   }
-  ~EmulatedCluster() { [[maybe_unused]] int rc = std::system(("bash " + script_ + " down >&2").c_str()); }
+  ~EmulatedCluster() { [[maybe_unused]] int rc = std::system((script_ + " down >&2").c_str()); }
   EmulatedCluster(const EmulatedCluster&) = delete;
   EmulatedCluster& operator=(const EmulatedCluster&) = delete;
 

@@ -26,14 +26,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "api/training_job.h"
 #include "controller/local/local_launcher.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/log.h"
 #include "worker/data/dataset_index.h"
 #include "worker/spatial/partition.h"
 #include "worker/train/job_config.h"
@@ -100,57 +102,28 @@ int usage(int code) {
   return code;
 }
 
-// --help or -h among a command's arguments (from `first` on).
-bool asks_help(int argc, char** argv, int first) {
-  for (int i = first; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
-  return false;
-}
-
-int help(const char* text) {
-  std::fputs(text, stdout);
-  return 0;
-}
-
-// An argument that is neither a known flag nor where a file goes.
-[[noreturn]] void bad_argument(const std::string& a, const char* command) {
-  if (a.rfind("-", 0) == 0) throw ConfigError(a, detail::concat("unknown flag (tessera ", command, " --help lists them)"));
-  throw ConfigError(a, detail::concat("unexpected argument (tessera ", command, " --help shows what it takes)"));
-}
-
-long number(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end) throw ConfigError(flag, "'" + v + "' is not an integer");
-  return x;
-}
-
 int data_generate(int argc, char** argv) {
   std::string kind, out;
-  long samples = -1, size = -1, seed = 1;
-  bool int16 = true, replace = false;
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    if (a == "--kind") kind = value();
-    else if (a == "--samples") samples = number(a, value());
-    else if (a == "--size") size = number(a, value());
-    else if (a == "--out") out = value();
-    else if (a == "--seed") seed = number(a, value());
-    else if (a == "--float32") int16 = false;
-    else if (a == "--replace") replace = true;
-    else bad_argument(a, "data generate");
-  }
+  int64_t samples = -1, size = -1, seed = 1;
+  bool float32 = false, replace = false;
+  Flags flags("tessera data generate", kGenerateUsage);
+  flags.text("--kind", &kind)
+      .integer("--samples", &samples, 1, 1'000'000'000)
+      .integer("--size", &size, 4, 4096)
+      .text("--out", &out)
+      .integer("--seed", &seed, 0, std::numeric_limits<int64_t>::max())
+      .toggle("--float32", &float32)
+      .toggle("--replace", &replace);
+  if (!flags.parse(argc, argv, 3)) return 0;
+  const bool int16 = !float32;
   if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow or unet)");
   if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
   if (size < 4) throw ConfigError("--size", "required, at least 4");
   if (out.empty()) throw ConfigError("--out", "required");
   generate_dataset(kind, static_cast<uint64_t>(samples), static_cast<int>(size), out, static_cast<uint64_t>(seed), int16,
                    replace);
-  std::printf("wrote %ld %s samples of size %ld to %s\n", samples, kind.c_str(), size, out.c_str());
+  std::printf("wrote %lld %s samples of size %lld to %s\n", static_cast<long long>(samples), kind.c_str(),
+              static_cast<long long>(size), out.c_str());
   return 0;
 }
 
@@ -179,12 +152,9 @@ std::string short_count(int64_t n) {
 int validate(int argc, char** argv) {
   std::vector<std::string> files;
   bool as_json = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") as_json = true;
-    else if (a.rfind("-", 0) == 0 && a != "-") bad_argument(a, "validate");
-    else files.push_back(a);
-  }
+  Flags flags("tessera validate", kValidateUsage);
+  flags.toggle("--json", &as_json).positional(&files, 1, 100'000, "manifests");
+  if (!flags.parse(argc, argv, 2)) return 0;
   if (files.empty()) throw ConfigError("validate", "name at least one manifest");
   bool all_ok = true;
   nlohmann::json out = nlohmann::json::array();
@@ -217,36 +187,26 @@ int validate(int argc, char** argv) {
 void on_signal(int) { local::LocalLauncher::interrupt(); }
 
 int run_job(int argc, char** argv) {
-  if (argc < 3 || std::string(argv[2]).rfind("-", 0) == 0) throw ConfigError("run", "name the manifest: tessera run JOB.yaml");
-  const std::string file = argv[2];
   local::LocalOptions options;
-  options.manifest = file;
-  options.worker_bin = (std::filesystem::read_symlink("/proc/self/exe").parent_path() / "tessera-worker").string();
+  const auto bin_dir = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  options.worker_bin = (bin_dir / "tessera-worker").string();
+  options.netns_bin = (bin_dir / "tessera-netns").string();
   int nodes = 0, gpus = 0;  // 0: as the manifest says
   std::string work_dir;
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    auto positive = [&]() {
-      const long v = number(a, value());
-      if (v < 1) throw ConfigError(a, "must be at least 1");
-      return static_cast<int>(v);
-    };
-    if (a == "--nodes") nodes = positive();
-    else if (a == "--gpus-per-node") gpus = positive();
-    else if (a == "--work-dir") work_dir = value();
-    else if (a == "--worker") options.worker_bin = value();
-    else if (a == "--progress") options.progress_seconds = positive();
-    else if (a == "--metrics-addr") options.metrics_addr = value();
-    else if (a == "--prometheus") options.prometheus_addr = "127.0.0.1:9090";
-    else if (a.rfind("--prometheus=", 0) == 0) options.prometheus_addr = a.substr(13);
-    else if (a == "--fresh") options.fresh = true;
-    else if (a.rfind("-", 0) != 0) throw ConfigError(a, "unexpected argument (tessera run takes one manifest)");
-    else bad_argument(a, "run");
-  }
+  std::vector<std::string> manifest;
+  Flags flags("tessera run", kRunUsage);
+  flags.integer("--nodes", &nodes, 1, 4096)
+      .integer("--gpus-per-node", &gpus, 1, 1024)
+      .text("--work-dir", &work_dir)
+      .text("--worker", &options.worker_bin)
+      .real("--progress", &options.progress_seconds, Interval{0, 86400, true, false})
+      .text("--metrics-addr", &options.metrics_addr)
+      .optional_text("--prometheus", &options.prometheus_addr, "127.0.0.1:9090")
+      .toggle("--fresh", &options.fresh)
+      .positional(&manifest, 1, 1, "manifest");
+  if (!flags.parse(argc, argv, 2)) return 0;
+  const std::string file = manifest[0];
+  options.manifest = file;
   if (!options.prometheus_addr.empty() && std::system("command -v prometheus >/dev/null 2>&1") != 0)
     throw ConfigError("--prometheus", "no prometheus command on PATH (Debian: apt-get install prometheus)");
   int64_t parameters = 0;
@@ -267,24 +227,18 @@ int run_job(int argc, char** argv) {
 }
 
 int data_index(int argc, char** argv) {
-  std::string dir;
+  std::vector<std::string> dirs;
   IndexOptions o;
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    if (a == "--layout") o.layout = value();
-    else if (a == "--input-key") o.input_key = value();
-    else if (a == "--target-key") o.target_key = value();
-    else if (a == "--transform") o.transform = value();
-    else if (a == "--channels") o.channels = value();
-    else if (a == "--progress") o.progress_seconds = std::max(0L, number(a, value()));
-    else if (a.rfind("-", 0) != 0 && dir.empty()) dir = a;
-    else bad_argument(a, "data index");
-  }
-  if (dir.empty()) throw ConfigError("data index", "name the dataset directory: tessera data index DIR");
+  Flags flags("tessera data index", kIndexUsage);
+  flags.text("--layout", &o.layout)
+      .text("--input-key", &o.input_key)
+      .text("--target-key", &o.target_key)
+      .text("--transform", &o.transform)
+      .text("--channels", &o.channels)
+      .real("--progress", &o.progress_seconds, Interval{0, 86400, false, false})
+      .positional(&dirs, 1, 1, "dataset directory");
+  if (!flags.parse(argc, argv, 3)) return 0;
+  const std::string dir = dirs[0];
   const DatasetIndex x = index_dataset(dir, o);
   std::printf("%s: indexed %s (%s) in %s/manifest.tsv\n", dir.c_str(), detail::count(x.entries.size(), "sample").c_str(),
               x.describe().c_str(), dir.c_str());
@@ -292,23 +246,18 @@ int data_index(int argc, char** argv) {
 }
 
 int data_read(int argc, char** argv) {
-  std::string file, out;
-  long sample = -1, rank = 0;
+  std::vector<std::string> files;
+  std::string out;
+  int64_t sample = -1, rank = 0;
   bool validation = false;
-  for (int i = 3; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    if (a == "--sample") sample = number(a, value());
-    else if (a == "--rank") rank = number(a, value());
-    else if (a == "--validation") validation = true;
-    else if (a == "--out") out = value();
-    else if (a.rfind("-", 0) != 0 && file.empty()) file = a;
-    else bad_argument(a, "data read");
-  }
-  if (file.empty()) throw ConfigError("data read", "name the job: tessera data read JOB.yaml --sample I --out PREFIX");
+  Flags flags("tessera data read", kReadUsage);
+  flags.integer("--sample", &sample, 0, std::numeric_limits<int64_t>::max())
+      .integer("--rank", &rank, 0, 65535)
+      .toggle("--validation", &validation)
+      .text("--out", &out)
+      .positional(&files, 1, 1, "manifest");
+  if (!flags.parse(argc, argv, 3)) return 0;
+  const std::string file = files[0];
   if (sample < 0) throw ConfigError("--sample", "required, a sample number from 0");
   if (out.empty()) throw ConfigError("--out", "required: the prefix of the .npy files to write");
   const JobConfig c = load_job_config(file);
@@ -333,9 +282,10 @@ int data_read(int argc, char** argv) {
   const Sample b = data->get_block(static_cast<uint64_t>(sample), box);
   write_npy(out + "_x.npy", b.input);
   write_npy(out + "_y.npy", b.target);
-  std::printf("sample %ld of %s: %s, sub-volume %s; rank %ld reads block %s: %s (transform %s), targets %s\n", sample,
+  std::printf("sample %lld of %s: %s, sub-volume %s; rank %lld reads block %s: %s (transform %s), targets %s\n",
+              static_cast<long long>(sample),
               detail::count(data->size(), "sample").c_str(), data->file(static_cast<uint64_t>(sample)).c_str(),
-              data->sub_volume(static_cast<uint64_t>(sample)).str().c_str(), rank, box.str().c_str(),
+              data->sub_volume(static_cast<uint64_t>(sample)).str().c_str(), static_cast<long long>(rank), box.str().c_str(),
               shape_str(b.input.shape()).c_str(), data->index().transform.c_str(), shape_str(b.target.shape()).c_str());
   return 0;
 }
@@ -344,22 +294,26 @@ int run(int argc, char** argv) {
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
-  if (cmd == "validate") return asks_help(argc, argv, 2) ? help(kValidateUsage) : validate(argc, argv);
-  if (cmd == "run") return asks_help(argc, argv, 2) ? help(kRunUsage) : run_job(argc, argv);
+  if (cmd == "validate") return validate(argc, argv);
+  if (cmd == "run") return run_job(argc, argv);
   if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run or data; tessera --help)");
   const std::string sub = argc >= 3 ? argv[2] : "";
-  if (sub == "generate") return asks_help(argc, argv, 3) ? help(kGenerateUsage) : data_generate(argc, argv);
-  if (sub == "index") return asks_help(argc, argv, 3) ? help(kIndexUsage) : data_index(argc, argv);
-  if (sub == "read") return asks_help(argc, argv, 3) ? help(kReadUsage) : data_read(argc, argv);
+  if (sub == "generate") return data_generate(argc, argv);
+  if (sub == "index") return data_index(argc, argv);
+  if (sub == "read") return data_read(argc, argv);
   if (sub == "verify") {
-    if (asks_help(argc, argv, 3)) return help(kVerifyUsage);
-    if (argc < 4) throw ConfigError("data verify", "name the dataset directory: tessera data verify DIR");
-    if (argc > 4) bad_argument(argv[4], "data verify");
-    verify_dataset(argv[3]);
-    std::printf("%s: every sample matches the manifest\n", argv[3]);
+    std::vector<std::string> dirs;
+    Flags flags("tessera data verify", kVerifyUsage);
+    flags.positional(&dirs, 1, 1, "dataset directory");
+    if (!flags.parse(argc, argv, 3)) return 0;
+    verify_dataset(dirs[0]);
+    std::printf("%s: every sample matches the manifest\n", dirs[0].c_str());
     return 0;
   }
-  if (sub == "--help" || sub == "-h") return help("usage: tessera data generate|index|read|verify ... (tessera data index --help)\n");
+  if (sub == "--help" || sub == "-h") {
+    std::fputs("usage: tessera data generate|index|read|verify ... (tessera data index --help)\n", stdout);
+    return 0;
+  }
   throw ConfigError(sub.empty() ? "data" : sub, "expected tessera data generate, index, read or verify");
 }
 

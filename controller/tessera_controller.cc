@@ -43,10 +43,11 @@
 #include "controller/kube/operator.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/reconcile/reconciler.h"
-#include "worker/core/config_node.h"
-#include "worker/metrics/http_server.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/config_node.h"
+#include "common/http_server.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/log.h"
 
 namespace tessera {
 namespace {
@@ -106,58 +107,29 @@ std::string load_token_key(const std::string& file) {
   return key;
 }
 
-Options parse(int argc, char** argv) {
+// Empty when --help was asked for (the usage is printed).
+std::optional<Options> parse(int argc, char** argv) {
   Options o;
-  if (const char* k = std::getenv("KUBECONFIG"); k && *k) o.kubeconfig = k;
-  // --flag=value is --flag value.
-  std::vector<std::string> args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto eq = a.find('=');
-    if (a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      args.push_back(a.substr(0, eq));
-      args.push_back(a.substr(eq + 1));
-    } else {
-      args.push_back(a);
-    }
-  }
-  const int n = static_cast<int>(args.size());
-  for (int i = 0; i < n; ++i) {
-    const std::string a = args[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= n) throw ConfigError(a, "needs a value");
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--kubeconfig") o.kubeconfig = value();
-    else if (a == "--namespace") o.op.namespace_ = value();
-    else if (a == "--leader-elect") o.leader_elect = true;
-    else if (a == "--print-permissions") o.print_permissions = true;
-    else if (a == "--lease-namespace") o.lease_namespace = value();
-    else if (a == "--health-addr") o.health_addr = value();
-    else if (a == "--rendezvous-listen") o.op.rendezvous_listen = value();
-    else if (a == "--rendezvous-advertise") o.op.rendezvous_advertise = value();
-    else if (a == "--worker-image") o.op.worker_image = value();
-    else if (a == "--job-defaults") o.op.spec_defaults = load_job_defaults(value());
-    else if (a == "--token-key-file") o.op.token_key = load_token_key(value());
-    else if (a == "--status-interval") {
-      const std::string v = value();
-      char* end = nullptr;
-      const double s = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end || s <= 0) throw ConfigError(a, "'" + v + "' is not a positive number of seconds");
-      o.op.status_interval = std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
-    } else if (a == "--workers") {
-      const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || n < 1 || n > 64) throw ConfigError(a, "'" + v + "' is not a number of threads in [1, 64]");
-      o.op.workers = static_cast<int>(n);
-    } else {
-      throw ConfigError(a, std::string("unknown flag\n") + kUsage);
-    }
-  }
+  std::string job_defaults, token_key_file;
+  double status_interval = 5;
+  Flags flags("tessera-controller", kUsage);
+  flags.text("--kubeconfig", &o.kubeconfig, "KUBECONFIG")
+      .text("--namespace", &o.op.namespace_)
+      .toggle("--leader-elect", &o.leader_elect)
+      .toggle("--print-permissions", &o.print_permissions)
+      .text("--lease-namespace", &o.lease_namespace)
+      .text("--health-addr", &o.health_addr)
+      .text("--rendezvous-listen", &o.op.rendezvous_listen)
+      .text("--rendezvous-advertise", &o.op.rendezvous_advertise)
+      .text("--worker-image", &o.op.worker_image)
+      .text("--job-defaults", &job_defaults)
+      .text("--token-key-file", &token_key_file)
+      .real("--status-interval", &status_interval, Interval{0.001, 86400, false, false})
+      .integer("--workers", &o.op.workers, 1, 64);
+  if (!flags.parse(argc, argv)) return std::nullopt;
+  o.op.status_interval = std::chrono::milliseconds(static_cast<int64_t>(std::llround(status_interval * 1000)));
+  if (!job_defaults.empty()) o.op.spec_defaults = load_job_defaults(job_defaults);
+  if (!token_key_file.empty()) o.op.token_key = load_token_key(token_key_file);
   return o;
 }
 
@@ -178,7 +150,9 @@ void print_permissions(bool leader_election) {
 }
 
 int run(int argc, char** argv) {
-  Options o = parse(argc, argv);
+  const std::optional<Options> parsed = parse(argc, argv);
+  if (!parsed) return 0;
+  Options o = *parsed;
   if (o.print_permissions) {
     print_permissions(o.leader_elect);
     return 0;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "worker/core/checksum.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <string>
 
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "worker/data/arrays.h"
 #include "worker/data/dataset_index.h"
 

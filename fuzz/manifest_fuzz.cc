@@ -8,8 +8,8 @@
 #include <string>
 
 #include "api/training_job.h"
-#include "worker/core/config_node.h"
-#include "worker/core/error.h"
+#include "common/config_node.h"
+#include "common/error.h"
 #include "worker/train/job_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -14,7 +14,7 @@ packages=(
   clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)
   python3-h5py python3-numpy                       # datasets written as users' tools write them (tests/e2e/dataset_files_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
-  iproute2                                         # the emulated cluster (bench/cluster/cluster.sh)
+  iproute2                                         # the emulated cluster (tessera-netns)
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane for tests, on loopback: etcd (Debian's etcd-server), kube-apiserver
 # and kube-controller-manager v1.20.2 built from Debian bookworm's `kubernetes` source package (no
-# package ships the binaries), and the test node agent (tests/support/node_agent), which registers
+# package ships the binaries), and the test node agent (testing/node_agent), which registers
 # GPU nodes and runs the pods bound to them as local processes. There is no scheduler: the Tessera
 # controller binds its pods itself.
 #

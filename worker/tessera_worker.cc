@@ -34,6 +34,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -41,9 +43,10 @@
 #include "api/training_job.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
-#include "worker/metrics/http_server.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/http_server.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 
@@ -54,22 +57,11 @@ struct Options {
   std::string config, rendezvous, metrics, metrics_addr, node;
   int rank = 0, world = 1, local_rank = -1, threads = 0;
   int replica = 0, slot = 0;  // with the rendezvous service
+  int slots = 0;              // > 0: a pod's entrypoint, starting that many ranks
+  // The pod's environment (the reconcile sets it, on a cluster and under tessera run alike).
+  std::string job_key, token, pod, namespace_, work_dir, termination_log;
   bool service() const { return rendezvous.rfind("grpc://", 0) == 0; }
 };
-
-int env_int(const char* name, int def) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return def;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end) throw ConfigError(name, std::string("'") + v + "' is not an integer");
-  return static_cast<int>(x);
-}
-
-std::string env_str(const char* name, const std::string& def) {
-  const char* v = std::getenv(name);
-  return v && *v ? v : def;
-}
 
 constexpr const char* kUsage =
     "usage: tessera-worker --config JOB.yaml [--rank R --world-size N --node NAME --local-rank L]\n"
@@ -81,52 +73,40 @@ constexpr const char* kUsage =
     "  --config FILE         the TrainingJob manifest (or the job configuration the controller wrote)\n"
     "  --rendezvous DIR      a directory shared by all ranks of this run (a fresh one per run)\n"
     "  --rendezvous grpc://  the controller's rendezvous service; the rank comes from its ring plan\n"
+    "  --slots N             start the N ranks of pod --replica P (slots 0..N-1) and supervise them\n"
     "  --metrics FILE        append one JSON line per step and per epoch\n"
     "  --metrics-addr H:P    serve Prometheus metrics at /metrics (port 0: a free one)\n"
     "  --threads T           compute threads (default: spec.training.threads, else the cores)\n"
     "Exit status: 0 done, 2 bad configuration, 3 training diverged (not retried), 1 any other failure.\n";
 
-Options parse(int argc, char** argv) {
+constexpr int kMaxRanks = 65536;
+
+// Empty when --help was asked for (the usage is printed).
+std::optional<Options> parse(int argc, char** argv) {
   Options o;
-  o.rank = env_int("TESSERA_RANK", 0);
-  o.world = env_int("TESSERA_WORLD_SIZE", 1);
-  o.local_rank = env_int("TESSERA_LOCAL_RANK", -1);
-  o.node = env_str("TESSERA_NODE", "");
-  o.rendezvous = env_str("TESSERA_RENDEZVOUS", "");
-  o.replica = env_int("TESSERA_REPLICA", 0);
-  o.slot = env_int("TESSERA_SLOT", 0);
-  o.metrics_addr = env_str("TESSERA_METRICS_ADDR", "");
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() {
-      std::string v = value();
-      char* end = nullptr;
-      long x = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end) throw ConfigError(a, "'" + v + "' is not an integer");
-      return static_cast<int>(x);
-    };
-    if (a == "--config") o.config = value();
-    else if (a == "--rank") o.rank = number();
-    else if (a == "--world-size") o.world = number();
-    else if (a == "--local-rank") o.local_rank = number();
-    else if (a == "--node") o.node = value();
-    else if (a == "--rendezvous") o.rendezvous = value();
-    else if (a == "--metrics") o.metrics = value();
-    else if (a == "--metrics-addr") o.metrics_addr = value();
-    else if (a == "--threads") o.threads = number();
-    else if (a == "--replica") o.replica = number();
-    else if (a == "--slot") o.slot = number();
-    else if (a == "--slots") value();  // handled by run_slots
-    else if (a.rfind("-", 0) != 0) throw ConfigError(a, "unexpected argument (the manifest goes after --config)");
-    else throw ConfigError(a, "unknown flag (tessera-worker --help lists them)");
-  }
+  Flags flags("tessera-worker", kUsage);
+  flags.text("--config", &o.config)
+      .integer("--rank", &o.rank, 0, kMaxRanks - 1, "TESSERA_RANK")
+      .integer("--world-size", &o.world, 1, kMaxRanks, "TESSERA_WORLD_SIZE")
+      .integer("--local-rank", &o.local_rank, 0, kMaxRanks - 1, "TESSERA_LOCAL_RANK")
+      .text("--node", &o.node, "TESSERA_NODE")
+      .text("--rendezvous", &o.rendezvous, "TESSERA_RENDEZVOUS")
+      .text("--metrics", &o.metrics)
+      .text("--metrics-addr", &o.metrics_addr, "TESSERA_METRICS_ADDR")
+      .integer("--threads", &o.threads, 1, 1024)
+      .integer("--replica", &o.replica, 0, kMaxRanks - 1, "TESSERA_REPLICA")
+      .integer("--slot", &o.slot, 0, 1023, "TESSERA_SLOT")
+      .integer("--slots", &o.slots, 1, 1024);
+  if (!flags.parse(argc, argv)) return std::nullopt;
+  o.job_key = env_value("TESSERA_JOB").value_or("");
+  o.token = env_value("TESSERA_TOKEN").value_or("");
+  o.pod = env_value("TESSERA_POD").value_or("");
+  o.namespace_ = env_value("TESSERA_NAMESPACE").value_or("default");
+  o.work_dir = env_value("TESSERA_WORK_DIR").value_or("");
+  o.termination_log = env_value("TESSERA_TERMINATION_LOG").value_or("");
   if (o.config.empty()) throw ConfigError("--config", "a job configuration file is required");
-  if (o.world < 1) throw ConfigError("--world-size", "must be at least 1");
-  if (o.rank < 0 || o.rank >= o.world) throw ConfigError("--rank", detail::concat(o.rank, " is outside [0, ", o.world, ")"));
+  if (o.slots > 0) return o;  // the ranks check the rest
+  if (o.rank >= o.world) throw ConfigError("--rank", detail::concat(o.rank, " is outside [0, ", o.world, ")"));
   if (o.world > 1 && o.rendezvous.empty() && !o.service())
     throw ConfigError("--rendezvous", "needed when the world has more than one rank");
   if (o.node.empty()) {
@@ -164,22 +144,22 @@ std::atomic<int> g_forward_signal{0};
 
 void on_supervisor_signal(int sig) { g_forward_signal = sig; }
 
+// The arguments of the rank in `slot` of the pod that `o` describes.
+std::vector<std::string> slot_args(const Options& o, int slot) {
+  std::vector<std::string> args = {"--config", o.config, "--replica", std::to_string(o.replica), "--slot", std::to_string(slot)};
+  for (const auto& [flag, value] : {std::pair{"--rendezvous", o.rendezvous}, {"--metrics", o.metrics}})
+    if (!value.empty()) args.insert(args.end(), {flag, value});
+  if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+  return args;
+}
+
 // --slots N: the ranks of one pod, as child processes of this one.
-int run_slots(int argc, char** argv, int slots) {
-  std::vector<std::string> base;
-  std::string metrics_addr = env_str("TESSERA_METRICS_ADDR", "");
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--slots" || a == "--slot" || a == "--metrics-addr") {
-      if (a == "--metrics-addr" && i + 1 < argc) metrics_addr = argv[i + 1];
-      ++i;
-      continue;
-    }
-    base.push_back(a);
-  }
+int run_slots(const char* argv0, const Options& o) {
+  const int slots = o.slots;
+  const std::string& metrics_addr = o.metrics_addr;
   // Slot S serves its metrics on the pod's port + S (the ports the pod declares).
   const auto colon = metrics_addr.rfind(':');
-  const int metrics_port = colon == std::string::npos ? 0 : std::atoi(metrics_addr.c_str() + colon + 1);
+  const int metrics_port = colon == std::string::npos ? 0 : static_cast<int>(parse_int(metrics_addr.substr(colon + 1)).value_or(0));
   std::signal(SIGTERM, on_supervisor_signal);
   std::signal(SIGINT, on_supervisor_signal);
   // The ranks end with this process, even when it is killed outright.
@@ -191,10 +171,9 @@ int run_slots(int argc, char** argv, int slots) {
   std::vector<pid_t> pids;
   for (int slot = 0; slot < slots; ++slot) {
     setenv("TESSERA_ERROR_FILE", detail::concat(errors, "/slot-", slot).c_str(), 1);
-    std::vector<std::string> args = {argv[0]};
-    args.insert(args.end(), base.begin(), base.end());
-    args.push_back("--slot");
-    args.push_back(std::to_string(slot));
+    std::vector<std::string> args = {argv0};
+    const auto rank_args = slot_args(o, slot);
+    args.insert(args.end(), rank_args.begin(), rank_args.end());
     if (!metrics_addr.empty()) {
       args.push_back("--metrics-addr");
       args.push_back(metrics_port > 0 ? metrics_addr.substr(0, colon + 1) + std::to_string(metrics_port + slot) : metrics_addr);
@@ -247,38 +226,30 @@ int run_slots(int argc, char** argv, int slots) {
     if (why.empty()) why = result > 128 ? detail::concat("killed by signal ", result - 128, " (", strsignal(result - 128), ")")
                                         : detail::concat("exited with status ", result);
     std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
-    if (const char* file = std::getenv("TESSERA_TERMINATION_LOG"); file && *file)
-      std::ofstream(file) << "slot " << failed_slot << ": " << why << "\n";
+    if (!o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << failed_slot << ": " << why << "\n";
   }
   std::filesystem::remove_all(errors);
   return result;
 }
 
 int run(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--slots") {
-      char* end = nullptr;
-      const long n = std::strtol(argv[i + 1], &end, 10);
-      if (*end || n < 1 || n > 1024) throw ConfigError("--slots", std::string("'") + argv[i + 1] + "' is not a count of ranks");
-      return run_slots(argc, argv, static_cast<int>(n));
-    }
-  if (const char* sup = std::getenv("TESSERA_SUPERVISOR_PID"); sup && std::atoi(sup) == getppid())
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+  const std::optional<Options> parsed = parse(argc, argv);
+  if (!parsed) return 0;
+  Options o = *parsed;
+  if (o.slots > 0) {
+    log_info("pod replica ", o.replica, ": starting ", detail::count(o.slots, "rank"), " (tessera-worker --slots ", o.slots, ")");
+    return run_slots(argv[0], o);
+  }
+  if (env_int("TESSERA_SUPERVISOR_PID", 0, 0, std::numeric_limits<int>::max()) == getppid()) prctl(PR_SET_PDEATHSIG, SIGKILL);
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);
-  Options o = parse(argc, argv);
   set_log_tag("rank " + std::to_string(o.rank));
   JobConfig job = load_job_config(o.config);
   // Under `tessera run`, relative checkpoint and cache paths live in the job's work directory.
-  if (const char* wd = std::getenv("TESSERA_WORK_DIR"); wd && *wd) {
-    job.checkpoint.path = api::under_work_dir(job.checkpoint.path, wd);
-    job.data.cache.ssd_dir = api::under_work_dir(job.data.cache.ssd_dir, wd);
+  if (!o.work_dir.empty()) {
+    job.checkpoint.path = api::under_work_dir(job.checkpoint.path, o.work_dir);
+    job.data.cache.ssd_dir = api::under_work_dir(job.data.cache.ssd_dir, o.work_dir);
   }
   if (o.threads > 0) job.training.threads = o.threads;
 
@@ -291,8 +262,7 @@ int run(int argc, char** argv) {
   std::unique_ptr<HttpServer> exporter;
   if (!o.metrics_addr.empty()) exporter = std::make_unique<HttpServer>(o.metrics_addr, "--metrics-addr");
   if (o.service()) {
-    auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), env_str("TESSERA_JOB", job.name),
-                                            env_str("TESSERA_TOKEN", ""));
+    auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token);
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
     const auto a = grpc->register_worker(o.replica, o.slot, host, exporter ? exporter->port() : 0, timeout);
@@ -320,22 +290,22 @@ int run(int argc, char** argv) {
   Trainer trainer(job, groups.get());
   std::unique_ptr<ControlAgent> control;
   if (o.service()) {
-    control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), env_str("TESSERA_JOB", job.name),
-                                             env_str("TESSERA_TOKEN", ""), o.rank, timeout);
+    control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token, o.rank,
+                                             timeout);
     trainer.set_control(control.get());
   }
   if (exporter) {
     // TESSERA_JOB is the job's key, "namespace/name", under a controller.
     WorkerIdentity who;
-    const std::string key = env_str("TESSERA_JOB", "");
+    const std::string& key = o.job_key;
     const auto slash = key.find('/');
     who.job = slash == std::string::npos ? job.name : key.substr(slash + 1);
-    who.namespace_ = slash == std::string::npos ? env_str("TESSERA_NAMESPACE", "default") : key.substr(0, slash);
+    who.namespace_ = slash == std::string::npos ? o.namespace_ : key.substr(0, slash);
     who.rank = o.rank;
     who.node = o.node;
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
-    who.pod = env_str("TESSERA_POD", host);
+    who.pod = o.pod.empty() ? host : o.pod;
     exported = std::make_unique<WorkerMetrics>(who);
     exporter->handle("/metrics", [m = exported.get()] {
       return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", m->text()};
@@ -377,7 +347,7 @@ int run(int argc, char** argv) {
     const std::string line = summary.dump() + "\n";
     std::fputs(line.c_str(), stdout);
     // In a pod: the summary is the container's termination message, which the controller reads.
-    if (const char* file = std::getenv("TESSERA_TERMINATION_LOG"); file && *file) std::ofstream(file) << line;
+    if (!o.termination_log.empty()) std::ofstream(o.termination_log) << line;
   }
   return 0;
 }
@@ -392,7 +362,7 @@ int main(int argc, char** argv) {
       return tessera::run(argc, argv);
     } catch (const std::exception& e) {
       // A rank of a pod tells its supervisor why it failed (see run_slots).
-      if (const char* file = std::getenv("TESSERA_ERROR_FILE"); file && *file) std::ofstream(file) << e.what() << "\n";
+      if (const auto file = tessera::env_value("TESSERA_ERROR_FILE")) std::ofstream(*file) << e.what() << "\n";
       throw;
     }
   });

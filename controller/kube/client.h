@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera::kube {
 

@@ -2,7 +2,7 @@
 
 #include <set>
 
-#include "worker/core/log.h"
+#include "common/log.h"
 
 namespace tessera::kube {
 

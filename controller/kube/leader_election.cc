@@ -6,7 +6,7 @@
 #include <ctime>
 #include <thread>
 
-#include "worker/core/log.h"
+#include "common/log.h"
 
 namespace tessera::kube {
 

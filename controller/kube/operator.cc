@@ -12,7 +12,7 @@
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
-#include "worker/core/log.h"
+#include "common/log.h"
 
 namespace tessera::kube {
 namespace {

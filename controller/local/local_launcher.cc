@@ -15,15 +15,15 @@
 #include <thread>
 #include <yaml-cpp/yaml.h>
 
-#include "controller/local/process.h"
+#include "common/process.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/placement/gang_placer.h"
 #include "controller/placement/ring_planner.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
-#include "worker/metrics/http_server.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/http_server.h"
 
 namespace tessera::local {
 namespace {
@@ -132,7 +132,7 @@ class Launch {
   ~Launch() {
     if (emulated_) {
       stop_pods(all_pod_names());
-      [[maybe_unused]] int rc = std::system(detail::concat("bash ", TESSERA_CLUSTER_SCRIPT, " down").c_str());
+      [[maybe_unused]] int rc = std::system(detail::concat(options_.netns_bin, " down").c_str());
     }
     metrics_.on_scrape(nullptr);
     if (prometheus_) {
@@ -278,12 +278,12 @@ class Launch {
 
   std::string key() const { return job_.namespace_ + "/" + job_.name; }
 
-  // spec.local.network: the virtual nodes in the emulated cluster's namespaces (cluster.sh up).
+  // spec.local.network: the virtual nodes in the emulated cluster's namespaces (tessera-netns up).
   void emulate_network() {
     if (spec_.local.network_rate.empty()) return;
     if (geteuid() != 0)
       throw ConfigError("spec.local.network", "an emulated network needs root (network namespaces and tc); run as root or leave it out");
-    const std::string up = detail::concat("bash ", TESSERA_CLUSTER_SCRIPT, " up --nodes ", spec_.local.nodes, " --rate ",
+    const std::string up = detail::concat(options_.netns_bin, " up --nodes ", spec_.local.nodes, " --rate ",
                                           spec_.local.network_rate,
                                           spec_.local.network_delay.empty() ? "" : " --delay " + spec_.local.network_delay);
     std::fflush(options_.out);
@@ -576,7 +576,7 @@ class Launch {
   std::vector<placement::NodeInfo> nodes_;
   std::map<std::string, LocalPod> pods_;
   std::vector<placement::RankAssignment> plan_;
-  static constexpr const char* kBridge = "10.77.0.254";  // the emulated cluster's bridge (cluster.sh)
+  static constexpr const char* kBridge = "10.77.0.254";  // the emulated cluster's bridge (tessera-netns)
   std::unique_ptr<RendezvousService> service_;
   std::string rendezvous_;  // host:port the workers reach the rendezvous at
   bool emulated_ = false;

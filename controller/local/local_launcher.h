@@ -22,6 +22,7 @@ namespace tessera::local {
 struct LocalOptions {
   std::string manifest;      // the manifest file, handed to every worker
   std::string worker_bin;    // the tessera-worker executable
+  std::string netns_bin;     // the tessera-netns program (spec.local.network's emulated network)
   double progress_seconds = 5;
   std::FILE* out = stdout;   // progress and summary
   // The controller's /metrics and /targets (the workers' metrics endpoints, for Prometheus'

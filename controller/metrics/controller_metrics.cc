@@ -8,7 +8,7 @@
 
 #include <set>
 
-#include "worker/metrics/buckets.h"
+#include "common/buckets.h"
 #include <sstream>
 
 namespace tessera {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <numeric>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera::placement {
 namespace {

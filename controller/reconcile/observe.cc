@@ -3,7 +3,7 @@
 #include <cmath>
 #include <map>
 
-#include "worker/core/config_node.h"
+#include "common/config_node.h"
 
 namespace tessera::reconcile {
 namespace {

@@ -9,7 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "api/training_job.h"
-#include "worker/core/config_node.h"
+#include "common/config_node.h"
 
 namespace tessera::reconcile {
 namespace {

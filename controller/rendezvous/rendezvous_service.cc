@@ -14,7 +14,7 @@
 #include <set>
 
 #include "tessera.grpc.pb.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

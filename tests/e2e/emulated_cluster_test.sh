@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# The emulated cluster (bench/cluster/cluster.sh): nodes in their own network namespaces reach
+# The emulated cluster (tessera-netns): nodes in their own network namespaces reach
 # each other only over their rate-limited links; the rate measured between two nodes is the one
 # asked for (within 25%), loopback inside a node is not limited, a delay without netem fails with
 # the reason, and `down` leaves no namespace, veth or bridge behind; a job runs on it, and a node cut
 # off mid-run fails the gang in bounded time naming the rank, and a node slowed mid-run is named as
 # the straggler while the job goes on. Cleans up on exit, pass or fail.
-#   usage: emulated_cluster_test.sh SOURCE_DIR PYTHON
+#   usage: emulated_cluster_test.sh SOURCE_DIR PYTHON BIN_DIR
 set -euo pipefail
 src=$1
 py=$2
 bin=$3
-cluster=$src/bench/cluster/cluster.sh
+cluster=$bin/tessera-netns
 tp=$src/bench/cluster/throughput.py
 if [ "$(id -u)" != 0 ]; then
   echo "SKIP: network namespaces need root"
@@ -21,17 +21,17 @@ fail() { echo "FAIL $*" >&2; exit 1; }
 # rate_between OUT A B: Mbit/s from node A to node B (port 5201), sending for 2 s.
 rate_between() {
   local out=$1 a=$2 b=$3
-  timeout 20 bash "$cluster" exec "$b" "$py" "$tp" --serve 5201 >"$out" &
+  timeout 20 "$cluster" exec "$b" "$py" "$tp" --serve 5201 >"$out" &
   local server=$!
   for _ in $(seq 1 50); do grep -q ready "$out" && break; sleep 0.1; done
-  timeout 20 bash "$cluster" exec "$a" "$py" "$tp" "$(bash "$cluster" addr "$b")" 5201 2
+  timeout 20 "$cluster" exec "$a" "$py" "$tp" "$("$cluster" addr "$b")" 5201 2
   wait "$server"
   tail -1 "$out"
 }
 tmp=$(mktemp -d)
-trap 'bash "$cluster" down; rm -rf "$tmp"' EXIT
+trap '"$cluster" down; rm -rf "$tmp"' EXIT
 
-out=$(bash "$cluster" up --nodes 2 --rate 200mbit --delay 1ms 2>&1) && {
+out=$("$cluster" up --nodes 2 --rate 200mbit --delay 1ms 2>&1) && {
   echo "PASS netem is available: a delay was applied"
 } || {
   [[ $out == *"no netem queueing discipline"* ]] || fail "a refused delay without the reason: $out"
@@ -39,7 +39,7 @@ out=$(bash "$cluster" up --nodes 2 --rate 200mbit --delay 1ms 2>&1) && {
   echo "PASS a delay this kernel cannot emulate is refused with the reason, leaving nothing behind"
 }
 
-bash "$cluster" up --nodes 3 --rate 200mbit >/dev/null
+"$cluster" up --nodes 3 --rate 200mbit >/dev/null
 [ "$(ip netns list | grep -c '^tessera-n')" = 3 ] || fail "not 3 namespaces: $(ip netns list)"
 for pair in "0 1" "2 0"; do
   set -- $pair
@@ -49,10 +49,10 @@ for pair in "0 1" "2 0"; do
   echo "PASS node $1 -> node $2: $mbps Mbit/s over a 200mbit link"
 done
 # Inside a node: loopback, unlimited.
-timeout 20 bash "$cluster" exec 0 "$py" "$tp" --serve 5202 >"$tmp/lo.out" &
+timeout 20 "$cluster" exec 0 "$py" "$tp" --serve 5202 >"$tmp/lo.out" &
 server=$!
 for _ in $(seq 1 50); do grep -q ready "$tmp/lo.out" && break; sleep 0.1; done
-timeout 20 bash "$cluster" exec 0 "$py" "$tp" 127.0.0.1 5202 1
+timeout 20 "$cluster" exec 0 "$py" "$tp" 127.0.0.1 5202 1
 wait "$server"
 lo=$(tail -1 "$tmp/lo.out")
 "$py" -c "import sys; sys.exit(0 if float('$lo') > 1000 else 1)" || fail "loopback inside a node: $lo Mbit/s"
@@ -63,7 +63,7 @@ routes=$(ip -n tessera-n1 -4 route show)
   fail "node 1 has routes beyond the cluster: $routes"
 echo "PASS a node has no route beyond the cluster"
 
-bash "$cluster" down
+"$cluster" down
 [ -z "$(ip netns list | grep tessera-n)" ] || fail "down left namespaces: $(ip netns list)"
 ! ip link show tessera-br >/dev/null 2>&1 || fail "down left the bridge"
 [ -z "$(ip -o link show | grep -E ': tsn[0-9]+h')" ] || fail "down left veths"
@@ -164,7 +164,7 @@ run=$!
 for _ in $(seq 1 600); do [ "$("$py" -c "import json; print(json.load(open('$tmp/slow/status.json'))['status'].get('step', 0))" 2>/dev/null)" -ge 300 ] 2>/dev/null && break; sleep 0.1; done
 before=$(slow_status)
 [[ $before == "null -"* ]] || fail "a rank was named slow before any node was: $before"
-bash "$cluster" rate 2 20mbit >/dev/null
+"$cluster" rate 2 20mbit >/dev/null
 slowed_at=$(date +%s)
 for _ in $(seq 1 600); do [[ $(slow_status) == "[2] True"* ]] && break; sleep 0.1; done
 named=$(slow_status)
@@ -172,7 +172,7 @@ named=$(slow_status)
   fail "node 2 was not named slow 60 s after its link was cut to a tenth: $named ($(tail -3 "$tmp/slow.log"))"
 named_after=$(($(date +%s) - slowed_at))
 grep -q "slowjob: Straggler: node local-2 (rank 2) has a slow network" "$tmp/slow.log" || fail "no Straggler event: $(tail -3 "$tmp/slow.log")"
-bash "$cluster" rate 2 200mbit >/dev/null
+"$cluster" rate 2 200mbit >/dev/null
 for _ in $(seq 1 600); do [[ $(slow_status) == "null False"* ]] && break; sleep 0.1; done
 [[ $(slow_status) == "null False"* ]] || fail "node 2 was still named 60 s after its link was back: $(slow_status)"
 wait "$run" || fail "the job with a slow node did not finish: $(tail -5 "$tmp/slow.log")"

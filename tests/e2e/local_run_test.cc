@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "tests/support/fork_ranks.h"
-#include "tests/support/process.h"
+#include "testing/fork_ranks.h"
+#include "testing/process.h"
 
 namespace tessera {
 namespace {

@@ -4,10 +4,10 @@
 
 #include <filesystem>
 
-#include "tests/support/fork_ranks.h"
+#include "testing/fork_ranks.h"
 #include "worker/comm/exchange.h"
 #include "worker/comm/gloo/gloo_communicator.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -9,10 +9,10 @@
 #include "controller/placement/ring_planner.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "tessera.grpc.pb.h"
-#include "tests/support/rank_threads.h"
+#include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -12,8 +12,8 @@
 #include <map>
 #include <thread>
 
-#include "tests/support/fork_ranks.h"
-#include "tests/support/process.h"
+#include "testing/fork_ranks.h"
+#include "testing/process.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "worker/train/checkpoint.h"
 

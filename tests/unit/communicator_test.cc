@@ -7,8 +7,8 @@
 #include <chrono>
 #include <numeric>
 
-#include "tests/support/rank_threads.h"
-#include "worker/core/error.h"
+#include "testing/rank_threads.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <set>
 
-#include "tests/support/fork_ranks.h"
+#include "testing/fork_ranks.h"
 #include "worker/data/file_dataset.h"
 #include "worker/data/loader.h"
 

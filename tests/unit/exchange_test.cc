@@ -8,9 +8,9 @@
 #include <map>
 #include <mutex>
 
-#include "tests/support/rank_threads.h"
+#include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -1,6 +1,6 @@
 // The log's figures and levels: Fixed formats as "%.*f", and only when its line is written;
 // a program's default level gives way to TESSERA_LOG_LEVEL.
-#include "worker/core/log.h"
+#include "common/log.h"
 
 #include <gtest/gtest.h>
 

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "controller/metrics/controller_metrics.h"
-#include "worker/core/error.h"
-#include "worker/metrics/http_server.h"
+#include "common/error.h"
+#include "common/http_server.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 

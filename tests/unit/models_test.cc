@@ -10,7 +10,7 @@
 #include <numeric>
 #include <random>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/data/dataset.h"
 #include "worker/nn/optim.h"
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <random>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/dnnl_util.h"

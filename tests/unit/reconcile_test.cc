@@ -4,7 +4,7 @@
 
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
-#include "worker/core/config_node.h"
+#include "common/config_node.h"
 
 namespace tessera::reconcile {
 namespace {

@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
-#include "tests/support/rank_threads.h"
+#include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/models/model.h"
 #include "worker/nn/dnnl_util.h"
 #include "worker/spatial/layers.h"

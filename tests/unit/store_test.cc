@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "tests/support/fork_ranks.h"
-#include "worker/core/error.h"
+#include "testing/fork_ranks.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <set>
 
-#include "tests/support/rank_threads.h"
+#include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 
 namespace tessera {

@@ -12,7 +12,7 @@
 #include "worker/compress/cuda/topk_cuda.h"
 #include "worker/compress/sparse.h"
 #include "worker/compress/topk.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <set>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <set>
 
-#include "tests/support/fork_ranks.h"
+#include "testing/fork_ranks.h"
 #include "worker/train/job_config.h"
 
 namespace tessera {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "worker/compress/sparse.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "tessera.grpc.pb.h"
 #include "worker/comm/grpc_channel.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <map>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

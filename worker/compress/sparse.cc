@@ -1,6 +1,6 @@
 #include "worker/compress/sparse.h"
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <functional>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -11,7 +11,7 @@
 #include <regex>
 #include <vector>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -6,7 +6,7 @@
 #include <numeric>
 #include <random>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

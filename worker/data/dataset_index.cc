@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "worker/core/checksum.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "worker/data/filesystem.h"
 #include "worker/data/synthetic.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

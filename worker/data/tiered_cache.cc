@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "worker/core/checksum.h"
-#include "worker/core/log.h"
+#include "common/log.h"
 
 namespace tessera {
 namespace {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <sstream>
 
-#include "worker/metrics/buckets.h"
+#include "common/buckets.h"
 #include "worker/train/trainer.h"
 
 namespace tessera {

@@ -1,6 +1,6 @@
 #include "worker/models/model.h"
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/elementwise.h"

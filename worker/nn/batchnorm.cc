@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/nn/dnnl_util.h"
 #include "worker/nn/elementwise.h"
 

@@ -1,6 +1,6 @@
 #include "worker/nn/dnnl_util.h"
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera::dnnl_util {
 

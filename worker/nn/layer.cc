@@ -3,7 +3,7 @@
 #include <cmath>
 #include <random>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/nn/dnnl_util.h"
 
 namespace tessera {

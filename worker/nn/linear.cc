@@ -2,7 +2,7 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

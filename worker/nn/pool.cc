@@ -1,6 +1,6 @@
 #include "worker/nn/pool.h"
 
-#include "worker/core/error.h"
+#include "common/error.h"
 #include "worker/nn/dnnl_util.h"
 
 namespace tessera {

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

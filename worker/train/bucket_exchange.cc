@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "worker/core/log.h"
+#include "common/log.h"
 
 namespace tessera {
 namespace {

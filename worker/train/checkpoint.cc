@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "worker/core/checksum.h"
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <set>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -7,8 +7,8 @@
 #include <cstring>
 #include <set>
 
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/log.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/data/file_dataset.h"
 #include "worker/train/checkpoint.h"

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera::cuda {
 namespace {

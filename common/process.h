@@ -1,4 +1,4 @@
-// A child process of the local launcher: started with posix_spawn, its stdout and stderr appended to
+// A child process: started with posix_spawn, its stdout and stderr appended to
 // a log file, polled without blocking, stopped with SIGTERM and then SIGKILL.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace tessera::local {
+namespace tessera {
 
 // Starts argv[0] (a path) with argv, the current environment plus `env` ("K=V"), stdout and stderr
 // appended to `log`. Throws Error when it cannot be started.
@@ -40,4 +40,4 @@ class Process {
   std::optional<int> status_;
 };
 
-}  // namespace tessera::local
+}  // namespace tessera

@@ -1,4 +1,4 @@
-#include "worker/core/log.h"
+#include "common/log.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "worker/metrics/http_server.h"
+#include "common/http_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 namespace {

@@ -1,9 +1,7 @@
 // tessera-node-agent: the test cluster's kubelet stand-in. It registers N nodes with GPU capacity
 // and hostname/zone/rack labels, keeps them Ready, and runs every pod bound to them as local
-// processes: the containers' command and args (a bare command is looked up in --bin-dir, then on
-// PATH; images are not run), their environment (values, the downward-API fields the workers use,
-// Secret and ConfigMap keys), and hostPath, emptyDir, configMap and secret volumes as directories
-// (a mountPath that is not the directory itself is rewritten in args and env). It admits a pod
+// processes, as `tessera run` does (controller/local/pod_runner.h: a bare command is looked up in
+// --bin-dir, then on PATH; images are not run). It admits a pod
 // only when its node has the GPUs it requests (else the pod fails with OutOfnvidia.com/gpu, as a
 // kubelet's admission does), reports phase, conditions and container exit codes through the API,
 // and stops the processes of a pod being deleted before it removes the pod. Every pod shares this
@@ -21,6 +19,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,10 +30,12 @@
 #include "controller/kube/informer.h"
 #include "controller/kube/leader_election.h"
 #include "controller/kube/work_queue.h"
-#include "controller/local/process.h"
+#include "controller/local/pod_runner.h"
+#include "common/process.h"
 #include "controller/reconcile/observe.h"
-#include "worker/core/error.h"
-#include "worker/core/log.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/log.h"
 
 namespace tessera {
 namespace {
@@ -55,23 +56,12 @@ struct Options {
 struct RunningPod {
   std::string uid, node, name, ns;
   int gpus = 0;
-  std::vector<std::unique_ptr<local::Process>> processes;
-  std::vector<std::string> containers, logs, messages;  // messages: terminationMessagePath's file
+  std::vector<local::RunningContainer> containers;
   std::vector<int> exits;  // -1 while running
   std::string started_at, finished_at;
   std::string reported;    // the phase last written to the API
   bool deleting = false;
 };
-
-std::string last_lines(const std::string& file, size_t max_chars) {
-  std::ifstream in(file);
-  std::string line, out;
-  std::vector<std::string> lines;
-  while (std::getline(in, line))
-    if (!line.empty()) lines.push_back(line);
-  for (auto it = lines.rbegin(); it != lines.rend() && out.size() < max_chars; ++it) out = *it + (out.empty() ? "" : "\n") + out;
-  return out.size() > max_chars ? out.substr(out.size() - max_chars) : out;
-}
 
 class Agent {
  public:
@@ -151,7 +141,7 @@ class Agent {
     pods.stop();
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [k, p] : running_)
-      for (auto& proc : p->processes) proc->stop(std::chrono::milliseconds(2000));
+      for (auto& c : p->containers) c.process->stop(std::chrono::milliseconds(2000));
   }
 
  private:
@@ -173,28 +163,12 @@ class Agent {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, p] : running_) {
       bool changed = false;
-      for (size_t i = 0; i < p->processes.size(); ++i) {
+      for (size_t i = 0; i < p->containers.size(); ++i) {
         if (p->exits[i] >= 0) continue;
-        if (auto st = p->processes[i]->poll()) p->exits[i] = *st, changed = true;
+        if (auto st = p->containers[i].process->poll()) p->exits[i] = *st, changed = true;
       }
       if (changed) queue_.add(key);
     }
-  }
-
-  std::string resolve_command(const std::string& cmd) const {
-    if (cmd.find('/') != std::string::npos) return cmd;
-    if (!o_.bin_dir.empty() && fs::exists(fs::path(o_.bin_dir) / cmd)) return (fs::path(o_.bin_dir) / cmd).string();
-    const char* path = std::getenv("PATH");
-    std::string p = path ? path : "";
-    size_t start = 0;
-    while (start <= p.size()) {
-      const size_t end = p.find(':', start);
-      const std::string d = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
-      if (!d.empty() && fs::exists(fs::path(d) / cmd)) return (fs::path(d) / cmd).string();
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-    return "";
   }
 
   json get_data(const std::string& ns, const std::string& kind, const std::string& name) const {
@@ -243,117 +217,26 @@ class Agent {
     rp->uid = uid, rp->node = node, rp->name = name, rp->ns = ns, rp->gpus = gpus;
     rp->started_at = kube::micro_time_now().substr(0, 19) + "Z";
     if (!o_.simulate) {
-      const fs::path pod_dir = fs::path(o_.dir) / "pods" / (ns + "_" + name + "_" + uid.substr(0, 8));
-      fs::create_directories(pod_dir);
-      // Volumes as directories.
-      std::map<std::string, std::string> volume_dirs;
-      for (const auto& v : pod["spec"].value("volumes", json::array())) {
-        const std::string vname = v.value("name", "");
-        const fs::path vdir = pod_dir / "volumes" / vname;
-        if (v.contains("hostPath")) {
-          const std::string path = v["hostPath"].value("path", "");
-          const std::string type = v["hostPath"].value("type", "");
-          if (!fs::exists(path)) {
-            if (type == "DirectoryOrCreate") fs::create_directories(path);
-            else return fail_pod(pod, "FailedMount", "hostPath " + path + " of volume " + vname + " does not exist");
-          }
-          volume_dirs[vname] = path;
-        } else if (v.contains("emptyDir")) {
-          fs::create_directories(vdir);
-          volume_dirs[vname] = vdir.string();
-        } else if (v.contains("configMap") || v.contains("secret")) {
-          const bool secret = v.contains("secret");
-          const json& src = secret ? v["secret"] : v["configMap"];
-          json data;
-          try {
-            data = get_data(ns, secret ? "secrets" : "configmaps", src.value(secret ? "secretName" : "name", ""));
-          } catch (const kube::ApiError& e) {
-            if (e.transient()) throw;
-            return fail_pod(pod, "FailedMount", e.what());
-          }
-          fs::create_directories(vdir);
-          std::map<std::string, std::string> items;
-          if (src.contains("items"))
-            for (const auto& it : src["items"]) items[it.value("key", "")] = it.value("path", "");
-          else
-            for (auto& [k, val] : data.items()) items[k] = k;
-          for (const auto& [k, path] : items) {
-            if (!data.contains(k)) return fail_pod(pod, "FailedMount", "key " + k + " is missing from volume " + vname);
-            std::ofstream(vdir / path) << data[k].get<std::string>();
-          }
-          volume_dirs[vname] = vdir.string();
-        } else {
-          return fail_pod(pod, "FailedMount",
-                          "volume " + vname + ": the test node agent mounts only hostPath, emptyDir, configMap and secret volumes");
+      local::PodHost host;
+      host.pod_dir = (fs::path(o_.dir) / "pods" / (ns + "_" + name + "_" + uid.substr(0, 8))).string();
+      host.resolve_command = [this](const std::string& cmd) {
+        return local::find_command(cmd, o_.bin_dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{o_.bin_dir});
+      };
+      host.data = [this, &ns](const std::string& resource, const std::string& object) -> std::optional<json> {
+        try {
+          return get_data(ns, resource, object);
+        } catch (const kube::ApiError& e) {
+          if (e.not_found()) return std::nullopt;
+          throw;
         }
+      };
+      host.env_override["TESSERA_METRICS_ADDR"] = "127.0.0.1:0";  // one network for all pods
+      try {
+        rp->containers = local::start_pod(pod, host);
+      } catch (const local::PodStartError& e) {
+        return fail_pod(pod, e.reason(), e.what());
       }
-      for (const auto& c : pod["spec"].value("containers", json::array())) {
-        const std::string cname = c.value("name", "");
-        // mountPath -> directory, the longest first so nested mounts win.
-        std::vector<std::pair<std::string, std::string>> mounts;
-        for (const auto& m : c.value("volumeMounts", json::array())) {
-          std::string dir = volume_dirs[m.value("name", "")];
-          if (m.contains("subPath")) dir += "/" + m.value("subPath", "");
-          mounts.push_back({m.value("mountPath", ""), dir});
-        }
-        std::sort(mounts.begin(), mounts.end(), [](auto& a, auto& b) { return a.first.size() > b.first.size(); });
-        auto rewrite = [&](std::string s) {
-          for (const auto& [mount, dir] : mounts)
-            if (mount != dir && s.rfind(mount, 0) == 0 && (s.size() == mount.size() || s[mount.size()] == '/'))
-              return dir + s.substr(mount.size());
-          return s;
-        };
-        std::vector<std::string> argv;
-        for (const auto& a : c.value("command", json::array())) argv.push_back(rewrite(a.get<std::string>()));
-        for (const auto& a : c.value("args", json::array())) argv.push_back(rewrite(a.get<std::string>()));
-        if (argv.empty()) return fail_pod(pod, "CreateContainerError", "container " + cname + " has no command (images are not run here)");
-        const std::string exe = resolve_command(argv[0]);
-        if (exe.empty()) return fail_pod(pod, "CreateContainerError", "command '" + argv[0] + "' is not in --bin-dir or on PATH");
-        argv[0] = exe;
-        // The termination message file: a file of the pod's, wherever the container names it.
-        const std::string message_path = c.value("terminationMessagePath", "/dev/termination-log");
-        const std::string message_file = (pod_dir / (cname + ".termination-log")).string();
-        std::vector<std::string> env;
-        for (const auto& e : c.value("env", json::array())) {
-          std::string value = e.value("value", "");
-          if (e.contains("valueFrom")) {
-            const json& f = e["valueFrom"];
-            if (f.contains("fieldRef")) {
-              const std::string fp = f["fieldRef"].value("fieldPath", "");
-              if (fp == "metadata.name") value = name;
-              else if (fp == "metadata.namespace") value = ns;
-              else if (fp == "metadata.uid") value = uid;
-              else if (fp == "spec.nodeName") value = node;
-              else if (fp == "status.podIP" || fp == "status.hostIP") value = "127.0.0.1";
-              else if (fp.rfind("metadata.labels['", 0) == 0) {
-                const std::string label = fp.substr(17, fp.size() - 19);
-                value = pod["metadata"].value("labels", json::object()).value(label, "");
-              }
-            } else if (f.contains("secretKeyRef") || f.contains("configMapKeyRef")) {
-              const bool secret = f.contains("secretKeyRef");
-              const json& ref = secret ? f["secretKeyRef"] : f["configMapKeyRef"];
-              json data;
-              try {
-                data = get_data(ns, secret ? "secrets" : "configmaps", ref.value("name", ""));
-              } catch (const kube::ApiError& err) {
-                if (err.transient()) throw;
-                return fail_pod(pod, "CreateContainerConfigError", err.what());
-              }
-              if (!data.contains(ref.value("key", "")))
-                return fail_pod(pod, "CreateContainerConfigError", "key " + ref.value("key", "") + " not found in " + ref.value("name", ""));
-              value = data[ref.value("key", "")].get<std::string>();
-            }
-          }
-          if (e.value("name", "") == "TESSERA_METRICS_ADDR") value = "127.0.0.1:0";  // one network for all pods
-          env.push_back(e.value("name", "") + "=" + (value == message_path ? message_file : rewrite(value)));
-        }
-        const std::string log = (pod_dir / (cname + ".log")).string();
-        rp->processes.push_back(std::make_unique<local::Process>(argv, env, log));
-        rp->containers.push_back(cname);
-        rp->logs.push_back(log);
-        rp->messages.push_back(message_file);
-        rp->exits.push_back(-1);
-      }
+      rp->exits.assign(rp->containers.size(), -1);
     }
     log_info("pod ", key, " runs on ", node, o_.simulate ? " (simulated)" : "");
     running_[key] = std::move(rp);
@@ -369,15 +252,11 @@ class Agent {
                   {"finishedAt", p.finished_at.empty() ? p.started_at : p.finished_at}};
         if (p.exits[i] > 128) t["signal"] = p.exits[i] - 128;
         // The termination message file; with FallbackToLogsOnError, the end of a failed container's log.
-        std::ifstream in(p.messages[i]);
-        std::string m((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (m.size() > 4096) m = m.substr(0, 4096);
-        if (m.empty() && p.exits[i] != 0) m = last_lines(p.logs[i], 1024);
-        while (!m.empty() && m.back() == '\n') m.pop_back();
+        const std::string m = local::termination_message(p.containers[i], true, p.exits[i] != 0);
         if (!m.empty()) t["message"] = m;
         st = {{"terminated", t}};
       }
-      out.push_back({{"name", p.containers[i]}, {"ready", p.exits[i] < 0}, {"restartCount", 0}, {"image", ""}, {"imageID", ""},
+      out.push_back({{"name", p.containers[i].name}, {"ready", p.exits[i] < 0}, {"restartCount", 0}, {"image", ""}, {"imageID", ""},
                      {"started", p.exits[i] < 0}, {"state", st}});
     }
     return out;
@@ -393,7 +272,7 @@ class Agent {
         auto p = std::move(it->second);
         running_.erase(it);
         lock.unlock();
-        for (auto& proc : p->processes) proc->stop(std::chrono::milliseconds(2000));
+        for (auto& c : p->containers) c.process->stop(std::chrono::milliseconds(2000));
         lock.lock();
       }
       if (!pod) return;
@@ -412,8 +291,8 @@ class Agent {
       lock.unlock();
       if (p) {
         const int grace = std::min<int>(30, meta.value("deletionGracePeriodSeconds", 30));
-        for (auto& proc : p->processes) proc->terminate();
-        for (auto& proc : p->processes) proc->stop(std::chrono::milliseconds(grace * 1000));
+        for (auto& c : p->containers) c.process->terminate();
+        for (auto& c : p->containers) c.process->stop(std::chrono::milliseconds(grace * 1000));
       }
       client_.remove(kube::core_path(ns, "pods", name),
                      {{"gracePeriodSeconds", 0}, {"preconditions", {{"uid", meta.value("uid", "")}}}});
@@ -463,35 +342,20 @@ class Agent {
 
 int run(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw ConfigError(a, "needs a value");
-      return argv[++i];
-    };
-    auto number = [&]() {
-      const std::string v = value();
-      char* end = nullptr;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end || n < 0) throw ConfigError(a, "'" + v + "' is not a non-negative integer");
-      return n;
-    };
-    if (a == "--help" || a == "-h") {
-      std::puts("usage: tessera-node-agent --kubeconfig FILE --nodes N [--first K] [--gpus G] [--zones Z] [--cpus C]\n"
-                "                          [--memory BYTES] [--dir DIR] [--bin-dir DIR] [--simulate]");
-      return 0;
-    } else if (a == "--kubeconfig") o.kubeconfig = value();
-    else if (a == "--nodes") o.nodes = static_cast<int>(number());
-    else if (a == "--first") o.first = static_cast<int>(number());
-    else if (a == "--gpus") o.gpus = static_cast<int>(number());
-    else if (a == "--zones") o.zones = std::max(1, static_cast<int>(number()));
-    else if (a == "--cpus") o.cpus = static_cast<int>(number());
-    else if (a == "--memory") o.memory = number();
-    else if (a == "--dir") o.dir = value();
-    else if (a == "--bin-dir") o.bin_dir = value();
-    else if (a == "--simulate") o.simulate = true;
-    else throw ConfigError(a, "unknown flag (see --help)");
-  }
+  Flags flags("tessera-node-agent",
+              "usage: tessera-node-agent --kubeconfig FILE --nodes N [--first K] [--gpus G] [--zones Z] [--cpus C]\n"
+              "                          [--memory BYTES] [--dir DIR] [--bin-dir DIR] [--simulate]\n");
+  flags.text("--kubeconfig", &o.kubeconfig)
+      .integer("--nodes", &o.nodes, 0, 100'000)
+      .integer("--first", &o.first, 0, 1'000'000)
+      .integer("--gpus", &o.gpus, 0, 1024)
+      .integer("--zones", &o.zones, 1, 1024)
+      .integer("--cpus", &o.cpus, 0, 1'000'000)
+      .integer("--memory", &o.memory, 0, std::numeric_limits<int64_t>::max())
+      .text("--dir", &o.dir)
+      .text("--bin-dir", &o.bin_dir)
+      .toggle("--simulate", &o.simulate);
+  if (!flags.parse(argc, argv)) return 0;
   if (o.kubeconfig.empty()) throw ConfigError("--kubeconfig", "required");
   set_log_tag("node-agent");
   signal(SIGTERM, on_signal);

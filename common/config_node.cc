@@ -1,4 +1,4 @@
-#include "worker/core/config_node.h"
+#include "common/config_node.h"
 
 #include <filesystem>
 #include <ios>

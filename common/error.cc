@@ -1,4 +1,4 @@
-#include "worker/core/error.h"
+#include "common/error.h"
 
 #include <cstdio>
 

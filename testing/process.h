@@ -13,13 +13,13 @@
 #include <thread>
 #include <vector>
 
-#include "controller/local/process.h"
+#include "common/process.h"
 
 namespace tessera::testing {
 
 // Starts argv[0] with argv, stdout and stderr appended to `log`, extra environment entries "K=V".
 inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env = {}) {
-  return local::spawn(argv, env, log);
+  return tessera::spawn(argv, env, log);
 }
 
 #ifndef TESSERA_TEST_SLOWDOWN

@@ -1,4 +1,4 @@
-#include "controller/local/process.h"
+#include "common/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,11 +8,11 @@
 #include <cstring>
 #include <thread>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 extern char** environ;
 
-namespace tessera::local {
+namespace tessera {
 
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log) {
   posix_spawn_file_actions_t fa;
@@ -72,4 +72,4 @@ std::string Process::describe(int status) {
   return detail::concat("exited with status ", status);
 }
 
-}  // namespace tessera::local
+}  // namespace tessera

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/core/error.h"
+#include "common/error.h"
 
 namespace tessera {
 

@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# An emulated cloud cluster on one machine: one network namespace per virtual node (tessera-n0,
+# tessera-netns: the emulated network of `tessera run` (spec.local.network) and of the cluster
+# benchmarks, installed beside tessera and tessera-worker. An emulated cloud cluster on one machine: one network namespace per virtual node (tessera-n0,
 # tessera-n1, ...), each with loopback inside and one veth "NIC" (eth0, 10.77.0.K+1/24) on a
 # bridge (tessera-br, 10.77.0.254 in this machine's namespace). Each NIC's rate is limited in both
 # directions with tc (a token bucket, tbf), and its latency with netem where the kernel has it.
 # Only these namespaces, their veths and the bridge are created or touched; the only addresses
 # used are theirs (10.77.0.0/24) and loopback.
 #
-#   bench/cluster/cluster.sh up --nodes N --rate RATE [--delay DELAY]
-#                               RATE as tc writes it (1gbit, 200mbit); DELAY as 0.2ms (needs netem)
-#   bench/cluster/cluster.sh rate K RATE     sets node K's link to RATE, both ways (a node made slow
-#                                            mid-run); its delay, if any, is kept
-#   bench/cluster/cluster.sh down            removes every tessera-n* namespace, its veth and the bridge
-#   bench/cluster/cluster.sh addr K          prints node K's address
-#   bench/cluster/cluster.sh exec K CMD...   runs CMD in node K's namespace
-#   bench/cluster/cluster.sh status          lists the nodes with their addresses and qdiscs
+#   tessera-netns up --nodes N --rate RATE [--delay DELAY]
+#                            RATE as tc writes it (1gbit, 200mbit); DELAY as 0.2ms (needs netem)
+#   tessera-netns rate K RATE   sets node K's link to RATE, both ways (a node made slow mid-run);
+#                               its delay, if any, is kept
+#   tessera-netns down          removes every tessera-n* namespace, its veth and the bridge
+#   tessera-netns addr K        prints node K's address
+#   tessera-netns exec K CMD... runs CMD in node K's namespace
+#   tessera-netns status        lists the nodes with their addresses and qdiscs
 # Needs root (ip netns, tc: iproute2).
 set -euo pipefail
 
 PREFIX=10.77.0
 BRIDGE=tessera-br
 
-die() { echo "cluster.sh: $*" >&2; exit 1; }
+die() { echo "tessera-netns: $*" >&2; exit 1; }
 
 # The bytes a token bucket may send at once: 1 ms of RATE, at least 64 KiB (several full frames).
 burst_of() {
@@ -28,7 +29,7 @@ burst_of() {
 import re, sys
 m = re.fullmatch(r"([0-9.]+)([kmg]?)(bit|bps)", sys.argv[1].lower())
 if not m:
-    sys.exit(f"cluster.sh: --rate '{sys.argv[1]}' is not a rate such as 1gbit or 200mbit")
+    sys.exit(f"tessera-netns: --rate '{sys.argv[1]}' is not a rate such as 1gbit or 200mbit")
 v = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
 bits = v if m.group(3) == "bit" else 8 * v
 print(max(65536, int(bits / 8 / 1000)))
@@ -95,7 +96,7 @@ up() {
     shape "$host" "$rate" "$delay"     # what it receives
   done
   trap - EXIT
-  echo "cluster.sh: $nodes nodes (tessera-n0..tessera-n$((nodes - 1)), $PREFIX.1..$PREFIX.$nodes), links of $rate${delay:+ and $delay}"
+  echo "tessera-netns: $nodes nodes (tessera-n0..tessera-n$((nodes - 1)), $PREFIX.1..$PREFIX.$nodes), links of $rate${delay:+ and $delay}"
 }
 
 # Changes node K's token buckets (what it sends and what it receives) to RATE.
@@ -110,7 +111,7 @@ rate() {
   [[ $qdisc == *netem* ]] && parent=(parent 1: handle 2:)
   ip netns exec "tessera-n$k" tc qdisc change dev eth0 "${parent[@]}" tbf rate "$new" burst "$burst" latency 100ms
   tc qdisc change dev "tsn${k}h" "${parent[@]}" tbf rate "$new" burst "$burst" latency 100ms
-  echo "cluster.sh: node $k's link now runs at $new"
+  echo "tessera-netns: node $k's link now runs at $new"
 }
 
 case "${1:-}" in
@@ -123,5 +124,5 @@ case "${1:-}" in
     for ns in $(ip netns list | awk '{print $1}' | grep -E '^tessera-n[0-9]+$' | sort -V); do
       echo "$ns $(ip -n "$ns" -4 -o addr show dev eth0 | awk '{print $4}') $(ip netns exec "$ns" tc qdisc show dev eth0 | tr '\n' ' ')"
     done ;;
-  *) sed -n '2,19p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac
