@@ -229,6 +229,34 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     spec.child("checkpoint").problem("path", "required when everySteps is set");
 }
 
+// Fields given where they have no effect.
+std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const TrainingJobSpec& s) {
+  std::vector<FieldProblem> out;
+  auto note = [&](const ConfigNode& n, const char* key, const std::string& why) {
+    if (n.has(key)) out.push_back({n.field(key), why});
+  };
+  const ConfigNode comm = spec.child("communication");
+  const std::string& strategy = s.communication.strategy;
+  if (strategy != "hybrid")
+    for (const char* k : {"sparse", "dense", "switchAtEpoch"})
+      note(comm, k, "has no effect with strategy " + strategy + " (only hybrid switches from a sparse to a dense exchange)");
+  if (strategy == "dense" || strategy == "torus")
+    note(comm, "density", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient)");
+  const ConfigNode sched = spec.child("training").child("schedule");
+  const std::string& decay = s.training.schedule.decay;
+  if (decay != "step")
+    for (const char* k : {"milestones", "gamma"}) note(sched, k, "has no effect with decay " + decay + " (only step decay uses it)");
+  if (decay != "poly") note(sched, "power", "has no effect with decay " + decay + " (only poly decay uses it)");
+  const ConfigNode data = spec.child("dataset");
+  if (s.dataset.format == "hdf5") {
+    for (const char* k : {"samples", "validationSamples", "seed"})
+      note(data, k, "has no effect on an hdf5 dataset (it applies to generated samples; the files give the samples)");
+  } else {
+    note(data, "remoteThrottle", "has no effect on synthetic data (it slows reads of the remote tier of an hdf5 dataset)");
+  }
+  return out;
+}
+
 }  // namespace
 
 ParsedJob parse_training_job(const ConfigNode& root) {
@@ -336,6 +364,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
     net.problem("delay", "'" + s.local.network_delay + "' is not a delay such as 0.2ms");
 
   check_job(spec, s);
+  out.warnings = ineffective_fields(spec, s);
   if (s.local.nodes == 0) s.local.nodes = s.replicas;
   if (s.local.gpus_per_node == 0) s.local.gpus_per_node = s.ranks_per_replica;
   if (s.local.work_dir.empty()) s.local.work_dir = ".tessera/" + (job.name.empty() ? std::string("job") : job.name);

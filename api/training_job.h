@@ -190,6 +190,10 @@ struct TrainingJob {
 struct ParsedJob {
   TrainingJob job;
   std::vector<FieldProblem> problems;
+  // Fields that are valid but have no effect where they stand (communication.sparse with a strategy
+  // other than hybrid, ...): reported, never silently ignored; `tessera validate --strict` makes
+  // them problems.
+  std::vector<FieldProblem> warnings;
   bool ok() const { return problems.empty(); }
 };
 

@@ -167,7 +167,12 @@ bool Flags::parse(int argc, char** argv, int first) {
       throw ConfigError(positional[positional_max_],
                         detail::concat("unexpected argument (", program_, " takes ", positional_max_ == 1 ? "one " : "at most ",
                                        positional_max_ == 1 ? positional_what_ : detail::concat(positional_max_, " ", positional_what_), ")"));
-    if (positional.size() < positional_min_) throw ConfigError(program_, "name " + positional_what_ + " (" + program_ + " --help)");
+    if (positional.size() < positional_min_) {
+      // The usage's first line shows where it goes.
+      std::string synopsis = usage_.substr(0, usage_.find('\n'));
+      if (synopsis.rfind("usage: ", 0) == 0) synopsis.erase(0, 7);
+      throw ConfigError(program_, "name the " + positional_what_ + ": " + synopsis);
+    }
     *positional_ = std::move(positional);
   }
   return true;

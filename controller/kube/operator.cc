@@ -105,7 +105,7 @@ struct KubeOperator::Impl {
     Reservation(Impl& impl, const std::string& job, const reconcile::Decision& d) : m(impl), key(job) {
       std::vector<std::pair<std::string, placement::Resources>> pods;
       for (const auto& a : d.actions)
-        if (a.kind == Action::Kind::kCreate && a.resource == "pods")
+        if (a.kind == Action::Kind::kCreate && a.resource == reconcile::Resource::kPod)
           pods.push_back({a.object["spec"].value("nodeName", ""), reconcile::pod_requests(a.object)});
       if (pods.empty()) return;
       std::lock_guard<std::mutex> lock(m.nodes_mu);
@@ -134,8 +134,9 @@ struct KubeOperator::Impl {
       std::lock_guard<std::mutex> lock(mu);
       o.has_secret = secrets_made.count(key) > 0;
       auto it = served.find(key);
-      if (it != served.end() && job.contains("status") && it->second.second == job["status"].value("restarts", 0)) {
-        o.progress = rendezvous->progress(key);
+      if (it != served.end() && it->second.first == o.token) {
+        o.served_attempt = it->second.second;
+        if (job.contains("status") && it->second.second == job["status"].value("restarts", 0)) o.progress = rendezvous->progress(key);
       }
     }
     return o;
@@ -146,21 +147,13 @@ struct KubeOperator::Impl {
     return phase != "Succeeded" && phase != "Failed";
   }
 
-  // Serves the job's current gang at the rendezvous (or stops serving it).
-  void ensure_rendezvous(const std::string& key) {
-    const auto job = jobs->get(key);
-    std::optional<reconcile::RendezvousTarget> target;
-    if (job) target = reconcile::rendezvous_target(observe(*job, false));
+  // The rendezvous serves `target` for the job from now on (a new gang), or nothing (none).
+  void serve(const std::string& key, const std::optional<reconcile::RendezvousTarget>& target) {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = served.find(key);
     if (!target) {
-      if (it != served.end()) {
-        rendezvous->remove_job(key);
-        served.erase(it);
-      }
+      if (served.erase(key)) rendezvous->remove_job(key);
       return;
     }
-    if (it != served.end() && it->second == std::make_pair(target->token, target->attempt)) return;
     RendezvousJobPolicy policy;
     policy.switch_at_epoch = target->switch_at_epoch;
     policy.switch_step = target->switch_step;
@@ -181,9 +174,9 @@ struct KubeOperator::Impl {
                     {"namespace", ns},
                     {"uid", job["metadata"].value("uid", "")},
                     {"resourceVersion", job["metadata"].value("resourceVersion", "")}}},
-                  {"reason", a.reason},
+                  {"reason", reconcile::name(a.reason)},
                   {"message", a.message.substr(0, 1024)},
-                  {"type", a.event_type},
+                  {"type", a.warning ? "Warning" : "Normal"},
                   {"source", {{"component", "tessera-controller"}}},
                   {"firstTimestamp", now},
                   {"lastTimestamp", now},
@@ -191,7 +184,7 @@ struct KubeOperator::Impl {
     try {
       client.create(core_path(ns, "events"), event);
     } catch (const ApiError& e) {
-      log_warn("recording event ", a.reason, " for ", job_of(job), ": ", e.what());  // an Event lost is not worth a retry
+      log_warn("recording event ", reconcile::name(a.reason), " for ", job_of(job), ": ", e.what());  // an Event lost is not worth a retry
     }
   }
 
@@ -200,12 +193,7 @@ struct KubeOperator::Impl {
     const std::string name = job["metadata"].value("name", "");
     const std::string key = ns + "/" + name;
     const json status_before = job.contains("status") ? job["status"] : json();
-    bool rendezvous_ready = false;
     for (const Action& a : d.actions) {
-      if (a.kind == Action::Kind::kCreate && a.resource == "pods" && !rendezvous_ready) {
-        ensure_rendezvous(key);  // the workers must find their job when they start
-        rendezvous_ready = true;
-      }
       try {
         act(job, key, a);
       } catch (const JobGone&) {
@@ -241,16 +229,16 @@ struct KubeOperator::Impl {
         }
         case Action::Kind::kCreate: {
           try {
-            const json created = client.create(path(a.resource, ns), a.object);
-            if (Informer* i = informer_of(a.resource)) i->remember(created);
-            if (a.resource == "pods") log_info(key, ": ", a.describe());
-            if (a.resource == "secrets") secret_made(key);
+            const json created = client.create(path(plural(a.resource), ns), a.object);
+            if (Informer* i = informer_of(plural(a.resource))) i->remember(created);
+            if (a.resource == reconcile::Resource::kPod) log_info(key, ": ", a.describe());
+            if (a.resource == reconcile::Resource::kSecret) secret_made(key);
           } catch (const ApiError& e) {
             if (e.already_exists()) {
-              if (a.resource == "secrets") {
+              if (a.resource == reconcile::Resource::kSecret) {
                 // Written again, unread: after a restart it holds this token already, but a job deleted and
                 // created again under its name may still find its predecessor's Secret.
-                client.replace(path(a.resource, ns, a.name), a.object);
+                client.replace(path(plural(a.resource), ns, a.name), a.object);
                 secret_made(key);
               }
               break;
@@ -258,8 +246,8 @@ struct KubeOperator::Impl {
             if (!e.transient()) {
               Action failed;
               failed.kind = Action::Kind::kEvent;
-              failed.event_type = "Warning";
-              failed.reason = "FailedCreate";
+              failed.warning = true;
+              failed.reason = reconcile::Reason::kFailedCreate;
               failed.message = detail::concat("creating ", a.describe().substr(7), ": ", e.what());
               record_event(job, failed);
             }
@@ -269,15 +257,15 @@ struct KubeOperator::Impl {
         }
         case Action::Kind::kUpdate:
           try {
-            informer_of(a.resource)->remember(client.replace(path(a.resource, ns, a.name), a.object));
+            informer_of(plural(a.resource))->remember(client.replace(path(plural(a.resource), ns, a.name), a.object));
           } catch (const ApiError& e) {
             if (!e.conflict()) throw;
-            informer_of(a.resource)->remember(client.get(path(a.resource, ns, a.name)));
+            informer_of(plural(a.resource))->remember(client.get(path(plural(a.resource), ns, a.name)));
             throw WriteConflict{};
           }
           break;
         case Action::Kind::kDelete:
-          client.remove(path(a.resource, ns, a.name));
+          client.remove(path(plural(a.resource), ns, a.name));
           log_info(key, ": ", a.describe());
           break;
         case Action::Kind::kEvent:
@@ -286,6 +274,12 @@ struct KubeOperator::Impl {
         case Action::Kind::kDeleteJob:
           client.remove(path("trainingjobs", ns, name), {{"propagationPolicy", "Background"}});
           log_info(key, ": deleted (ttlSecondsAfterFinished)");
+          break;
+        case Action::Kind::kServeRendezvous:
+          serve(key, a.rendezvous);  // before the gang's pods are created: the workers must find their job
+          break;
+        case Action::Kind::kStopRendezvous:
+          serve(key, std::nullopt);
           break;
       }
     }
@@ -303,7 +297,7 @@ struct KubeOperator::Impl {
     for (int attempt = 0;; ++attempt) {
       const auto job = jobs->get(key);
       if (!job) {
-        ensure_rendezvous(key);
+        serve(key, std::nullopt);
         queue.forget(key);
         {
           std::lock_guard<std::mutex> lock(mu);
@@ -347,7 +341,6 @@ struct KubeOperator::Impl {
         queue.add_rate_limited(key);
         return;
       }
-      ensure_rendezvous(key);
       queue.forget(key);
       if (d.requeue_after.count() > 0) queue.add_after(key, d.requeue_after);
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -15,15 +15,16 @@
 #include <thread>
 #include <yaml-cpp/yaml.h>
 
-#include "common/process.h"
+#include "common/error.h"
+#include "common/http_server.h"
+#include "common/log.h"
+#include "controller/local/emulated_network.h"
+#include "controller/local/local_pods.h"
+#include "controller/local/prometheus.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/placement/gang_placer.h"
-#include "controller/placement/ring_planner.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/http_server.h"
 
 namespace tessera::local {
 namespace {
@@ -31,7 +32,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using reconcile::Time;
+using reconcile::Action;
+using reconcile::Reason;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -47,64 +49,30 @@ std::string duration(double seconds) {
   return s >= 60 ? detail::concat(s / 60, "m", s % 60 < 10 ? "0" : "", s % 60, "s") : detail::concat(s, "s");
 }
 
-// Prometheus scraping the local controller at `controller` and, through its /targets, the workers.
-// honor_labels: the series' own job and namespace labels (the TrainingJob's) are kept.
-std::string prometheus_config(const std::string& controller) {
-  return detail::concat("# Written by tessera run.\n",
-                        "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n",
-                        "scrape_configs:\n",
-                        "  - job_name: tessera-controller\n    honor_labels: true\n    static_configs:\n      - targets: ['", controller, "']\n",
-                        "  - job_name: tessera-workers\n    honor_labels: true\n    http_sd_configs:\n",
-                        "      - url: http://", controller, "/targets\n        refresh_interval: 2s\n");
-}
-
-// The last non-empty line of a log (a worker's error message when it failed).
-std::string last_line(const std::string& log) {
-  std::ifstream in(log);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  return last;
-}
-
-// The last summary line rank 0 printed to its log.
+// The last summary line rank 0 printed to its pod's log.
 json read_summary(const std::string& log) {
   std::ifstream in(log);
   std::string line;
   json last;
-  while (std::getline(in, line))
-    if (line.rfind("{\"type\":\"summary\"", 0) == 0) {
-      try {
-        last = json::parse(line);
-      } catch (const json::exception&) {
-      }
-    }
+  while (std::getline(in, line)) {
+    const auto at = line.find("{\"type\":\"summary\"");
+    if (at == std::string::npos) continue;
+    const json parsed = json::parse(line.substr(at), nullptr, false);
+    if (!parsed.is_discarded()) last = parsed;
+  }
   return last;
 }
 
-// A pod of the local backend: one tessera-worker process per rank of its replica.
-struct LocalPod {
-  std::string name, node;
-  int replica = 0, attempt = 0;
-  struct Rank {
-    placement::RankAssignment at;
-    std::string log;
-    std::unique_ptr<Process> process;
-    std::optional<int> status;
-  };
-  std::vector<Rank> ranks;
-  std::optional<Time> finished;
-};
-
-// The reconcile's backend on this machine: pods are worker processes on virtual nodes, the job's
-// status lives in <workDir>/status.json, Events are printed.
+// The reconcile's backend on this machine: the job object and its children are kept in memory,
+// pods run on the virtual nodes (LocalPods), the job's status is written to <workDir>/status.json,
+// and Events and progress are printed.
 class Launch {
  public:
-  Launch(const api::TrainingJob& job, const LocalOptions& options) : job_(job), options_(options), spec_(job.spec) {
-    dir_ = spec_.local.work_dir;
-    fs::create_directories(fs::path(dir_) / "logs");
-    work_dir_abs_ = fs::absolute(dir_).lexically_normal().string();
-    checkpoint_dir_ = api::under_work_dir(spec_.checkpoint.path, work_dir_abs_);
+  Launch(const api::TrainingJob& job, const LocalOptions& options)
+      : job_(job), options_(options), spec_(job.spec), dir_(spec_.local.work_dir),
+        work_dir_abs_(fs::absolute(dir_).lexically_normal().string()),
+        checkpoint_dir_(api::under_work_dir(spec_.checkpoint.path, work_dir_abs_)) {
+    fs::create_directories(dir_);
     if (options_.fresh) remove_checkpoints();
     json spec = json::object();
     try {
@@ -125,72 +93,62 @@ class Launch {
       n.allocatable.gpu = spec_.local.gpus_per_node;
       nodes_.push_back(n);
     }
+    // The machine's cores shared by the job's ranks, unless the job says how many threads a rank runs.
     const int cores = std::max(1u, std::thread::hardware_concurrency());
     threads_ = spec_.training.threads > 0 ? spec_.training.threads : std::max(1, cores / spec_.workers());
   }
 
   ~Launch() {
-    if (emulated_) {
-      stop_pods(all_pod_names());
-      [[maybe_unused]] int rc = std::system(detail::concat(options_.netns_bin, " down").c_str());
-    }
+    pods_.reset();  // the workers stop before the network and the endpoints they use go
     metrics_.on_scrape(nullptr);
-    if (prometheus_) {
-      prometheus_->stop(std::chrono::milliseconds(10000));
-      say(detail::concat("Prometheus stopped; its data stays in ", dir_, "/prometheus: `", options_.prometheus_bin,
-                         " --config.file=", dir_, "/prometheus/prometheus.yml --storage.tsdb.path=", dir_,
-                         "/prometheus/data` serves it again"));
-    }
   }
 
   LocalResult run() {
     start_ = Clock::now();
-    emulate_network();
+    if (!spec_.local.network_rate.empty())
+      network_ = std::make_unique<EmulatedNetwork>(options_.netns_bin, spec_.local.nodes, spec_.local.network_rate,
+                                                   spec_.local.network_delay, "spec.local.network");
     // Emulated: the workers reach the rendezvous over the cluster's bridge.
-    service_ = std::make_unique<RendezvousService>(emulated_ ? std::string(kBridge) + ":0" : "127.0.0.1:0");
-    rendezvous_ = emulated_ ? detail::concat(kBridge, ":", service_->port()) : service_->target();
+    const std::string host = network_ ? EmulatedNetwork::kBridge : "127.0.0.1";
+    service_ = std::make_unique<RendezvousService>(host + ":0");
+    rendezvous_ = detail::concat(host, ":", service_->port());
     serve_metrics();
-    options_reconcile_.rendezvous_address = rendezvous_;
-    options_reconcile_.status_interval = std::chrono::milliseconds(1000);
-    options_reconcile_.cluster = false;
+    LocalPodsOptions pods;
+    pods.work_dir = work_dir_abs_;
+    pods.worker_bin = options_.worker_bin;
+    if (network_) pods.emulated_prefix = EmulatedNetwork::kNamespacePrefix;
+    pods_ = std::make_unique<LocalPods>(pods);
+    reconcile_options_.rendezvous_address = rendezvous_;
+    reconcile_options_.status_interval = std::chrono::milliseconds(1000);
+    reconcile_options_.cluster = false;
+    reconcile_options_.threads_per_rank = spec_.training.threads > 0 ? 0 : threads_;
     token_ = new_job_token();
     auto last_line_at = Clock::now();
     for (;;) {
       if (g_interrupted) {
-        stop_pods(all_pod_names());
+        pods_->stop_all();
         return finish_local("Failed", "Interrupted", "interrupted; the workers were stopped");
       }
       const auto reconcile_start = Clock::now();
-      reconcile::Observed o = observe();
-      const reconcile::Decision d = reconcile::reconcile(o, options_reconcile_);
+      const reconcile::Observed o = observe();
+      const reconcile::Decision d = reconcile::reconcile(o, reconcile_options_);
       try {
         apply(d);
-      } catch (const Error& e) {
-        stop_pods(all_pod_names());
-        return finish_local("Failed", "StartFailed", e.what());
+      } catch (const PodStartError& e) {
+        pods_->stop_all();
+        return finish_local("Failed", "StartFailed", detail::concat(e.reason(), ": ", e.what()));
       }
       const double took = std::chrono::duration<double>(Clock::now() - reconcile_start).count();
       metrics_.observe_reconcile(took);
       for (const auto& a : d.actions)  // the reconcile that placed the gang (or found it does not fit)
-        if (a.kind == reconcile::Action::Kind::kEvent && (a.reason == "Placed" || a.reason == "Unschedulable")) metrics_.observe_placement(took);
+        if (a.kind == Action::Kind::kEvent && (a.reason == Reason::kPlaced || a.reason == Reason::kUnschedulable))
+          metrics_.observe_placement(took);
       metrics_.observe_job(job_.namespace_, job_.name, status());
+      start_prometheus();
       const std::string phase = status().value("phase", "");
-      if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && live_pods() == 0) return finish();
+      if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && pods_->running() == 0) return finish();
       // The virtual cluster never grows: a gang that does not fit now never will.
-      if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") {
-        const int r = spec_.replicas, k = spec_.ranks_per_replica, g = spec_.local.gpus_per_node;
-        // A replica's ranks share one node: what would fit.
-        const std::string fix =
-            g < k ? detail::concat("each replica needs ", detail::count(k, "GPU slot"), " on one node: give nodes of at least ", k,
-                                   " (--gpus-per-node ", k, ")")
-                  : detail::concat("it needs ", detail::count((r + g / k - 1) / (g / k), "node"), " of ",
-                                   detail::count(g, "GPU slot"), " (--nodes ", (r + g / k - 1) / (g / k), ")");
-        return finish_local("Failed", "Unschedulable",
-                            detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"),
-                                           " does not fit ", detail::count(spec_.local.nodes, "virtual node"), " of ",
-                                           detail::count(g, "GPU slot"), " (", options_.cluster_from, "); ", fix, ": ",
-                                           (*c).value("message", "")));
-      }
+      if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") return unschedulable(*c);
       if (std::chrono::duration<double>(Clock::now() - last_line_at).count() >= options_.progress_seconds) {
         progress_line();
         last_line_at = Clock::now();
@@ -207,49 +165,23 @@ class Launch {
       if (c.value("type", "") == type) return &c;
     return nullptr;
   }
+  std::string key() const { return job_.namespace_ + "/" + job_.name; }
 
   reconcile::Observed observe() {
     reconcile::Observed o;
     o.job = object_;
     o.token = token_;
-    o.has_secret = has_secret_;
-    o.has_service = true;  // pods reach each other on loopback: nothing to create
+    o.has_secret = secret_.has_value();
+    o.has_service = true;  // pods reach each other on this machine: nothing to create
     o.config_map = config_map_;
     o.now = std::chrono::system_clock::now();
     o.nodes = nodes_;
-    for (auto& [name, pod] : pods_) {
-      reconcile::PodInfo p;
-      p.name = name;
-      p.node = pod.node;
-      p.replica = pod.replica;
-      p.attempt = pod.attempt;
-      int done = 0;
-      const LocalPod::Rank* failed = nullptr;
-      for (auto& r : pod.ranks) {
-        if (!r.status) r.status = r.process->poll();
-        if (!r.status) continue;
-        if (*r.status == 0) ++done;
-        else if (!failed || (*r.status > 128 && *failed->status <= 128)) failed = &r;
-      }
-      if (failed) {
-        if (!pod.finished) pod.finished = o.now;
-        p.phase = "Failed";
-        p.exit_code = *failed->status;
-        p.finished = pod.finished;
-        p.message = detail::concat("worker replica ", failed->at.replica, " slot ", failed->at.slot, " (rank ", failed->at.rank, ") ",
-                                   Process::describe(*failed->status));
-        const std::string last = last_line(failed->log);
-        if (!last.empty()) p.message += ": " + last;
-        p.message += "; see " + failed->log;
-      } else {
-        p.phase = done == static_cast<int>(pod.ranks.size()) ? "Succeeded" : "Running";
-        if (p.phase == "Succeeded") p.exit_code = 0;
-      }
-      o.pods.push_back(p);
+    o.pods = pods_->observe(o.now);
+    for (const auto& p : o.pods)
       if (p.phase == "Running")
         for (auto& n : o.nodes)
-          if (n.name == pod.node) n.used.gpu += spec_.ranks_per_replica;
-    }
+          if (n.name == p.node) n.used.gpu += spec_.ranks_per_replica;
+    if (served_attempt_ >= 0) o.served_attempt = served_attempt_;
     if (served_attempt_ >= 0 && served_attempt_ == status().value("restarts", 0)) {
       const RendezvousProgress p = service_->progress(key());
       o.progress = p;
@@ -276,22 +208,6 @@ class Launch {
     say(detail::concat("--fresh: removed ", detail::count(removed, "checkpoint file"), " from ", checkpoint_dir_));
   }
 
-  std::string key() const { return job_.namespace_ + "/" + job_.name; }
-
-  // spec.local.network: the virtual nodes in the emulated cluster's namespaces (tessera-netns up).
-  void emulate_network() {
-    if (spec_.local.network_rate.empty()) return;
-    if (geteuid() != 0)
-      throw ConfigError("spec.local.network", "an emulated network needs root (network namespaces and tc); run as root or leave it out");
-    const std::string up = detail::concat(options_.netns_bin, " up --nodes ", spec_.local.nodes, " --rate ",
-                                          spec_.local.network_rate,
-                                          spec_.local.network_delay.empty() ? "" : " --delay " + spec_.local.network_delay);
-    std::fflush(options_.out);
-    if (std::system(up.c_str()) != 0)
-      throw ConfigError("spec.local.network", "the emulated network did not come up (" + up + ")");
-    emulated_ = true;
-  }
-
   // The controller's endpoints (and Prometheus, when asked for) on loopback.
   void serve_metrics() {
     metrics_.set_leader(true);
@@ -301,46 +217,74 @@ class Launch {
     http_->handle("/targets", [this] { return HttpResponse{200, "application/json", http_sd_targets(service_->metrics_targets())}; });
     const std::string at = detail::concat("127.0.0.1:", http_->port());
     say(detail::concat("metrics: the controller's at http://", at, "/metrics; the workers' are listed at http://", at, "/targets"));
-    if (options_.prometheus_addr.empty()) return;
-    const fs::path dir = fs::path(dir_) / "prometheus";
-    fs::create_directories(dir / "data");
-    std::ofstream(dir / "prometheus.yml") << prometheus_config(at);
-    prometheus_ = std::make_unique<Process>(
-        std::vector<std::string>{options_.prometheus_bin, "--config.file=" + (dir / "prometheus.yml").string(),
-                                 "--storage.tsdb.path=" + (dir / "data").string(), "--web.listen-address=" + options_.prometheus_addr},
-        std::vector<std::string>{}, (dir / "prometheus.log").string());
-    say(detail::concat("Prometheus at http://", options_.prometheus_addr, " (log ", (dir / "prometheus.log").string(), ")"));
+    metrics_at_ = at;
   }
 
+  // Prometheus, once every worker of the gang announced its metrics endpoint: its first discovery
+  // then finds them all, so they are scraped from the job's first seconds (a target that appears
+  // later waits for Prometheus' next discovery update, several seconds).
+  void start_prometheus() {
+    if (options_.prometheus_addr.empty() || prometheus_) return;
+    const bool all_announced = static_cast<int>(service_->metrics_targets().size()) >= spec_.workers();
+    const std::string phase = status().value("phase", "");
+    if (!all_announced && phase != "Succeeded" && phase != "Failed") return;
+    prometheus_ = std::make_unique<LocalPrometheus>((fs::path(dir_) / "prometheus").string(), options_.prometheus_bin,
+                                                    options_.prometheus_addr, metrics_at_, [this](const std::string& line) { say(line); });
+  }
+
+  // Carries out the reconcile's actions, as the Kubernetes backend does with API calls.
   void apply(const reconcile::Decision& d) {
     const json before = status();
     for (const auto& a : d.actions) {
       metrics_.observe_action(job_.namespace_, job_.name, before, a);
       switch (a.kind) {
-        case reconcile::Action::Kind::kPatchStatus:
+        case Action::Kind::kPatchStatus:
           status() = reconcile::apply_status_patch(status(), a.object);
           write_status();
           break;
-        case reconcile::Action::Kind::kCreate:
-        case reconcile::Action::Kind::kUpdate:
-          if (a.resource == "secrets") has_secret_ = true;  // the token stays in memory
-          else if (a.resource == "configmaps") config_map_ = a.object;
-          else if (a.resource == "pods") start_pod(a);
+        case Action::Kind::kCreate:
+        case Action::Kind::kUpdate:
+          if (a.resource == reconcile::Resource::kSecret) secret_ = a.object["stringData"];
+          else if (a.resource == reconcile::Resource::kConfigMap) config_map_ = a.object;
+          else if (a.resource == reconcile::Resource::kPod) start_pod(a.object);
           break;
-        case reconcile::Action::Kind::kDelete:
-          if (a.resource == "pods") stop_pods({a.name});
+        case Action::Kind::kDelete:
+          if (a.resource == reconcile::Resource::kPod) pods_->stop({a.name});
           break;
-        case reconcile::Action::Kind::kEvent:
-          if (a.reason == "Placed") placed(a.message);
-          else if (a.reason == "GangRestart")
-            say(a.message);
-          else if (a.reason != "Completed" && a.reason != "PhaseSwitch")
-            say(detail::concat(job_.name, ": ", a.reason, ": ", a.message));
+        case Action::Kind::kEvent:
+          if (a.reason == Reason::kPlaced) placed(a.message);
+          else if (a.reason == Reason::kGangRestart) say(a.message);
+          else if (a.reason != Reason::kCompleted && a.reason != Reason::kPhaseSwitch)
+            say(detail::concat(job_.name, ": ", reconcile::name(a.reason), ": ", a.message));
           break;
-        case reconcile::Action::Kind::kDeleteJob:
+        case Action::Kind::kDeleteJob:
           break;  // ttlSecondsAfterFinished: nothing is stored locally but status.json
+        case Action::Kind::kServeRendezvous: {
+          RendezvousJobPolicy policy;
+          policy.switch_at_epoch = a.rendezvous.switch_at_epoch;
+          policy.switch_step = a.rendezvous.switch_step;
+          service_->add_job(key(), a.rendezvous.token, a.rendezvous.plan, policy);
+          served_attempt_ = a.rendezvous.attempt;
+          plan_ = a.rendezvous.plan;
+          break;
+        }
+        case Action::Kind::kStopRendezvous:
+          service_->remove_job(key());
+          served_attempt_ = -1;
+          break;
       }
     }
+  }
+
+  // The reconcile's pod, on its virtual node: `tessera-worker --slots N` with the pod's environment,
+  // its ConfigMap volume a directory of the pod's.
+  void start_pod(const json& pod) {
+    pods_->start(pod, [this](const std::string& resource, const std::string& name) -> std::optional<json> {
+      if (resource == "secrets" && secret_ && name == reconcile::token_secret_name(job_.name)) return *secret_;
+      if (resource == "configmaps" && config_map_ && (*config_map_)["metadata"].value("name", "") == name) return (*config_map_)["data"];
+      return std::nullopt;
+    });
+    write_status();
   }
 
   void placed(const std::string& where) {
@@ -355,87 +299,27 @@ class Launch {
                          detail::count(threads_, "thread"), " per worker"));
       for (const auto& p : status().value("placement", json::array()))
         say(detail::concat("  replica ", p["replica"].get<int>(), " on ", p["node"].get<std::string>(), ": ranks ", p["ranks"].dump()));
-      say(detail::concat("rendezvous on ", rendezvous_, "; worker logs in ", dir_, "/logs"));
+      say(detail::concat("rendezvous on ", rendezvous_, "; each pod runs tessera-worker --slots ", spec_.ranks_per_replica,
+                         "; pod logs in ", dir_, "/logs"));
       announced_ = true;
     } else {
       say(detail::concat(job_.name, ": placed again: ", where));
     }
   }
 
-  // The ranks of a pod as worker processes (the pod's args, its --slots spread over processes).
-  void start_pod(const reconcile::Action& a) {
-    if (config_map_) {
-      auto plan = reconcile::rendezvous_target(observe_for_rendezvous());
-      if (plan && served_attempt_ != plan->attempt) {
-        RendezvousJobPolicy policy;
-        policy.switch_at_epoch = plan->switch_at_epoch;
-        policy.switch_step = plan->switch_step;
-        service_->add_job(key(), plan->token, plan->plan, policy);
-        served_attempt_ = plan->attempt;
-        plan_ = plan->plan;
-      }
-    }
-    LocalPod pod;
-    pod.name = a.name;
-    pod.node = a.object["spec"].value("nodeName", "");
-    pod.replica = std::stoi(a.object["metadata"]["labels"][reconcile::kReplicaLabel].get<std::string>());
-    pod.attempt = std::stoi(a.object["metadata"]["labels"][reconcile::kAttemptLabel].get<std::string>());
-    for (const auto& at : plan_) {
-      if (at.replica != pod.replica) continue;
-      LocalPod::Rank r;
-      r.at = at;
-      r.log = worker_log(at.replica, at.slot);
-      std::vector<std::string> argv = {options_.worker_bin, "--config", options_.manifest, "--rendezvous",
-                                       "grpc://" + rendezvous_, "--replica", std::to_string(at.replica),
-                                       "--slot", std::to_string(at.slot), "--threads", std::to_string(threads_),
-                                       "--metrics-addr", emulated_ ? "0.0.0.0:0" : "127.0.0.1:0"};
-      std::vector<std::string> env = {"TESSERA_JOB=" + key(), "TESSERA_TOKEN=" + token_, "TESSERA_POD=" + pod.name,
-                                      "TESSERA_WORK_DIR=" + work_dir_abs_};
-      if (emulated_) {
-        // In the node's namespace; Gloo binds the node's link, so ranks of other nodes come over it.
-        argv.insert(argv.begin(), {"ip", "netns", "exec", "tessera-n" + pod.node.substr(pod.node.rfind('-') + 1)});
-        env.push_back("TESSERA_GLOO_IFACE=eth0");
-      }
-      r.process = std::make_unique<Process>(argv, env, r.log);
-      pod.ranks.push_back(std::move(r));
-    }
-    pods_[pod.name] = std::move(pod);
-    write_status();
-  }
-
-  reconcile::Observed observe_for_rendezvous() {
-    reconcile::Observed o;
-    o.job = object_;
-    o.token = token_;
-    o.has_secret = has_secret_;
-    o.config_map = config_map_;
-    return o;
-  }
-
-  void stop_pods(const std::vector<std::string>& names) {
-    for (const auto& n : names)
-      if (auto it = pods_.find(n); it != pods_.end())
-        for (auto& r : it->second.ranks) r.process->terminate();
-    for (const auto& n : names)
-      if (auto it = pods_.find(n); it != pods_.end()) {
-        for (auto& r : it->second.ranks) r.process->stop(std::chrono::milliseconds(3000));
-        pods_.erase(it);
-      }
-  }
-  std::vector<std::string> all_pod_names() const {
-    std::vector<std::string> out;
-    for (const auto& [n, p] : pods_) out.push_back(n);
-    return out;
-  }
-  int live_pods() {
-    int n = 0;
-    for (auto& [name, pod] : pods_)
-      for (auto& r : pod.ranks)
-        if (!r.status && !(r.status = r.process->poll())) {
-          ++n;
-          break;
-        }
-    return n;
+  // The gang does not fit the virtual cluster: what would.
+  LocalResult unschedulable(const json& placed) {
+    const int r = spec_.replicas, k = spec_.ranks_per_replica, g = spec_.local.gpus_per_node;
+    // A replica's ranks share one node.
+    const std::string fix =
+        g < k ? detail::concat("each replica needs ", detail::count(k, "GPU slot"), " on one node: give nodes of at least ", k,
+                               " (--gpus-per-node ", k, ")")
+              : detail::concat("it needs ", detail::count((r + g / k - 1) / (g / k), "node"), " of ", detail::count(g, "GPU slot"),
+                               " (--nodes ", (r + g / k - 1) / (g / k), ")");
+    return finish_local("Failed", "Unschedulable",
+                        detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"), " does not fit ",
+                                       detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(g, "GPU slot"), " (",
+                                       options_.cluster_from, "); ", fix, ": ", placed.value("message", "")));
   }
 
   void progress_line() {
@@ -451,7 +335,7 @@ class Launch {
                        "  restarts ", status().value("restarts", 0)));
   }
 
-  // The job ended as the reconcile decided: the summary of rank 0 completes a success.
+  // The job ended as the reconcile decided (its status holds the summary of a success).
   LocalResult finish() {
     const std::string phase = status().value("phase", "");
     result_.phase = phase;
@@ -462,26 +346,19 @@ class Launch {
       const std::string log = rank0_log();
       const json s = read_summary(log);
       if (s.is_null()) return finish_local("Failed", "NoSummary", "rank 0 ended without a summary; see " + log);
-      result_.steps = s.value("steps", int64_t{0});
+      result_.steps = status().value("step", int64_t{0});
       const int64_t first = s.value("first_step", int64_t{0});
       if (first > 0 && first == result_.steps && status().value("restarts", 0) == 0)
         say(detail::concat("the job's checkpoint in ", checkpoint_dir_, " is at its last step (", first,
                            "): it had already finished (tessera run --fresh starts it over)"));
-      result_.samples_per_second = s.value("samples_per_second", 0.0);
-      result_.switch_step = s.value("switch_step", int64_t{-1});
+      result_.samples_per_second = status().value("samplesPerSecond", 0.0);
+      result_.switch_step = status().value("switchStep", int64_t{-1});
       result_.validated = s.value("validated", true);
       result_.val_loss = s.value("val_loss", 0.0);
       result_.val_metric = s.value("val_metric", 0.0);
       result_.baseline_loss = s.value("baseline_loss", 0.0);
       result_.baseline_metric = s.value("baseline_metric", 0.0);
       if (s.contains("iou")) result_.iou = s["iou"].get<std::vector<double>>();
-      status()["step"] = result_.steps;
-      status()["samplesPerSecond"] = result_.samples_per_second;  // over the whole run
-      status()["validation"] = reconcile::validation_status(s);
-      if (result_.switch_step >= 0) {
-        status()["switchStep"] = result_.switch_step;
-        status()["trainingPhase"] = "dense";
-      }
     }
     return done();
   }
@@ -512,12 +389,14 @@ class Launch {
     return result_;
   }
 
-  std::string worker_log(int replica, int slot) const { return detail::concat(dir_, "/logs/worker-", replica, "-", slot, ".log"); }
+  // The log of the pod that runs rank 0.
   std::string rank0_log() const {
+    int replica = 0;
     for (const auto& a : plan_)
-      if (a.rank == 0) return worker_log(a.replica, a.slot);
-    return worker_log(0, 0);
+      if (a.rank == 0) replica = a.replica;
+    return pods_->log(reconcile::pod_name(job_.name, served_attempt_ >= 0 ? served_attempt_ : status_restarts(), replica));
   }
+  int status_restarts() const { return object_["status"].value("restarts", 0); }
 
   void report() {
     const LocalResult& r = result_;
@@ -550,10 +429,12 @@ class Launch {
   // status.json: the CRD's status, plus the worker processes of the current gang.
   void write_status() {
     json list = json::array();
-    for (const auto& [name, pod] : pods_)
-      for (const auto& r : pod.ranks)
-        list.push_back({{"replica", r.at.replica}, {"slot", r.at.slot}, {"rank", r.at.rank}, {"node", r.at.node},
-                        {"localRank", r.at.local_rank}, {"pid", r.process->pid()}, {"log", r.log}});
+    for (const auto& w : pods_->workers()) {
+      json entry = {{"replica", w.replica}, {"slot", w.slot}, {"pod", w.pod}, {"node", w.node}, {"pid", w.pid}, {"log", w.log}};
+      for (const auto& a : plan_)
+        if (a.replica == w.replica && a.slot == w.slot) entry["rank"] = a.rank, entry["localRank"] = a.local_rank;
+      list.push_back(entry);
+    }
     status()["workers"] = list;
     const fs::path file = fs::path(dir_) / "status.json", tmp = fs::path(dir_) / "status.json.tmp";
     {
@@ -569,24 +450,23 @@ class Launch {
   const api::TrainingJob& job_;
   const LocalOptions& options_;
   const api::TrainingJobSpec& spec_;
-  std::string dir_, token_;  // token_: the job's, random per run
-  bool has_secret_ = false;
-  json object_;
-  std::optional<json> config_map_;
+  const std::string dir_, work_dir_abs_, checkpoint_dir_;  // the work directory (as given, absolute), checkpoints in it
+  std::string token_;  // the job's, random per run
+  json object_;        // the TrainingJob, its status kept here
+  std::optional<json> secret_, config_map_;  // the job's children: the token Secret's data, the ConfigMap
   std::vector<placement::NodeInfo> nodes_;
-  std::map<std::string, LocalPod> pods_;
-  std::vector<placement::RankAssignment> plan_;
-  static constexpr const char* kBridge = "10.77.0.254";  // the emulated cluster's bridge (tessera-netns)
+  std::vector<placement::RankAssignment> plan_;  // of the gang the rendezvous serves
+  int served_attempt_ = -1, threads_ = 1;
+  std::unique_ptr<EmulatedNetwork> network_;
   std::unique_ptr<RendezvousService> service_;
   std::string rendezvous_;  // host:port the workers reach the rendezvous at
-  bool emulated_ = false;
   ControllerMetrics metrics_;
   std::unique_ptr<HttpServer> http_;
-  std::unique_ptr<Process> prometheus_;
-  reconcile::ReconcileOptions options_reconcile_;
-  int served_attempt_ = -1, threads_ = 1;
+  std::string metrics_at_;  // host:port of the controller's /metrics and /targets
+  std::unique_ptr<LocalPrometheus> prometheus_;
+  std::unique_ptr<LocalPods> pods_;
+  reconcile::ReconcileOptions reconcile_options_;
   bool announced_ = false, resume_told_ = false;
-  std::string work_dir_abs_, checkpoint_dir_;  // the work directory, and where checkpoints go in it
   RendezvousProgress last_progress_;
   Clock::time_point start_;
   LocalResult result_;

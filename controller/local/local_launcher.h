@@ -1,14 +1,16 @@
-// LocalLauncher: runs a TrainingJob on this machine with the controller's own logic. The job's
+// LocalLauncher: runs a TrainingJob on this machine with the controller's own logic: the same
+// reconcile as on Kubernetes (controller/reconcile/), its actions carried out here. The job's
 // virtual cluster (spec.local: nodes with GPU slots, one slot per rank) is placed by GangPlacer
-// (all workers or none), ordered into rings by RingPlanner, and served by a RendezvousService on
-// loopback; each worker is a tessera-worker process that registers as (replica, slot) and gets its
-// rank, node and local rank from the plan, as in a cluster. When a worker dies the whole gang is
-// stopped and started again (the workers resume from the newest checkpoint every rank has), up to
-// spec.runPolicy.backoffLimit times; a worker that exits with status 2 (a configuration error)
-// fails the job at once. A progress line is printed as the job runs; the job's status
-// (the TrainingJob status fields, plus worker pids and the restart history) is kept in
-// <workDir>/status.json, and each worker's output in <workDir>/logs/. The controller's and the
-// workers' Prometheus metrics are served on loopback, and where is printed.
+// (all workers or none), ordered into rings by RingPlanner, and served by a RendezvousService; each
+// pod the reconcile builds runs as on a cluster, `tessera-worker --slots N` with the pod's
+// environment and its ConfigMap volume as a directory (LocalPods), inside its node's network
+// namespace when spec.local.network emulates one (EmulatedNetwork). When a worker dies the whole
+// gang is stopped and started again (the workers resume from the newest checkpoint every rank has),
+// up to spec.runPolicy.backoffLimit times; a worker that exits with status 2 (a configuration error)
+// fails the job at once. A progress line is printed as the job runs; the job's status (the
+// TrainingJob status fields, plus the worker processes) is kept in <workDir>/status.json, each pod's
+// log in <workDir>/logs/<pod>.log and its files in <workDir>/pods/<pod>/. The controller's and the workers' Prometheus metrics are
+// served on loopback, and where is printed.
 #pragma once
 
 #include <cstdio>

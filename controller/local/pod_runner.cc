@@ -145,7 +145,8 @@ std::vector<RunningContainer> start_pod(const json& pod, const PodHost& host) {
     RunningContainer rc;
     rc.name = name;
     rc.message_file = (fs::path(host.pod_dir) / (name + ".termination-log")).string();
-    rc.log = (fs::path(host.pod_dir) / (name + ".log")).string();
+    rc.log = host.log_file ? host.log_file(name) : (fs::path(host.pod_dir) / (name + ".log")).string();
+    fs::create_directories(fs::path(rc.log).parent_path());
     std::ofstream(rc.message_file, std::ios::trunc).flush();
     std::vector<std::string> env;
     for (const auto& e : c.value("env", json::array())) {

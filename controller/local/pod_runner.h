@@ -35,7 +35,9 @@ class PodStartError : public Error {
 
 // What the node gives the pods it runs.
 struct PodHost {
-  std::string pod_dir;  // the pod's own directory: volumes, logs, termination messages (created)
+  std::string pod_dir;  // the pod's own directory: volumes, termination messages, logs (created)
+  // Where a container's stdout and stderr go; empty: <pod_dir>/<container>.log.
+  std::function<std::string(const std::string& container)> log_file;
   // A container's command as an executable path; empty when there is none.
   std::function<std::string(const std::string& command)> resolve_command;
   // The data of a ConfigMap or Secret ("configmaps" | "secrets") of the pod's namespace; nothing when

@@ -55,8 +55,8 @@ void ControllerMetrics::count(prometheus::Family<prometheus::Counter>* family, c
 void ControllerMetrics::observe_action(const std::string& ns, const std::string& name, const json& status,
                                        const reconcile::Action& a) {
   using Kind = reconcile::Action::Kind;
-  if (a.kind == Kind::kCreate && a.resource == "pods") count(pods_created_, ns);
-  if (a.kind == Kind::kDelete && a.resource == "pods") count(pods_deleted_, ns);
+  if (a.kind == Kind::kCreate && a.resource == reconcile::Resource::kPod) count(pods_created_, ns);
+  if (a.kind == Kind::kDelete && a.resource == reconcile::Resource::kPod) count(pods_deleted_, ns);
   if (a.kind != Kind::kPatchStatus) return;
   const json before = status.is_object() ? status : json::object();
   const json after = reconcile::apply_status_patch(before, a.object);

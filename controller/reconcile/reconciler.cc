@@ -75,104 +75,6 @@ json status_patch(const json& from, const json& to) {
   return patch;
 }
 
-struct Builder {
-  const Observed& o;
-  const ReconcileOptions& opt;
-  Decision d;
-  std::string name, ns, uid;
-  Status status;
-  json original_status;
-
-  Builder(const Observed& obs, const ReconcileOptions& options) : o(obs), opt(options) {
-    const json& m = o.job.at("metadata");
-    name = m.value("name", "");
-    ns = m.value("namespace", "default");
-    uid = m.value("uid", "");
-    original_status = o.job.contains("status") && o.job["status"].is_object() ? o.job["status"] : json::object();
-    status.s = original_status;
-    status.generation = m.value("generation", int64_t{1});
-    status.now = o.now;
-  }
-
-  void event(const std::string& type, const std::string& reason, const std::string& message) {
-    Action a;
-    a.kind = Action::Kind::kEvent;
-    a.event_type = type;
-    a.reason = reason;
-    a.message = message;
-    d.actions.push_back(a);
-  }
-  void child(Action::Kind kind, const std::string& resource, const std::string& name, json object = {}) {
-    Action a;
-    a.kind = kind;
-    a.resource = resource;
-    a.name = name;
-    a.object = std::move(object);
-    d.actions.push_back(std::move(a));
-  }
-  void create(const std::string& resource, const std::string& name, json object) {
-    child(Action::Kind::kCreate, resource, name, std::move(object));
-  }
-  void update(const std::string& resource, const std::string& name, json object) {
-    child(Action::Kind::kUpdate, resource, name, std::move(object));
-  }
-  void remove(const std::string& resource, const std::string& name) { child(Action::Kind::kDelete, resource, name); }
-  void requeue(milliseconds after) {
-    if (after.count() <= 0) after = milliseconds(1);
-    if (d.requeue_after.count() == 0 || after < d.requeue_after) d.requeue_after = after;
-  }
-  // The status patch goes first, so that a decision is recorded before it is carried out (a restart
-  // counted before the old gang is deleted): a controller that stops in between resumes from it.
-  Decision finish() {
-    status.s["observedGeneration"] = status.generation;
-    const json patch = status_patch(original_status, status.s);
-    if (!patch.empty()) {
-      Action a;
-      a.kind = Action::Kind::kPatchStatus;
-      a.object = patch;
-      d.actions.insert(d.actions.begin(), a);
-    }
-    return std::move(d);
-  }
-
-  json owner() const {
-    return json::array({{{"apiVersion", api::kApiVersion},
-                         {"kind", api::kKind},
-                         {"name", name},
-                         {"uid", uid},
-                         {"controller", true},
-                         {"blockOwnerDeletion", true}}});
-  }
-  json meta(const std::string& child, json labels = json::object()) const {
-    labels[kJobLabel] = name;
-    return {{"name", child}, {"namespace", ns}, {"labels", labels}, {"ownerReferences", owner()}};
-  }
-
-  void delete_pods(const std::vector<const PodInfo*>& pods) {
-    for (const PodInfo* p : pods)
-      if (!p->terminating) remove("pods", p->name);
-  }
-  std::vector<const PodInfo*> live_pods() const {
-    std::vector<const PodInfo*> out;
-    for (const auto& p : o.pods)
-      if (p.phase != "Succeeded" && p.phase != "Failed") out.push_back(&p);
-    return out;
-  }
-
-  // Ends the job: phase, reason, message, the final condition, an Event; the running pods are stopped.
-  Decision fail(const std::string& reason, const std::string& message) {
-    status.set("phase", "Failed");
-    status.set("reason", reason);
-    status.set("message", message);
-    status.set("completionTime", format_time(o.now));
-    status.condition("Failed", true, reason, message);
-    status.condition("Running", false, reason, "");
-    if (status.find("Restarting")) status.condition("Restarting", false, reason, "");
-    event("Warning", reason, message);
-    delete_pods(live_pods());
-    return finish();
-  }
-};
 
 std::string dataset_mount(const api::DatasetSpec& d) {
   namespace fs = std::filesystem;
@@ -248,33 +150,7 @@ void differing(const json& a, const json& b, const std::string& path, std::vecto
   }
 }
 
-}  // namespace
 
-std::string Action::describe() const {
-  const char* singular = resource == "pods" ? "pod" : resource == "secrets" ? "secret" : resource == "services" ? "service"
-                                                                                      : "configmap";
-  switch (kind) {
-    case Kind::kCreate:
-      if (resource == "pods") return detail::concat("create pod ", name, " on ", object["spec"].value("nodeName", ""));
-      return detail::concat("create ", singular, " ", name);
-    case Kind::kUpdate: return detail::concat("update ", singular, " ", name);
-    case Kind::kDelete: return detail::concat("delete ", singular, " ", name);
-    case Kind::kPatchStatus: {
-      std::string s = "status";
-      for (const char* k : {"phase", "reason", "restarts"})
-        if (object.contains(k) && !object[k].is_null()) s += detail::concat(" ", k, "=", object[k].is_string() ? object[k].get<std::string>() : object[k].dump());
-      return s;
-    }
-    case Kind::kEvent: return detail::concat("event ", event_type, " ", reason);
-    case Kind::kDeleteJob: return "delete job";
-  }
-  return "";
-}
-
-std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
-std::string token_secret_name(const std::string& job) { return job + "-token"; }
-
-namespace {
 // The most of a worker's message that goes into the job's status and Events.
 constexpr size_t kMessageChars = 1024;
 // The largest spec a job may have: the job's ConfigMap carries it, and a ConfigMap holds at most 1 MiB.
@@ -291,7 +167,90 @@ std::string last_chars(const std::string& s, size_t n) {
   while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
   return "..." + s.substr(from);
 }
+// The spec's hybrid switch epoch, for the rendezvous; -1 for other strategies.
+int switch_at_epoch(const json& spec) {
+  if (!spec.contains("communication") || spec["communication"].value("strategy", "") != "hybrid") return -1;
+  return spec["communication"].value("switchAtEpoch", 1);
+}
+
+// The gang to serve: none when the job has ended, is suspended, or its plan is not the current attempt's.
+std::optional<RendezvousTarget> target_of(const std::string& token, const json& status, const std::optional<json>& spec,
+                                          const std::optional<std::pair<int, std::vector<placement::RankAssignment>>>& plan) {
+  const std::string phase = status.is_object() ? status.value("phase", "") : "";
+  if (token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
+  if (!plan || plan->first != status.value("restarts", 0)) return std::nullopt;
+  RendezvousTarget t;
+  t.token = token;
+  t.attempt = plan->first;
+  t.plan = plan->second;
+  if (spec) t.switch_at_epoch = switch_at_epoch(*spec);
+  t.switch_step = status.value("switchStep", int64_t{-1});
+  return t;
+}
+
 }  // namespace
+
+const char* plural(Resource r) {
+  switch (r) {
+    case Resource::kSecret: return "secrets";
+    case Resource::kService: return "services";
+    case Resource::kConfigMap: return "configmaps";
+    case Resource::kPod: return "pods";
+  }
+  return "";
+}
+
+const char* name(Reason r) {
+  switch (r) {
+    case Reason::kPlaced: return "Placed";
+    case Reason::kUnschedulable: return "Unschedulable";
+    case Reason::kAdmissionRejected: return "AdmissionRejected";
+    case Reason::kGangRestart: return "GangRestart";
+    case Reason::kCompleted: return "Completed";
+    case Reason::kPhaseSwitch: return "PhaseSwitch";
+    case Reason::kStraggler: return "Straggler";
+    case Reason::kStragglerGone: return "StragglerGone";
+    case Reason::kSuspended: return "Suspended";
+    case Reason::kResumed: return "Resumed";
+    case Reason::kSpecChangeRejected: return "SpecChangeRejected";
+    case Reason::kSpecWarning: return "SpecWarning";
+    case Reason::kTTLExpired: return "TTLExpired";
+    case Reason::kFailedCreate: return "FailedCreate";
+    case Reason::kInvalidSpec: return "InvalidSpec";
+    case Reason::kInvalidConfiguration: return "InvalidConfiguration";
+    case Reason::kTrainingDiverged: return "TrainingDiverged";
+    case Reason::kBackoffLimitExceeded: return "BackoffLimitExceeded";
+    case Reason::kDeadlineExceeded: return "DeadlineExceeded";
+  }
+  return "";
+}
+
+std::string Action::describe() const {
+  std::string singular = plural(resource);
+  singular.pop_back();
+  switch (kind) {
+    case Kind::kCreate:
+      if (resource == Resource::kPod) return detail::concat("create pod ", name, " on ", object["spec"].value("nodeName", ""));
+      return detail::concat("create ", singular, " ", name);
+    case Kind::kUpdate: return detail::concat("update ", singular, " ", name);
+    case Kind::kDelete: return detail::concat("delete ", singular, " ", name);
+    case Kind::kPatchStatus: {
+      std::string s = "status";
+      for (const char* k : {"phase", "reason", "restarts"})
+        if (object.contains(k) && !object[k].is_null()) s += detail::concat(" ", k, "=", object[k].is_string() ? object[k].get<std::string>() : object[k].dump());
+      return s;
+    }
+    case Kind::kEvent: return detail::concat("event ", warning ? "Warning " : "Normal ", tessera::reconcile::name(reason));
+    case Kind::kDeleteJob: return "delete job";
+    case Kind::kServeRendezvous: return detail::concat("serve rendezvous attempt ", rendezvous.attempt);
+    case Kind::kStopRendezvous: return "stop rendezvous";
+  }
+  return "";
+}
+
+std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
+std::string token_secret_name(const std::string& job) { return job + "-token"; }
+
 json apply_status_patch(json status, const json& patch) {
   if (!status.is_object()) status = json::object();
   for (auto it = patch.begin(); it != patch.end(); ++it) {
@@ -317,302 +276,349 @@ std::optional<Time> parse_time(const std::string& s) {
 }
 
 std::optional<RendezvousTarget> rendezvous_target(const Observed& o) {
-  const json status = o.job.contains("status") ? o.job["status"] : json::object();
-  const std::string phase = status.is_object() ? status.value("phase", "") : "";
-  if (!o.has_secret || o.token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
-  const auto plan = read_plan(o.config_map);
-  if (!plan || plan->first != status.value("restarts", 0)) return std::nullopt;
-  RendezvousTarget t;
-  t.token = o.token;
-  t.attempt = plan->first;
-  t.plan = plan->second;
-  const auto spec = frozen_spec(o.config_map);
-  if (spec && spec->contains("communication") && (*spec)["communication"].value("strategy", "") == "hybrid")
-    t.switch_at_epoch = (*spec)["communication"].value("switchAtEpoch", 1);
-  t.switch_step = status.value("switchStep", int64_t{-1});
-  return t;
+  if (!o.has_secret) return std::nullopt;
+  return target_of(o.token, o.job.contains("status") ? o.job["status"] : json::object(), frozen_spec(o.config_map), read_plan(o.config_map));
 }
 
-Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
-  Builder b(o, opt);
-  const json& job = o.job;
-  if (job["metadata"].contains("deletionTimestamp")) return {};  // the garbage collector removes the children
-  const std::string phase = b.status.phase();
+namespace {
 
-  // The spec to run: the one the job started with, with the current runPolicy (the only part that
-  // may change once it has started).
-  const std::optional<json> frozen = frozen_spec(o.config_map);
-  json spec = with_defaults(job.contains("spec") ? job["spec"] : json::object(), opt.spec_defaults);
-  if (frozen) {
-    std::vector<std::string> changed;
-    differing(without_run_policy(*frozen), without_run_policy(spec), "spec", &changed);
-    const json* c = b.status.find("SpecChangeRejected");
-    if (!changed.empty()) {
-      std::string fields;
-      for (const auto& f : changed) fields += (fields.empty() ? "" : ", ") + f;
-      const std::string message = detail::concat(fields, " changed after the job started; only spec.runPolicy can change "
-                                                 "(suspend included): the change is not applied");
-      if (!c || c->value("observedGeneration", int64_t{0}) != b.status.generation || c->value("status", "") != "True")
-        b.event("Warning", "SpecChangeRejected", message);
-      b.status.condition("SpecChangeRejected", true, "ImmutableField", message);
-    } else if (c && c->value("status", "") == "True") {
-      b.status.condition("SpecChangeRejected", false, "SpecMatches", "");
-    }
-    json run_policy = spec.contains("runPolicy") ? spec["runPolicy"] : json();
-    spec = *frozen;
-    if (run_policy.is_null()) spec.erase("runPolicy");
-    else spec["runPolicy"] = run_policy;
+// One reconcile of one job: the phases in the order they are decided, each adding actions and
+// changing the working status; a phase that returns true has completed the decision.
+class Reconciler {
+ public:
+  Reconciler(const Observed& obs, const ReconcileOptions& options) : o(obs), opt(options) {
+    const json& m = o.job.at("metadata");
+    name = m.value("name", "");
+    ns = m.value("namespace", "default");
+    uid = m.value("uid", "");
+    original_status = o.job.contains("status") && o.job["status"].is_object() ? o.job["status"] : json::object();
+    status.s = original_status;
+    status.generation = m.value("generation", int64_t{1});
+    status.now = o.now;
   }
 
-  json doc = {{"apiVersion", job.value("apiVersion", api::kApiVersion)},
-              {"kind", job.value("kind", api::kKind)},
-              {"metadata", {{"name", b.name}, {"namespace", b.ns}}},
-              {"spec", spec}};
-  const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
-  const api::TrainingJobSpec& s = parsed.job.spec;
-  const auto& rp = s.run_policy;
+  Decision run() {
+    observe();
+    const bool decided = finish() || validate() || (create_base_children(), suspend()) || enforce_deadline() || clear_old_gang() ||
+                         restart() || complete() || place();
+    if (!decided) {
+      create_pods();
+      progress();
+    }
+    return decision();
+  }
 
-  // Finished jobs: nothing runs; the TTL deletes them.
-  if (phase == "Succeeded" || phase == "Failed") {
-    b.delete_pods(b.live_pods());
-    const int64_t ttl = rp.ttl_seconds_after_finished;
-    const auto done = parse_time(b.status.s.value("completionTime", ""));
+ private:
+  // ---- observe: the spec to run, and what it says ----
+  // The spec the job started with (its ConfigMap's), with the current runPolicy: the only part that
+  // may change once it has started. A change elsewhere is rejected with a condition and an Event.
+  void observe() {
+    frozen = frozen_spec(o.config_map);
+    spec = with_defaults(o.job.contains("spec") ? o.job["spec"] : json::object(), opt.spec_defaults);
+    if (frozen) {
+      std::vector<std::string> changed;
+      differing(without_run_policy(*frozen), without_run_policy(spec), "spec", &changed);
+      const json* c = status.find("SpecChangeRejected");
+      if (!changed.empty()) {
+        std::string fields;
+        for (const auto& f : changed) fields += (fields.empty() ? "" : ", ") + f;
+        const std::string message = detail::concat(fields, " changed after the job started; only spec.runPolicy can change "
+                                                   "(suspend included): the change is not applied");
+        if (!c || c->value("observedGeneration", int64_t{0}) != status.generation || c->value("status", "") != "True")
+          event(true, Reason::kSpecChangeRejected, message);
+        status.condition("SpecChangeRejected", true, "ImmutableField", message);
+      } else if (c && c->value("status", "") == "True") {
+        status.condition("SpecChangeRejected", false, "SpecMatches", "");
+      }
+      json run_policy = spec.contains("runPolicy") ? spec["runPolicy"] : json();
+      spec = *frozen;
+      if (run_policy.is_null()) spec.erase("runPolicy");
+      else spec["runPolicy"] = run_policy;
+    }
+    const json doc = {{"apiVersion", o.job.value("apiVersion", api::kApiVersion)},
+                      {"kind", o.job.value("kind", api::kKind)},
+                      {"metadata", {{"name", name}, {"namespace", ns}}},
+                      {"spec", spec}};
+    parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
+    plan = read_plan(o.config_map);
+    attempt = status.s.value("restarts", 0);
+    for (const auto& p : o.pods) (p.attempt == attempt ? current : old_pods).push_back(&p);
+  }
+  const api::TrainingJobSpec& s() const { return parsed.job.spec; }
+
+  // ---- finish: an ended job runs nothing; its TTL deletes it ----
+  bool finish() {
+    const std::string phase = original_status.value("phase", "");
+    if (phase != "Succeeded" && phase != "Failed") return false;
+    delete_pods(live_pods());
+    const int64_t ttl = s().run_policy.ttl_seconds_after_finished;
+    const auto done = parse_time(status.s.value("completionTime", ""));
     if (ttl >= 0 && done) {
       const auto expiry = *done + seconds(ttl);
       if (o.now >= expiry) {
-        b.event("Normal", "TTLExpired", detail::concat("deleting the job ", ttl, " s after it finished"));
+        event(false, Reason::kTTLExpired, detail::concat("deleting the job ", ttl, " s after it finished"));
         Action a;
         a.kind = Action::Kind::kDeleteJob;
-        b.d.actions.push_back(a);
+        d.actions.push_back(a);
       } else {
-        b.requeue(duration_cast<milliseconds>(expiry - o.now) + milliseconds(100));
+        requeue(duration_cast<milliseconds>(expiry - o.now) + milliseconds(100));
       }
     }
-    return b.finish();
+    return true;
   }
 
-  // An invalid spec fails the job once, naming the fields; it is not retried.
-  std::vector<FieldProblem> problems = parsed.problems;
-  if (const size_t bytes = spec.dump().size(); bytes > kMaxSpecBytes)
-    problems.insert(problems.begin(), {"spec", detail::concat(bytes, " bytes of JSON, above the limit of ", kMaxSpecBytes,
-                                                              " (the job's ConfigMap carries the spec)")});
-  if (parsed.ok() && opt.cluster) {
-    // What a cluster needs beyond the API's rules: volumes every pod mounts.
-    if (!s.checkpoint.path.empty() && !s.checkpoint.volume.given())
-      problems.push_back({"spec.checkpoint.volume", "required on a cluster: the volume every node mounts at spec.checkpoint.path "
-                                                    "(persistentVolumeClaim, nfs, or hostPath of a shared mount)"});
-    if (s.dataset.format != "synthetic" && !s.dataset.volume.given() && s.cache.nfs_server.empty())
-      problems.push_back({"spec.dataset.volume", "required on a cluster for an hdf5 dataset (or spec.cache.remote.nfs): "
-                                                 "the volume mounted at spec.dataset.path"});
-  }
-  if (!problems.empty()) {
+  // ---- validate: an invalid spec fails the job once, naming the fields; it is not retried ----
+  bool validate() {
+    std::vector<FieldProblem> problems = parsed.problems;
+    if (const size_t bytes = spec.dump().size(); bytes > kMaxSpecBytes)
+      problems.insert(problems.begin(), {"spec", detail::concat(bytes, " bytes of JSON, above the limit of ", kMaxSpecBytes,
+                                                                " (the job's ConfigMap carries the spec)")});
+    if (parsed.ok() && opt.cluster) {
+      // What a cluster needs beyond the API's rules: volumes every pod mounts.
+      if (!s().checkpoint.path.empty() && !s().checkpoint.volume.given())
+        problems.push_back({"spec.checkpoint.volume", "required on a cluster: the volume every node mounts at spec.checkpoint.path "
+                                                      "(persistentVolumeClaim, nfs, or hostPath of a shared mount)"});
+      if (s().dataset.format != "synthetic" && !s().dataset.volume.given() && s().cache.nfs_server.empty())
+        problems.push_back({"spec.dataset.volume", "required on a cluster for an hdf5 dataset (or spec.cache.remote.nfs): "
+                                                   "the volume mounted at spec.dataset.path"});
+    }
+    if (problems.empty()) {
+      warn_ineffective_fields();
+      return false;
+    }
     std::string message;
     for (size_t i = 0; i < std::min(problems.size(), kMaxProblems); ++i)
       message += (i ? "; " : "") + problems[i].field + ": " + last_chars(problems[i].reason, kMessageChars);
     if (problems.size() > kMaxProblems)
       message += detail::concat("; and ", detail::count(static_cast<int64_t>(problems.size() - kMaxProblems), "more problem"),
                                 " (tessera validate lists them all)");
-    return b.fail("InvalidSpec", message);
+    fail(Reason::kInvalidSpec, message);
+    return true;
   }
 
-  // Children every job has: the rendezvous token and the headless Service of its pods.
-  if (!o.has_secret) {
-    TESSERA_CHECK(!o.token.empty(), "the backend gave job ", b.name, " no token");
-    b.create("secrets", token_secret_name(b.name),
+  // Fields that have no effect where they stand: one Warning Event per job (the first reconcile).
+  void warn_ineffective_fields() {
+    if (parsed.warnings.empty() || original_status.contains("observedGeneration")) return;
+    std::string message;
+    for (const auto& w : parsed.warnings) message += (message.empty() ? "" : "; ") + w.field + ": " + w.reason;
+    event(true, Reason::kSpecWarning, last_chars(message, kMessageChars));
+  }
+
+  // ---- the children every job has: the rendezvous token and the headless Service of its pods ----
+  void create_base_children() {
+    if (!status.s.contains("restarts")) status.set("restarts", 0);
+    if (!o.has_secret) {
+      TESSERA_CHECK(!o.token.empty(), "the backend gave job ", name, " no token");
+      create(Resource::kSecret, token_secret_name(name),
              {{"apiVersion", "v1"},
               {"kind", "Secret"},
-              {"metadata", b.meta(token_secret_name(b.name))},
+              {"metadata", meta(token_secret_name(name))},
               {"type", "Opaque"},
               {"stringData", {{"token", o.token}}}});
-  }
-  if (!o.has_service) {
-    b.create("services", b.name,
+    }
+    if (!o.has_service) {
+      create(Resource::kService, name,
              {{"apiVersion", "v1"},
               {"kind", "Service"},
-              {"metadata", b.meta(b.name)},
-              {"spec", {{"clusterIP", "None"}, {"selector", {{kJobLabel, b.name}}}, {"publishNotReadyAddresses", true}}}});
-  }
-  if (!b.status.s.contains("restarts")) b.status.set("restarts", 0);
-  const int attempt = b.status.s.value("restarts", 0);
-
-  // Suspended: no pod runs; the checkpoints stay. Resuming starts the deadline's clock again.
-  if (rp.suspend) {
-    b.delete_pods(b.live_pods());
-    if (phase != "Suspended") {
-      b.status.set("phase", "Suspended");
-      b.status.condition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true: the pods are deleted, the checkpoints kept");
-      if (b.status.find("Running")) b.status.condition("Running", false, "Suspended", "");
-      b.event("Normal", "Suspended", "the job is suspended: its pods are deleted, its checkpoints kept");
-    }
-    return b.finish();
-  }
-  if (phase == "Suspended") {
-    b.status.condition("Suspended", false, "Resumed", "");
-    b.status.set("startTime", format_time(o.now));
-    b.status.set("phase", "Pending");
-    b.event("Normal", "Resumed", "the job is resumed: its gang starts again from the newest checkpoint");
-  }
-
-  // The deadline, counted from the start (or the last resume).
-  if (rp.active_deadline_seconds > 0) {
-    if (const auto start = parse_time(b.status.s.value("startTime", ""))) {
-      const auto end = *start + seconds(rp.active_deadline_seconds);
-      if (o.now >= end)
-        return b.fail("DeadlineExceeded", detail::concat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (",
-                                                         rp.active_deadline_seconds, " s)"));
-      b.requeue(duration_cast<milliseconds>(end - o.now) + milliseconds(100));
+              {"metadata", meta(name)},
+              {"spec", {{"clusterIP", "None"}, {"selector", {{kJobLabel, name}}}, {"publishNotReadyAddresses", true}}}});
     }
   }
 
-  // Pods of earlier attempts go first; the new gang starts when they are gone.
-  std::vector<const PodInfo*> old_pods, current;
-  for (const auto& p : o.pods) (p.attempt == attempt ? current : old_pods).push_back(&p);
-  if (!old_pods.empty()) {
-    b.delete_pods(old_pods);
-    b.requeue(milliseconds(1000));
-    return b.finish();
+  // ---- suspend: no pod runs, the checkpoints stay; resuming starts the deadline's clock again ----
+  bool suspend() {
+    const std::string phase = original_status.value("phase", "");
+    if (s().run_policy.suspend) {
+      delete_pods(live_pods());
+      if (phase != "Suspended") {
+        status.set("phase", "Suspended");
+        status.condition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true: the pods are deleted, the checkpoints kept");
+        if (status.find("Running")) status.condition("Running", false, "Suspended", "");
+        event(false, Reason::kSuspended, "the job is suspended: its pods are deleted, its checkpoints kept");
+      }
+      return true;
+    }
+    if (phase == "Suspended") {
+      status.condition("Suspended", false, "Resumed", "");
+      status.set("startTime", format_time(o.now));
+      status.set("phase", "Pending");
+      event(false, Reason::kResumed, "the job is resumed: its gang starts again from the newest checkpoint");
+    }
+    return false;
   }
 
-  // A failed pod of the current gang.
-  const PodInfo* failed = nullptr;
-  bool rejected = false;
-  for (const PodInfo* p : current) {
-    if (p->phase != "Failed") continue;
-    if (admission_rejected(*p)) {
-      rejected = true;
-      continue;
+  // ---- the deadline, counted from the start (or the last resume) ----
+  bool enforce_deadline() {
+    const int64_t deadline = s().run_policy.active_deadline_seconds;
+    if (deadline <= 0) return false;
+    const auto start = parse_time(status.s.value("startTime", ""));
+    if (!start) return false;
+    const auto end = *start + seconds(deadline);
+    if (o.now >= end) {
+      fail(Reason::kDeadlineExceeded,
+           detail::concat("the job ran longer than spec.runPolicy.activeDeadlineSeconds (", deadline, " s)"));
+      return true;
     }
-    // The cause of a gang failure: a worker killed by a signal rather than its peers, which fail
-    // when it disappears.
-    if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
+    requeue(duration_cast<milliseconds>(end - o.now) + milliseconds(100));
+    return false;
   }
-  // A peer that failed because one worker was killed often ends first: wait a moment for the killed
-  // one to be reported, so that the restart names the cause.
-  if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < seconds(3)) {
-    bool peers_running = false;
-    for (const PodInfo* p : current) peers_running = peers_running || p->phase == "Running";
-    if (peers_running) {
-      b.requeue(milliseconds(500));
-      return b.finish();
-    }
+
+  // ---- pods of earlier attempts go first; the new gang starts when they are gone ----
+  bool clear_old_gang() {
+    if (old_pods.empty()) return false;
+    delete_pods(old_pods);
+    requeue(milliseconds(1000));
+    return true;
   }
-  if (failed) {
-    std::string why = detail::concat("pod ", failed->name, " on ", failed->node, " failed");
-    if (failed->exit_code >= 0) why += detail::concat(" with exit code ", failed->exit_code);
-    if (!failed->reason.empty()) why += " (" + failed->reason + ")";
-    // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
-    if (!failed->message.empty()) why += ": " + last_chars(failed->message, kMessageChars);
-    if (failed->exit_code == 2) return b.fail("InvalidConfiguration", why + "; a configuration error is not retried");
-    if (failed->exit_code == 3) {
-      const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
-      return b.fail("TrainingDiverged", why + "; a diverged run would diverge again, so it is not retried" +
-                                            (why.find(hint) == std::string::npos ? " (" + hint + ")" : ""));
+
+  // ---- restart: a failed pod restarts the gang from its checkpoints, or fails the job ----
+  bool restart() {
+    const PodInfo* failed = nullptr;
+    bool rejected = false;
+    for (const PodInfo* p : current) {
+      if (p->phase != "Failed") continue;
+      if (admission_rejected(*p)) {
+        rejected = true;
+        continue;
+      }
+      // The cause of a gang failure: a worker killed by a signal rather than its peers, which fail
+      // when it disappears.
+      if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
     }
-    if (attempt >= rp.backoff_limit)
-      return b.fail("BackoffLimitExceeded", detail::concat(why, "; the gang was restarted ", attempt,
-                                                           " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));
-    const int64_t at = o.progress ? o.progress->step : b.status.s.value("step", int64_t{-1});
-    json history = b.status.s.value("restartHistory", json::array());
-    json entry = {{"reason", why}, {"pod", failed->name}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
-    if (failed->exit_code >= 0) entry["exitCode"] = failed->exit_code;
-    history.push_back(entry);
-    if (history.size() > kRestartHistory) history.erase(history.begin(), history.end() - kRestartHistory);
-    b.status.set("restartHistory", history);
-    b.status.set("restarts", attempt + 1);
-    b.status.set("phase", "Restarting");
-    b.status.condition("Restarting", true, "PodFailed", why);
-    b.status.condition("Running", false, "Restarting", "");
-    if (b.status.s.contains("slowRanks")) {  // the next gang measures afresh
-      b.status.erase("slowRanks");
-      b.status.condition("Straggler", false, "GangRestarted", "");
+    // A peer that failed because one worker was killed often ends first: wait a moment for the killed
+    // one to be reported, so that the restart names the cause.
+    if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < seconds(3)) {
+      bool peers_running = false;
+      for (const PodInfo* p : current) peers_running = peers_running || p->phase == "Running";
+      if (peers_running) {
+        requeue(milliseconds(500));
+        return true;
+      }
     }
-    b.event("Warning", "GangRestart", detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
-                                                     attempt + 1, " of at most ", rp.backoff_limit, ")"));
-    b.delete_pods(current);
-    return b.finish();
-  }
-  if (rejected) {
+    if (failed) {
+      restart_gang(*failed);
+      return true;
+    }
+    if (!rejected) return false;
     std::string why;
     for (const PodInfo* p : current)
-      if (admission_rejected(*p)) why = detail::concat("node ", p->node, " refused pod ", p->name, " (", p->reason, p->message.empty() ? "" : ": " + p->message, ")");
-    b.status.condition("Placed", false, "AdmissionRejected", why + "; placing the gang again");
-    b.event("Warning", "AdmissionRejected", why + "; placing the gang again (not a restart)");
+      if (admission_rejected(*p))
+        why = detail::concat("node ", p->node, " refused pod ", p->name, " (", p->reason, p->message.empty() ? "" : ": " + p->message, ")");
+    status.condition("Placed", false, "AdmissionRejected", why + "; placing the gang again");
+    event(true, Reason::kAdmissionRejected, why + "; placing the gang again (not a restart)");
     // The plan of this attempt is void: the next gang is placed afresh once these pods are gone.
-    b.delete_pods(current);
-    if (o.config_map && read_plan(o.config_map)) {
+    delete_pods(current);
+    if (o.config_map && plan) {
       json cm = *o.config_map;
       cm["data"].erase(kPlanFile);
-      b.update("configmaps", config_map_name(b.name), cm);
+      update(Resource::kConfigMap, config_map_name(name), cm);
+      plan.reset();
     }
-    b.requeue(milliseconds(500));
-    return b.finish();
+    requeue(milliseconds(500));
+    return true;
   }
 
-  // Succeeded: every pod of the gang finished.
-  int succeeded = 0, running = 0;
-  for (const PodInfo* p : current) {
-    if (p->phase == "Succeeded") ++succeeded;
-    if (p->phase == "Running") ++running;
+  void restart_gang(const PodInfo& failed) {
+    const auto& rp = s().run_policy;
+    std::string why = detail::concat("pod ", failed.name, " on ", failed.node, " failed");
+    if (failed.exit_code >= 0) why += detail::concat(" with exit code ", failed.exit_code);
+    if (!failed.reason.empty()) why += " (" + failed.reason + ")";
+    // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
+    if (!failed.message.empty()) why += ": " + last_chars(failed.message, kMessageChars);
+    if (failed.exit_code == 2) return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
+    if (failed.exit_code == 3) {
+      const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
+      return fail(Reason::kTrainingDiverged, why + "; a diverged run would diverge again, so it is not retried" +
+                                                 (why.find(hint) == std::string::npos ? " (" + hint + ")" : ""));
+    }
+    if (attempt >= rp.backoff_limit)
+      return fail(Reason::kBackoffLimitExceeded, detail::concat(why, "; the gang was restarted ", attempt,
+                                                                " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));
+    const int64_t at = o.progress ? o.progress->step : status.s.value("step", int64_t{-1});
+    json history = status.s.value("restartHistory", json::array());
+    json entry = {{"reason", why}, {"pod", failed.name}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
+    if (failed.exit_code >= 0) entry["exitCode"] = failed.exit_code;
+    history.push_back(entry);
+    if (history.size() > kRestartHistory) history.erase(history.begin(), history.end() - kRestartHistory);
+    status.set("restartHistory", history);
+    status.set("restarts", attempt + 1);
+    status.set("phase", "Restarting");
+    status.condition("Restarting", true, "PodFailed", why);
+    status.condition("Running", false, "Restarting", "");
+    if (status.s.contains("slowRanks")) {  // the next gang measures afresh
+      status.erase("slowRanks");
+      status.condition("Straggler", false, "GangRestarted", "");
+    }
+    event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
+                                                     attempt + 1, " of at most ", rp.backoff_limit, ")"));
+    delete_pods(current);
   }
-  if (succeeded == s.replicas) {
-    // Rank 0's summary, from its pod's termination message.
+
+  // ---- complete: every pod of the gang succeeded ----
+  bool complete() {
+    int succeeded = 0;
+    for (const PodInfo* p : current) succeeded += p->phase == "Succeeded";
+    if (succeeded != s().replicas) return false;
+    // Rank 0's summary, from its pod's termination message: the run's steps, its samples/s over the
+    // whole run, its validation, and (hybrid) the step it switched at.
     for (const PodInfo* p : current) {
       if (p->message.rfind("{\"type\":\"summary\"", 0) != 0) continue;
       const json summary = json::parse(p->message, nullptr, false);
       if (summary.is_discarded()) continue;
-      b.status.set("step", summary.value("steps", int64_t{0}));
-      b.status.set("samplesPerSecond", summary.value("samples_per_second", 0.0));  // over the whole run
-      b.status.set("validation", validation_status(summary));
+      status.set("step", summary.value("steps", int64_t{0}));
+      status.set("samplesPerSecond", summary.value("samples_per_second", 0.0));
+      status.set("validation", validation_status(summary));
+      if (const int64_t sw = summary.value("switch_step", int64_t{-1}); sw >= 0) status.set("switchStep", sw);
     }
-    b.status.set("phase", "Succeeded");
-    b.status.set("completionTime", format_time(o.now));
-    b.status.set("epoch", s.training.epochs);
-    const int64_t sw = b.status.s.value("switchStep", int64_t{-1});
-    b.status.set("trainingPhase", training_phase(s.communication, INT64_MAX, sw));
-    b.status.erase("reason");
-    b.status.erase("message");
-    b.status.condition("Running", false, "Completed", "");
-    b.status.condition("Succeeded", true, "Completed", detail::concat("all ", s.replicas, " pods succeeded"));
-    b.event("Normal", "Completed", detail::concat("the job succeeded after ", attempt, " restart(s)"));
-    if (rp.ttl_seconds_after_finished >= 0) b.requeue(seconds(rp.ttl_seconds_after_finished) + milliseconds(100));
-    return b.finish();
+    status.set("phase", "Succeeded");
+    status.set("completionTime", format_time(o.now));
+    status.set("epoch", s().training.epochs);
+    // The training phase the job ended in: its last step's.
+    status.set("trainingPhase", training_phase(s().communication, INT64_MAX, status.s.value("switchStep", int64_t{-1})));
+    status.erase("reason");
+    status.erase("message");
+    status.condition("Running", false, "Completed", "");
+    status.condition("Succeeded", true, "Completed", detail::concat("all ", s().replicas, " pods succeeded"));
+    event(false, Reason::kCompleted, detail::concat("the job succeeded after ", attempt, " restart(s)"));
+    if (s().run_policy.ttl_seconds_after_finished >= 0)
+      requeue(seconds(s().run_policy.ttl_seconds_after_finished) + milliseconds(100));
+    return true;
   }
 
-  // Place a new gang, or complete the current one.
-  std::optional<std::pair<int, std::vector<placement::RankAssignment>>> plan = read_plan(o.config_map);
-  if (plan && plan->first != attempt) plan.reset();
-  if (!plan) {
+  // ---- place: a new gang, all of it or none, with its ring plan in the ConfigMap ----
+  bool place() {
+    if (plan && plan->first != attempt) plan.reset();
+    if (plan) return false;
     if (!current.empty()) {  // pods of a void plan still terminating
-      b.requeue(milliseconds(500));
-      return b.finish();
+      requeue(milliseconds(500));
+      return true;
     }
     placement::GangRequest request;
-    request.replicas = s.replicas;
-    // A virtual node of `tessera run` has one GPU slot per rank, GPUs or not.
-    request.per_pod.gpu = opt.cluster ? s.resources.gpu : s.ranks_per_replica;
-    request.per_pod.cpu = s.resources.cpu;
-    request.per_pod.memory = s.resources.memory;
-    request.node_selector = s.placement.node_selector;
-    request.tolerations = s.placement.tolerations;
-    request.topology_keys = s.placement.topology_keys;
+    request.replicas = s().replicas;
+    // A virtual node of `tessera run` has one GPU slot per rank, GPUs or not, and no CPU to account.
+    request.per_pod.gpu = opt.cluster ? s().resources.gpu : s().ranks_per_replica;
+    request.per_pod.cpu = opt.cluster ? s().resources.cpu : 0;
+    request.per_pod.memory = s().resources.memory;
+    request.node_selector = s().placement.node_selector;
+    request.tolerations = s().placement.tolerations;
+    request.topology_keys = s().placement.topology_keys;
     const placement::PlacementResult placed = placement::GangPlacer().place(request, o.nodes);
     if (!placed.placed) {
-      const json* c = b.status.find("Placed");
-      if (!c || c->value("message", "") != placed.reason)
-        b.event("Warning", "Unschedulable", placed.reason);
-      b.status.condition("Placed", false, "Unschedulable", placed.reason);
-      if (b.status.phase().empty() || b.status.phase() == "Placing") b.status.set("phase", "Pending");
-      b.requeue(milliseconds(5000));
-      return b.finish();
+      const json* c = status.find("Placed");
+      if (!c || c->value("message", "") != placed.reason) event(true, Reason::kUnschedulable, placed.reason);
+      status.condition("Placed", false, "Unschedulable", placed.reason);
+      if (status.phase().empty() || status.phase() == "Placing") status.set("phase", "Pending");
+      requeue(milliseconds(5000));
+      return true;
     }
-    const auto ranks = placement::plan_ring(placed.nodes, s.ranks_per_replica, o.nodes, request.topology_keys);
+    const auto ranks = placement::plan_ring(placed.nodes, s().ranks_per_replica, o.nodes, request.topology_keys);
     plan = std::make_pair(attempt, ranks);
     json cm = {{"apiVersion", "v1"},
                {"kind", "ConfigMap"},
-               {"metadata", b.meta(config_map_name(b.name))},
+               {"metadata", meta(config_map_name(name))},
                {"data",
                 {{kConfigFile,
-                  json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", b.name}, {"namespace", b.ns}}},
+                  json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", name}, {"namespace", ns}}},
                        {"spec", spec}}
                       .dump(2)},
                  {kPlanFile, plan_json(attempt, ranks).dump()}}}};
@@ -620,78 +626,90 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
       json updated = *o.config_map;
       updated["data"] = cm["data"];
       if (frozen) updated["data"][kConfigFile] = (*o.config_map)["data"][kConfigFile];
-      b.update("configmaps", config_map_name(b.name), updated);
+      update(Resource::kConfigMap, config_map_name(name), updated);
     } else {
-      b.create("configmaps", config_map_name(b.name), cm);
+      create(Resource::kConfigMap, config_map_name(name), cm);
     }
     json placement = json::array();
     std::string where;
-    for (int r = 0; r < s.replicas; ++r) {
+    for (int r = 0; r < s().replicas; ++r) {
       json rank_list = json::array();
       for (const auto& a : ranks)
         if (a.replica == r) rank_list.push_back(a.rank);
       placement.push_back({{"replica", r}, {"node", placed.nodes[r]}, {"ranks", rank_list}});
       where += (where.empty() ? "" : ", ") + placed.nodes[r];
     }
-    b.status.set("placement", placement);
-    const std::string message = detail::concat(s.replicas, " pods of ", s.ranks_per_replica, " ranks on ", where);
-    b.status.condition("Placed", true, "GangFits", message);
-    b.event("Normal", "Placed", message);
-    if (!b.status.s.contains("startTime")) b.status.set("startTime", format_time(o.now));
-    if (b.status.phase().empty() || b.status.phase() == "Pending") b.status.set("phase", "Placing");
+    status.set("placement", placement);
+    const std::string message = detail::concat(s().replicas, " pods of ", s().ranks_per_replica, " ranks on ", where);
+    status.condition("Placed", true, "GangFits", message);
+    event(false, Reason::kPlaced, message);
+    if (!status.s.contains("startTime")) status.set("startTime", format_time(o.now));
+    if (status.phase().empty() || status.phase() == "Pending") status.set("phase", "Placing");
+    return false;
   }
 
-  // The gang's pods that are missing (all of them for a new gang).
-  std::set<int> have;
-  for (const PodInfo* p : current) have.insert(p->replica);
-  std::map<int, std::string> node_of;
-  for (const auto& a : plan->second) node_of[a.replica] = a.node;
-  const std::string image = s.image == api::TrainingJobSpec().image && !opt.worker_image.empty() ? opt.worker_image : s.image;
-  for (int r = 0; r < s.replicas; ++r) {
-    if (have.count(r)) continue;
-    const std::string pod = pod_name(b.name, attempt, r);
-    json args = {"--slots", std::to_string(s.ranks_per_replica), "--replica", std::to_string(r), "--config",
+  // ---- create children: the gang's pods that are missing (all of them for a new gang) ----
+  void create_pods() {
+    std::set<int> have;
+    for (const PodInfo* p : current) have.insert(p->replica);
+    std::map<int, std::string> node_of;
+    for (const auto& a : plan->second) node_of[a.replica] = a.node;
+    for (int r = 0; r < s().replicas; ++r)
+      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), pod(r, node_of[r]));
+  }
+
+  // The pod of replica r: `tessera-worker --slots N`, one rank per GPU, on `node`.
+  json pod(int r, const std::string& node) const {
+    const auto& sp = s();
+    const std::string pod = pod_name(name, attempt, r);
+    const std::string image = sp.image == api::TrainingJobSpec().image && !opt.worker_image.empty() ? opt.worker_image : sp.image;
+    json args = {"--slots", std::to_string(sp.ranks_per_replica), "--replica", std::to_string(r), "--config",
                  std::string(kConfigMount) + "/" + kConfigFile, "--rendezvous", "grpc://" + opt.rendezvous_address};
-    if (s.training.threads == 0 && s.resources.cpu > 0)
-      args.push_back("--threads"), args.push_back(std::to_string(std::max(1, static_cast<int>(s.resources.cpu / s.ranks_per_replica))));
-    json env = json::array({{{"name", "TESSERA_JOB"}, {"value", b.ns + "/" + b.name}},
+    if (sp.training.threads == 0) {
+      const int threads = opt.threads_per_rank > 0 ? opt.threads_per_rank
+                          : sp.resources.cpu > 0   ? std::max(1, static_cast<int>(sp.resources.cpu / sp.ranks_per_replica))
+                                                   : 0;
+      if (threads > 0) args.push_back("--threads"), args.push_back(std::to_string(threads));
+    }
+    json env = json::array({{{"name", "TESSERA_JOB"}, {"value", ns + "/" + name}},
                             {{"name", "TESSERA_TOKEN"},
-                             {"valueFrom", {{"secretKeyRef", {{"name", token_secret_name(b.name)}, {"key", "token"}}}}}},
+                             {"valueFrom", {{"secretKeyRef", {{"name", token_secret_name(name)}, {"key", "token"}}}}}},
                             {{"name", "TESSERA_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
                             {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
                             {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}}});
     json ports = json::array();
     if (opt.metrics_port > 0) {
       env.push_back({{"name", "TESSERA_METRICS_ADDR"}, {"value", "0.0.0.0:" + std::to_string(opt.metrics_port)}});
-      for (int slot = 0; slot < s.ranks_per_replica; ++slot)
+      for (int slot = 0; slot < sp.ranks_per_replica; ++slot)
         ports.push_back({{"name", "metrics-" + std::to_string(slot)}, {"containerPort", opt.metrics_port + slot}, {"protocol", "TCP"}});
     }
     json requests = json::object(), limits = json::object();
-    if (s.resources.gpu > 0) requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = std::to_string(s.resources.gpu);
-    if (s.resources.cpu > 0) requests["cpu"] = std::to_string(static_cast<int64_t>(s.resources.cpu * 1000)) + "m";
-    if (s.resources.memory > 0) requests["memory"] = std::to_string(s.resources.memory);
+    if (sp.resources.gpu > 0) requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = std::to_string(sp.resources.gpu);
+    if (sp.resources.cpu > 0) requests["cpu"] = std::to_string(static_cast<int64_t>(sp.resources.cpu * 1000)) + "m";
+    if (sp.resources.memory > 0) requests["memory"] = std::to_string(sp.resources.memory);
     json mounts = json::array({{{"name", "config"}, {"mountPath", kConfigMount}, {"readOnly", true}}});
-    json volumes = json::array({{{"name", "config"}, {"configMap", {{"name", config_map_name(b.name)}, {"items", json::array({{{"key", kConfigFile}, {"path", kConfigFile}}})}}}}});
-    if (s.dataset.format != "synthetic") {
-      api::VolumeSpec v = s.dataset.volume;
-      if (!v.given()) v = {"nfs", s.cache.nfs_path, s.cache.nfs_server, ""};
+    json volumes = json::array({{{"name", "config"},
+                                 {"configMap", {{"name", config_map_name(name)}, {"items", json::array({{{"key", kConfigFile}, {"path", kConfigFile}}})}}}}});
+    if (sp.dataset.format != "synthetic" && opt.cluster) {
+      api::VolumeSpec v = sp.dataset.volume;
+      if (!v.given()) v = {"nfs", sp.cache.nfs_path, sp.cache.nfs_server, ""};
       json source = volume_source(v, true);
       source["name"] = "dataset";
       volumes.push_back(source);
-      mounts.push_back({{"name", "dataset"}, {"mountPath", dataset_mount(s.dataset)}, {"readOnly", true}});
+      mounts.push_back({{"name", "dataset"}, {"mountPath", dataset_mount(sp.dataset)}, {"readOnly", true}});
     }
-    if (!s.checkpoint.path.empty()) {
-      json source = volume_source(s.checkpoint.volume, false);
+    if (!sp.checkpoint.path.empty() && opt.cluster) {
+      json source = volume_source(sp.checkpoint.volume, false);
       source["name"] = "checkpoints";
       volumes.push_back(source);
-      mounts.push_back({{"name", "checkpoints"}, {"mountPath", s.checkpoint.path}});
+      mounts.push_back({{"name", "checkpoints"}, {"mountPath", sp.checkpoint.path}});
     }
-    if (!s.cache.ssd_path.empty()) {
-      volumes.push_back({{"name", "ssd-cache"}, {"hostPath", {{"path", s.cache.ssd_path}, {"type", "DirectoryOrCreate"}}}});
-      mounts.push_back({{"name", "ssd-cache"}, {"mountPath", s.cache.ssd_path}});
+    if (!sp.cache.ssd_path.empty() && opt.cluster) {
+      volumes.push_back({{"name", "ssd-cache"}, {"hostPath", {{"path", sp.cache.ssd_path}, {"type", "DirectoryOrCreate"}}}});
+      mounts.push_back({{"name", "ssd-cache"}, {"mountPath", sp.cache.ssd_path}});
     }
     json tolerations = json::array();
-    for (const auto& t : s.placement.tolerations) {
+    for (const auto& t : sp.placement.tolerations) {
       json tol = {{"operator", t.op}};
       if (!t.key.empty()) tol["key"] = t.key;
       if (!t.value.empty()) tol["value"] = t.value;
@@ -715,73 +733,180 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
                                            {"allowPrivilegeEscalation", false},
                                            {"capabilities", {{"drop", json::array({"ALL"})}}},
                                            {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
-    json pod_spec = {{"nodeName", node_of[r]},
+    json pod_spec = {{"nodeName", node},
                      {"restartPolicy", "Never"},
                      {"hostname", pod},
-                     {"subdomain", b.name},
+                     {"subdomain", name},
                      {"automountServiceAccountToken", false},
                      {"terminationGracePeriodSeconds", 30},
                      {"containers", json::array({container})},
                      {"volumes", volumes}};
     if (!tolerations.empty()) pod_spec["tolerations"] = tolerations;
-    b.create("pods", pod,
-             {{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata", b.meta(pod, {{kReplicaLabel, std::to_string(r)}, {kAttemptLabel, std::to_string(attempt)}})},
-              {"spec", pod_spec}});
+    return {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", meta(pod, {{kReplicaLabel, std::to_string(r)}, {kAttemptLabel, std::to_string(attempt)}})},
+            {"spec", pod_spec}};
   }
 
-  // Running: the workers' progress, written at most every status interval.
-  if (running == s.replicas) {
-    if (b.status.phase() != "Running") {
-      b.status.set("phase", "Running");
-      b.status.condition("Running", true, "GangRunning", detail::concat("all ", s.replicas, " pods are running"));
-      if (b.status.is("Restarting")) b.status.condition("Restarting", false, "GangRunning", "");
+  // ---- progress: Running, and the workers' progress, written at most every status interval ----
+  void progress() {
+    const auto& sp = s();
+    int running = 0;
+    for (const PodInfo* p : current) running += p->phase == "Running";
+    if (running == sp.replicas && status.phase() != "Running") {
+      status.set("phase", "Running");
+      status.condition("Running", true, "GangRunning", detail::concat("all ", sp.replicas, " pods are running"));
+      if (status.is("Restarting")) status.condition("Restarting", false, "GangRunning", "");
     }
+    if (o.progress && o.progress->step >= 0) {
+      const Progress& p = *o.progress;
+      const auto last = parse_time(status.s.value("lastProgressTime", ""));
+      const int64_t known_switch = status.s.value("switchStep", int64_t{-1});
+      const bool switch_news = p.switch_step >= 0 && p.switch_step != known_switch;
+      if (switch_news) {
+        status.set("switchStep", p.switch_step);
+        event(false, Reason::kPhaseSwitch, detail::concat("the gang switches from ", sp.communication.sparse, " to ",
+                                                          sp.communication.dense, " at step ", p.switch_step));
+      }
+      // Stragglers: news when the ranks that rank 0 reports as slow change; the figures of the same
+      // ranks are refreshed with the rest of the progress.
+      const json slow = p.slow_ranks;
+      const bool straggler_news = slow != status.s.value("slowRanks", json::array());
+      if (straggler_news && slow.empty()) {
+        status.erase("slowRanks");
+        status.condition("Straggler", false, "NoStraggler", "");
+        event(false, Reason::kStragglerGone, "no rank holds the gang back any more");
+      } else if (straggler_news) {  // the condition is set with the rest of the progress below
+        status.set("slowRanks", slow);
+        event(true, Reason::kStraggler, p.slow_reason);
+      }
+      json history = status.s.value("restartHistory", json::array());
+      bool resumed = false;
+      if (!history.empty() && history.back().value("resumedAtStep", int64_t{-1}) < 0) {
+        history.back()["resumedAtStep"] = p.first_step >= 0 ? p.first_step : p.step;
+        status.set("restartHistory", history);
+        resumed = true;
+      }
+      if (switch_news || straggler_news || resumed || !last || o.now - *last >= opt.status_interval) {
+        if (!slow.empty()) status.condition("Straggler", true, "SlowRank", p.slow_reason);
+        status.set("step", p.step);
+        status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
+        status.set("loss", p.loss);
+        status.set("samplesPerSecond", p.samples_per_second);
+        status.set("trainingPhase", training_phase(sp.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch));
+        status.set("lastProgressTime", format_time(o.now));
+      } else {
+        requeue(duration_cast<milliseconds>(opt.status_interval - (o.now - *last)) + milliseconds(10));
+      }
+    }
+    if (running == sp.replicas) requeue(opt.status_interval);
   }
-  if (o.progress && o.progress->step >= 0) {
-    const Progress& p = *o.progress;
-    const auto last = parse_time(b.status.s.value("lastProgressTime", ""));
-    const int64_t known_switch = b.status.s.value("switchStep", int64_t{-1});
-    const bool switch_news = p.switch_step >= 0 && p.switch_step != known_switch;
-    if (switch_news) {
-      b.status.set("switchStep", p.switch_step);
-      b.event("Normal", "PhaseSwitch", detail::concat("the gang switches from ", s.communication.sparse, " to ", s.communication.dense,
-                                                      " at step ", p.switch_step));
+
+  // ---- the decision: the status patch first, so that a decision is recorded before it is carried
+  // out (a restart counted before the old gang is deleted: a controller that stops in between
+  // resumes from it); the rendezvous serves the gang before its first pod is created ----
+  Decision decision() {
+    status.s["observedGeneration"] = status.generation;
+    const std::optional<RendezvousTarget> target = target_of(o.token, status.s, frozen ? frozen : std::optional<json>(spec), plan);
+    if (target && o.served_attempt != target->attempt) {
+      Action a;
+      a.kind = Action::Kind::kServeRendezvous;
+      a.rendezvous = *target;
+      auto first_pod = std::find_if(d.actions.begin(), d.actions.end(),
+                                    [](const Action& x) { return x.kind == Action::Kind::kCreate && x.resource == Resource::kPod; });
+      d.actions.insert(first_pod, a);
+    } else if (!target && o.served_attempt) {
+      Action a;
+      a.kind = Action::Kind::kStopRendezvous;
+      d.actions.push_back(a);
     }
-    // Stragglers: news when the ranks that rank 0 reports as slow change; the figures of the same
-    // ranks are refreshed with the rest of the progress.
-    const json slow = p.slow_ranks;
-    const bool straggler_news = slow != b.status.s.value("slowRanks", json::array());
-    if (straggler_news && slow.empty()) {
-      b.status.erase("slowRanks");
-      b.status.condition("Straggler", false, "NoStraggler", "");
-      b.event("Normal", "StragglerGone", "no rank holds the gang back any more");
-    } else if (straggler_news) {  // the condition is set with the rest of the progress below
-      b.status.set("slowRanks", slow);
-      b.event("Warning", "Straggler", p.slow_reason);
+    const json patch = status_patch(original_status, status.s);
+    if (!patch.empty()) {
+      Action a;
+      a.kind = Action::Kind::kPatchStatus;
+      a.object = patch;
+      d.actions.insert(d.actions.begin(), a);
     }
-    json history = b.status.s.value("restartHistory", json::array());
-    bool resumed = false;
-    if (!history.empty() && history.back().value("resumedAtStep", int64_t{-1}) < 0) {
-      history.back()["resumedAtStep"] = p.first_step >= 0 ? p.first_step : p.step;
-      b.status.set("restartHistory", history);
-      resumed = true;
-    }
-    if (switch_news || straggler_news || resumed || !last || o.now - *last >= opt.status_interval) {
-      if (!slow.empty()) b.status.condition("Straggler", true, "SlowRank", p.slow_reason);
-      b.status.set("step", p.step);
-      b.status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
-      b.status.set("loss", p.loss);
-      b.status.set("samplesPerSecond", p.samples_per_second);
-      b.status.set("trainingPhase", training_phase(s.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch));
-      b.status.set("lastProgressTime", format_time(o.now));
-    } else {
-      b.requeue(duration_cast<milliseconds>(opt.status_interval - (o.now - *last)) + milliseconds(10));
-    }
+    return std::move(d);
   }
-  if (running == s.replicas) b.requeue(opt.status_interval);
-  return b.finish();
+
+  // ---- helpers ----
+  void event(bool warning, Reason reason, const std::string& message) {
+    Action a;
+    a.kind = Action::Kind::kEvent;
+    a.warning = warning;
+    a.reason = reason;
+    a.message = message;
+    d.actions.push_back(a);
+  }
+  void child(Action::Kind kind, Resource resource, const std::string& child_name, json object = {}) {
+    Action a;
+    a.kind = kind;
+    a.resource = resource;
+    a.name = child_name;
+    a.object = std::move(object);
+    d.actions.push_back(std::move(a));
+  }
+  void create(Resource r, const std::string& child_name, json object) { child(Action::Kind::kCreate, r, child_name, std::move(object)); }
+  void update(Resource r, const std::string& child_name, json object) { child(Action::Kind::kUpdate, r, child_name, std::move(object)); }
+  void requeue(milliseconds after) {
+    if (after.count() <= 0) after = milliseconds(1);
+    if (d.requeue_after.count() == 0 || after < d.requeue_after) d.requeue_after = after;
+  }
+  json owner() const {
+    return json::array({{{"apiVersion", api::kApiVersion},
+                         {"kind", api::kKind},
+                         {"name", name},
+                         {"uid", uid},
+                         {"controller", true},
+                         {"blockOwnerDeletion", true}}});
+  }
+  json meta(const std::string& child_name, json labels = json::object()) const {
+    labels[kJobLabel] = name;
+    return {{"name", child_name}, {"namespace", ns}, {"labels", labels}, {"ownerReferences", owner()}};
+  }
+  void delete_pods(const std::vector<const PodInfo*>& pods) {
+    for (const PodInfo* p : pods)
+      if (!p->terminating) child(Action::Kind::kDelete, Resource::kPod, p->name);
+  }
+  std::vector<const PodInfo*> live_pods() const {
+    std::vector<const PodInfo*> out;
+    for (const auto& p : o.pods)
+      if (p.phase != "Succeeded" && p.phase != "Failed") out.push_back(&p);
+    return out;
+  }
+  // Ends the job: phase, reason, message, the final condition, an Event; the running pods are stopped.
+  void fail(Reason reason, const std::string& message) {
+    status.set("phase", "Failed");
+    status.set("reason", tessera::reconcile::name(reason));
+    status.set("message", message);
+    status.set("completionTime", format_time(o.now));
+    status.condition("Failed", true, tessera::reconcile::name(reason), message);
+    status.condition("Running", false, tessera::reconcile::name(reason), "");
+    if (status.find("Restarting")) status.condition("Restarting", false, tessera::reconcile::name(reason), "");
+    event(true, reason, message);
+    delete_pods(live_pods());
+  }
+
+  const Observed& o;
+  const ReconcileOptions& opt;
+  Decision d;
+  std::string name, ns, uid;
+  Status status;
+  json original_status;
+  std::optional<json> frozen;  // the spec the job started with
+  json spec;                   // the spec to run
+  api::ParsedJob parsed;
+  std::optional<std::pair<int, std::vector<placement::RankAssignment>>> plan;  // the ring plan, if placed
+  int attempt = 0;
+  std::vector<const PodInfo*> current, old_pods;  // pods of this attempt, and of earlier ones
+};
+
+}  // namespace
+
+Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
+  if (o.job["metadata"].contains("deletionTimestamp")) return {};  // the garbage collector removes the children
+  return Reconciler(o, opt).run();
 }
 
 json yaml_to_json(const YAML::Node& n) {

@@ -50,6 +50,15 @@ struct PodInfo {
 };
 
 
+// The gang the rendezvous must serve for the job: the ring plan and attempt of its current gang.
+struct RendezvousTarget {
+  std::string token;
+  int attempt = 0;
+  std::vector<placement::RankAssignment> plan;
+  int switch_at_epoch = -1;            // hybrid jobs
+  int64_t switch_step = -1;            // already chosen (kept in the status)
+};
+
 struct Observed {
   json job;                          // the TrainingJob as stored: metadata, spec, status
   std::vector<PodInfo> pods;         // pods labelled with the job
@@ -60,18 +69,42 @@ struct Observed {
   std::optional<json> config_map;    // the job's ConfigMap
   std::vector<placement::NodeInfo> nodes;  // used: requests of all pods bound there that hold resources
   std::optional<Progress> progress;  // for the current attempt
+  std::optional<int> served_attempt;  // the attempt of the job's gang the backend's rendezvous serves; none: not served
   Time now;
 };
 
+// The children a job has, as the API names their collections.
+enum class Resource { kSecret, kService, kConfigMap, kPod };
+const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
+
+// Why an Event is recorded (its reason), and why a job failed (status.reason).
+enum class Reason {
+  kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
+  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate,
+  // the job failed:
+  kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded,
+};
+const char* name(Reason r);  // "Placed", "GangRestart", ...
+
 struct Action {
-  enum class Kind { kCreate, kUpdate, kDelete, kPatchStatus, kEvent, kDeleteJob };
+  enum class Kind {
+    kCreate, kUpdate, kDelete,  // a child: resource, name, object
+    kPatchStatus,               // object: the merge patch of the job's status
+    kEvent,                     // warning, reason, message
+    kDeleteJob,                 // ttlSecondsAfterFinished
+    kServeRendezvous,           // rendezvous: the gang the backend's rendezvous serves from now on
+    kStopRendezvous,            // the job has no gang to serve any more
+  };
   Kind kind = Kind::kCreate;
-  std::string resource;  // secrets | services | configmaps | pods (create, update, delete)
+  Resource resource = Resource::kPod;
   std::string name;
-  json object;           // create/update: the object; patch: the merge patch of the status
-  std::string event_type, reason, message;  // event: Normal | Warning
+  json object;
+  bool warning = false;          // event: Warning, else Normal
+  Reason reason = Reason::kPlaced;
+  std::string message;
+  RendezvousTarget rendezvous;
   // One line for tests and logs: "create pod j-0-1 on n2", "delete pod j-0-1", "status phase=Running",
-  // "event Warning GangRestart", "delete job".
+  // "event Warning GangRestart", "delete job", "serve rendezvous attempt 0", "stop rendezvous".
   std::string describe() const;
 };
 
@@ -89,18 +122,12 @@ struct ReconcileOptions {
                                        // (tessera-controller --job-defaults: node pools, topology keys, SSD path)
   int metrics_port = 9400;             // slot S of a pod serves /metrics on this port + S (declared as the
                                        // pod's ports metrics-S); 0: the workers serve no metrics
-  bool cluster = true;                 // Kubernetes: pods mount named volumes. false (tessera run): no
-                                       // volumes, and every rank takes one GPU slot of its virtual node
-};
-
-// The gang the rendezvous must serve for the job, from its Secret and ConfigMap: the ring plan and
-// attempt of the current gang. None when the job has no gang (finished, suspended, not placed).
-struct RendezvousTarget {
-  std::string token;
-  int attempt = 0;
-  std::vector<placement::RankAssignment> plan;
-  int switch_at_epoch = -1;            // hybrid jobs
-  int64_t switch_step = -1;            // already chosen (kept in the status)
+  bool cluster = true;                 // Kubernetes: a job needs volumes every node mounts. false (tessera
+                                       // run): paths are this machine's, every rank takes one GPU slot of
+                                       // its virtual node, and nodes have no CPU to account
+  int threads_per_rank = 0;            // > 0: every rank's --threads, unless spec.training.threads is set
+                                       // (tessera run: the machine's cores over the job's ranks); 0: from
+                                       // spec.resources.cpu
 };
 
 Decision reconcile(const Observed& observed, const ReconcileOptions& options);
@@ -117,6 +144,8 @@ json validation_status(const json& summary);
 
 // The status a kPatchStatus action leaves: `status` with the patch's top-level keys set (null removes one).
 json apply_status_patch(json status, const json& patch);
+// The gang the rendezvous must serve for the job as observed (its Secret, ConfigMap and status);
+// none when the job has no gang (finished, suspended, not placed).
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
 
 // Names of the job's children.

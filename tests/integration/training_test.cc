@@ -16,9 +16,12 @@
 #include "testing/process.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "worker/train/checkpoint.h"
+#include "worker/data/filesystem.h"
 
 namespace tessera {
 namespace {
+
+PosixFileSystem posix;
 
 using nlohmann::json;
 using testing::make_temp_dir;
@@ -157,9 +160,9 @@ TEST(TrainingTest, FourReplicasEqualOneProcessWithTheGlobalBatch) {
         << "step " << i;
   // Same weights after 10 steps: relative L2 difference per parameter below 1e-4 (summation order
   // differs between one batch of 8 and four all-reduced batches of 2).
-  CheckpointData wa = read_checkpoint(checkpoint_file(one + "/ckpt", 10, 0));
+  CheckpointData wa = read_checkpoint(posix, checkpoint_file(one + "/ckpt", 10, 0));
   for (int r = 0; r < 4; ++r) {
-    CheckpointData wb = read_checkpoint(checkpoint_file(four + "/ckpt", 10, r));
+    CheckpointData wb = read_checkpoint(posix, checkpoint_file(four + "/ckpt", 10, r));
     for (const auto& [name, va] : wa.arrays) {
       if (name.rfind("param/", 0) != 0) continue;
       const auto& vb = wb.arrays.at(name);
@@ -356,7 +359,7 @@ TEST(TrainingTest, OverlappedExchangeTrainsBitwiseLikeTheSequentialOne) {
       EXPECT_EQ(on[i]["bytes_inter"], off[i]["bytes_inter"]) << "rank " << r << " step " << i;
       EXPECT_GT(on[i]["comm_total_s"].get<double>(), 0.0);
     }
-    CheckpointData a = read_checkpoint(checkpoint_file(dir + "/on/ckpt", 20, r)), b = read_checkpoint(checkpoint_file(dir + "/off/ckpt", 20, r));
+    CheckpointData a = read_checkpoint(posix, checkpoint_file(dir + "/on/ckpt", 20, r)), b = read_checkpoint(posix, checkpoint_file(dir + "/off/ckpt", 20, r));
     ASSERT_EQ(a.arrays.size(), b.arrays.size());
     for (const auto& [name, va] : a.arrays) {
       const auto& vb = b.arrays.at(name);

@@ -130,7 +130,7 @@ TEST(ControllerMetricsTest, CountsTheLifecycleFromTheStatusWrites) {
   status = {{"phase", "Restarting"}, {"restarts", 1}};
   reconcile::Action pod;
   pod.kind = reconcile::Action::Kind::kCreate;
-  pod.resource = "pods";
+  pod.resource = reconcile::Resource::kPod;
   m.observe_action("ns", "a", status, pod);
   m.observe_action("ns", "a", status, pod);
   m.observe_action("ns", "a", status, patch({{"phase", "Succeeded"}}));

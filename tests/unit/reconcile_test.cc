@@ -75,6 +75,7 @@ Observed running(int attempt = 0, json spec_patch = json::object()) {
   o.config_map = config_map(o.job, attempt);
   o.nodes = {node("n0", "a", 2, 2), node("n1", "b", 2, 2)};
   o.pods = {pod(attempt, 0, "Running"), pod(attempt, 1, "Running")};
+  o.served_attempt = attempt;  // the backend's rendezvous serves the gang
   o.now = kNow;
   return o;
 }
@@ -94,7 +95,7 @@ std::vector<std::string> describe(const Decision& d) {
 
 const Action* find(const Decision& d, Action::Kind kind, const std::string& resource = "") {
   for (const auto& a : d.actions)
-    if (a.kind == kind && (resource.empty() || a.resource == resource)) return &a;
+    if (a.kind == kind && (resource.empty() || plural(a.resource) == resource)) return &a;
   return nullptr;
 }
 
@@ -106,7 +107,7 @@ TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
   o.now = kNow;
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Placing restarts=0", "create secret j-token", "create service j",
-                                                   "create configmap j-config", "event Normal Placed", "create pod j-0-0 on n0",
+                                                   "create configmap j-config", "event Normal Placed", "serve rendezvous attempt 0", "create pod j-0-0 on n0",
                                                    "create pod j-0-1 on n1"}));
   // Both pods in zone a (the closest topology), bound by the controller, owned by the job.
   const Action* p = find(d, Action::Kind::kCreate, "pods");
@@ -173,7 +174,7 @@ TEST(ReconcileTest, TheControllersJobDefaultsFillWhatTheSpecLeavesUnset) {
   again.token = "new-token";
   again.config_map = cm;
   again.config_map->at("metadata")["resourceVersion"] = "7";
-  for (const auto& a : reconcile(again, opt).actions) EXPECT_NE(a.reason, "SpecChangeRejected") << a.message;
+  for (const auto& a : reconcile(again, opt).actions) EXPECT_NE(std::string(name(a.reason)), "SpecChangeRejected") << a.message;
 }
 
 TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
@@ -202,7 +203,7 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, ""};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
-                                                   "delete pod j-0-0", "delete pod j-0-1"}));
+                                                   "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
   const json status = d.actions[0].object;
   ASSERT_EQ(status["restartHistory"].size(), 1u);
   EXPECT_EQ(status["restartHistory"][0]["pod"], "j-0-1");
@@ -212,6 +213,7 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   // Next: the restart is recorded; the old gang's pods go before the new one is placed.
   Observed next = o;
   next.job["status"] = apply_status_patch(next.job["status"], status);
+  next.served_attempt.reset();  // the backend stopped serving attempt 0
   next.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
   next.pods[0].terminating = true;
   EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{"delete pod j-0-1"}));
@@ -220,7 +222,7 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
   const Decision placed = reconcile(next, options());
   EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
-                                                        "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
 }
 
 TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
@@ -229,7 +231,7 @@ TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
   o.pods[0].message = "spec.dataset.path: '/data/train' has no index (manifest.tsv)";
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidConfiguration",
-                                                   "event Warning InvalidConfiguration", "delete pod j-0-1"}));
+                                                   "event Warning InvalidConfiguration", "delete pod j-0-1", "stop rendezvous"}));
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.dataset.path"), std::string::npos);
   // A pod's long message (its last log lines) goes into the status bounded, by its end.
   o.pods[0].message = std::string(20000, 'x') + " the end";
@@ -245,7 +247,7 @@ TEST(ReconcileTest, ExitStatusThreeIsADivergedRunAndIsNotRetried) {
   o.pods[0].message = "training diverged: loss is nan at step 7";
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=TrainingDiverged",
-                                                   "event Warning TrainingDiverged", "delete pod j-0-1"}));
+                                                   "event Warning TrainingDiverged", "delete pod j-0-1", "stop rendezvous"}));
   const std::string message = d.actions[0].object["message"].get<std::string>();
   EXPECT_NE(message.find("loss is nan at step 7"), std::string::npos) << message;
   EXPECT_NE(message.find("not retried"), std::string::npos) << message;
@@ -256,7 +258,7 @@ TEST(ReconcileTest, BackoffLimitExceededFailsTheJob) {
   o.pods = {pod(2, 0, "Failed", 1), pod(2, 1, "Running")};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=BackoffLimitExceeded",
-                                                   "event Warning BackoffLimitExceeded", "delete pod j-2-1"}));
+                                                   "event Warning BackoffLimitExceeded", "delete pod j-2-1", "stop rendezvous"}));
 }
 
 TEST(ReconcileTest, AdmissionRejectionPlacesTheGangAgainWithoutARestart) {
@@ -264,7 +266,7 @@ TEST(ReconcileTest, AdmissionRejectionPlacesTheGangAgainWithoutARestart) {
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", -1, "OutOfnvidia.com/gpu")};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning AdmissionRejected", "delete pod j-0-0",
-                                                   "delete pod j-0-1", "update configmap j-config"}));
+                                                   "delete pod j-0-1", "update configmap j-config", "stop rendezvous"}));
   EXPECT_FALSE(d.actions[0].object.contains("restarts"));
   EXPECT_FALSE(find(d, Action::Kind::kUpdate)->object["data"].contains("plan.json"));
 }
@@ -275,7 +277,7 @@ TEST(ReconcileTest, AllPodsSucceededSucceedsTheJob) {
   o.pods = {pod(0, 0, "Succeeded", 0), pod(0, 1, "Succeeded", 0)};
   o.pods[0].message = R"({"type":"summary","job":"j","steps":48,"samples_per_second":12.5,"val_loss":0.1,"val_metric":0.2,"baseline_loss":0.3})";
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed"}));
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed", "stop rendezvous"}));
   EXPECT_EQ(d.actions[0].object["step"], 48);
   EXPECT_EQ(d.actions[0].object["validation"]["baselineLoss"], 0.3);
   EXPECT_EQ(d.actions[0].object["trainingPhase"], "dense");
@@ -287,7 +289,7 @@ TEST(ReconcileTest, SuspendDeletesThePodsAndResumeStartsTheClockAgain) {
   Observed o = running(0, {{"runPolicy", {{"suspend", true}, {"activeDeadlineSeconds", 100}}}});
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Suspended", "delete pod j-0-0", "delete pod j-0-1",
-                                                   "event Normal Suspended"}));
+                                                   "event Normal Suspended", "stop rendezvous"}));
   // Resumed 500 s later: past the deadline counted from the first start, yet it runs.
   Observed r = running(0, {{"runPolicy", {{"suspend", false}, {"activeDeadlineSeconds", 100}}}});
   r.job["status"]["phase"] = "Suspended";
@@ -304,7 +306,8 @@ TEST(ReconcileTest, DeadlineFailsTheJobAndStopsItsPods) {
   Observed o = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 30}}}});
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=DeadlineExceeded",
-                                                   "event Warning DeadlineExceeded", "delete pod j-0-0", "delete pod j-0-1"}));
+                                                   "event Warning DeadlineExceeded", "delete pod j-0-0", "delete pod j-0-1",
+                                                   "stop rendezvous"}));
   Observed early = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 90}}}});
   const Decision wait = reconcile(early, options());
   EXPECT_EQ(find(wait, Action::Kind::kDelete), nullptr);
@@ -316,6 +319,7 @@ TEST(ReconcileTest, TtlDeletesTheFinishedJob) {
   o.job["status"]["phase"] = "Succeeded";
   o.job["status"]["completionTime"] = format_time(kNow - seconds(11));
   o.pods = {pod(0, 0, "Succeeded", 0), pod(0, 1, "Succeeded", 0)};
+  o.served_attempt.reset();  // stopped when the job succeeded
   EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{"event Normal TTLExpired", "delete job"}));
   o.job["status"]["completionTime"] = format_time(kNow - seconds(4));
   const Decision d = reconcile(o, options());
@@ -500,7 +504,7 @@ TEST(ReconcileTest, LocallyEveryRankTakesAGpuSlotAndNoVolumeIsNeeded) {
   const Decision d = reconcile(o, local);
   std::vector<std::string> nodes;
   for (const auto& a : d.actions)
-    if (a.kind == Action::Kind::kCreate && a.resource == "pods") nodes.push_back(a.object["spec"]["nodeName"]);
+    if (a.kind == Action::Kind::kCreate && a.resource == Resource::kPod) nodes.push_back(a.object["spec"]["nodeName"]);
   EXPECT_EQ(nodes, (std::vector<std::string>{"local-0", "local-1"}));  // 2 slots each: one replica per node
   // On a cluster the same CPU job packs (no GPU requested) but needs a checkpoint volume.
   const Decision cluster = reconcile(o, options());

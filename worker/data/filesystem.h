@@ -1,5 +1,5 @@
-// FileSystem: the byte-level file operations of the data cache, behind an interface so tests and
-// benchmarks can slow it down (ThrottledFileSystem: bandwidth and latency, like NFS) or break it
+// FileSystem: the byte-level file operations of the data cache and the checkpoints, behind an
+// interface so tests and benchmarks can slow it down (ThrottledFileSystem: bandwidth and latency, like NFS) or break it
 // (FaultyFileSystem: read errors, torn writes, a full disk). Errors throw IoError naming the path.
 // Implementations are thread-safe.
 #pragma once
@@ -31,8 +31,9 @@ class FileSystem {
  public:
   virtual ~FileSystem() = default;
   virtual std::string read(const std::string& path) = 0;
-  // Writes a temporary file next to `path`, then renames it: readers see the old file or the whole
-  // new one, never a part.
+  // Writes a temporary file next to `path` (<path>.tmp.<pid>), syncs it, renames it and syncs the
+  // directory: readers see the old file or the whole new one, never a part, even after a crash. A
+  // failed write removes its temporary file.
   virtual void write_atomic(const std::string& path, const std::string& bytes) = 0;
   virtual void remove(const std::string& path) = 0;
   // Regular files in dir (names only); temporary files of unfinished writes are not listed.

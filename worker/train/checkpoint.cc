@@ -13,6 +13,7 @@
 
 #include "worker/core/checksum.h"
 #include "common/error.h"
+#include "worker/data/filesystem.h"
 
 namespace tessera {
 namespace {
@@ -52,10 +53,6 @@ class Reader {
   size_t pos_ = 0;
 };
 
-[[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw Error("checkpoint: cannot " + what + " '" + path + "': " + std::strerror(errno));
-}
-
 }  // namespace
 
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank) {
@@ -64,10 +61,7 @@ std::string checkpoint_file(const std::string& dir, int64_t step, int rank) {
   return dir + "/" + name;
 }
 
-void write_checkpoint(const std::string& dir, int64_t step, int rank, const CheckpointData& data) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw Error("checkpoint: cannot create directory '" + dir + "': " + ec.message());
+void write_checkpoint(FileSystem& fs, const std::string& dir, int64_t step, int rank, const CheckpointData& data) {
   std::string buf(kMagic, sizeof(kMagic));
   put<uint64_t>(buf, data.counters.size());
   for (const auto& [name, v] : data.counters) {
@@ -84,48 +78,22 @@ void write_checkpoint(const std::string& dir, int64_t step, int rank, const Chec
   }
   put<uint64_t>(buf, fnv1a64(buf));
 
-  const std::string path = checkpoint_file(dir, step, rank);
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("create", tmp);
-  size_t off = 0;
-  while (off < buf.size()) {
-    ssize_t n = ::write(fd, buf.data() + off, buf.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = e;
-      io_error("write", tmp);
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    const int e = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    errno = e;
-    io_error("sync", tmp);
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    errno = e;
-    io_error("rename into", path);
-  }
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
+  try {
+    fs.make_dir(dir);
+    fs.write_atomic(checkpoint_file(dir, step, rank), buf);
+  } catch (const IoError& e) {
+    throw IoError(e.path(), std::string("checkpoint: ") + e.what(), e.no_space());
   }
 }
 
-CheckpointData read_checkpoint(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error("checkpoint: cannot open '" + file + "'");
-  return parse_checkpoint(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), file);
+CheckpointData read_checkpoint(FileSystem& fs, const std::string& file) {
+  std::string bytes;
+  try {
+    bytes = fs.read(file);
+  } catch (const IoError& e) {
+    throw IoError(e.path(), std::string("checkpoint: ") + e.what());
+  }
+  return parse_checkpoint(bytes, file);
 }
 
 CheckpointData parse_checkpoint(const std::string& s, const std::string& file) {
@@ -184,18 +152,15 @@ std::vector<int64_t> checkpoint_steps(const std::string& dir, int rank) {
   return out;
 }
 
-int remove_partial_checkpoints(const std::string& dir, int rank) {
-  int n = 0;
-  for (const auto& [step, file] : list_checkpoints(dir, rank, "\\.bin\\.tmp")) {
-    std::error_code ec;
-    if (std::filesystem::remove(file, ec)) ++n;
-  }
-  return n;
+int remove_partial_checkpoints(FileSystem& fs, const std::string& dir, int rank) {
+  const auto partial = list_checkpoints(dir, rank, "\\.bin\\.tmp\\..+");
+  for (const auto& [step, file] : partial) fs.remove(file);
+  return static_cast<int>(partial.size());
 }
 
-void prune_checkpoints(const std::string& dir, int rank, int keep) {
+void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int keep) {
   auto all = list_checkpoints(dir, rank);
-  for (size_t i = 0; i + keep < all.size(); ++i) std::filesystem::remove(all[i].second);
+  for (size_t i = 0; i + keep < all.size(); ++i) fs.remove(all[i].second);
 }
 
 }  // namespace tessera

@@ -1,5 +1,5 @@
-// Checkpoints: named float arrays plus integer counters, written atomically (temporary file, fsync,
-// rename, fsync of the directory) with a checksum verified on read. One file per rank and step:
+// Checkpoints: named float arrays plus integer counters, written through a FileSystem (atomically:
+// FileSystem::write_atomic) with a checksum verified on read. One file per rank and step:
 // <dir>/ckpt-<step>-rank<rank>.bin. A torn or corrupt file is an error naming it, never a silent
 // partial restore (the trainer then resumes from an older checkpoint every rank can read). I/O errors
 // name the path, and a failed write removes its temporary file; nothing is retried.
@@ -13,14 +13,16 @@
 
 namespace tessera {
 
+class FileSystem;
+
 struct CheckpointData {
   std::map<std::string, int64_t> counters;             // step, optimizer steps, ...
   std::map<std::string, std::vector<float>> arrays;    // parameters, optimizer state, residuals, ...
 };
 
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
-void write_checkpoint(const std::string& dir, int64_t step, int rank, const CheckpointData& data);
-CheckpointData read_checkpoint(const std::string& file);
+void write_checkpoint(FileSystem& fs, const std::string& dir, int64_t step, int rank, const CheckpointData& data);
+CheckpointData read_checkpoint(FileSystem& fs, const std::string& file);
 // The checkpoint in `bytes` (as read from `file`, which errors name): its checksum verified, then every
 // length checked against what is left, so no input makes it read past the end or allocate more
 // than the input's size.
@@ -29,10 +31,10 @@ CheckpointData parse_checkpoint(const std::string& bytes, const std::string& fil
 std::optional<int64_t> latest_checkpoint(const std::string& dir, int rank);
 // The steps of rank's checkpoints in dir, oldest first.
 std::vector<int64_t> checkpoint_steps(const std::string& dir, int rank);
-// Deletes this rank's partly written checkpoints (<file>.tmp, left by a process stopped while it
+// Deletes this rank's partly written checkpoints (<file>.tmp.*, left by a process stopped while it
 // wrote one) and returns how many there were.
-int remove_partial_checkpoints(const std::string& dir, int rank);
+int remove_partial_checkpoints(FileSystem& fs, const std::string& dir, int rank);
 // Deletes this rank's checkpoints except the newest `keep`.
-void prune_checkpoints(const std::string& dir, int rank, int keep);
+void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int keep);
 
 }  // namespace tessera

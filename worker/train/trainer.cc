@@ -98,8 +98,8 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
       box_.end[d] = p->owned(d).end;
     }
   const DataConfig& dc = config_.data;
+  posix_ = std::make_unique<PosixFileSystem>();  // checkpoints and the data cache
   if (dc.format == "hdf5") {
-    posix_ = std::make_unique<PosixFileSystem>();
     FileSystem* remote = posix_.get();
     if (dc.remote_mbps > 0) {
       remote_fs_ = std::make_unique<ThrottledFileSystem>(
@@ -309,19 +309,19 @@ void Trainer::save(int64_t next_step) {
   if (sparse_)
     for (auto& [b, r] : sparse_->residuals()) d.arrays["residual/" + std::to_string(b)] = r;
   try {
-    write_checkpoint(config_.checkpoint.path, next_step, rank_, d);
+    write_checkpoint(*posix_, config_.checkpoint.path, next_step, rank_, d);
   } catch (const Error& e) {
     const auto kept = latest_checkpoint(config_.checkpoint.path, rank_);
     throw Error(detail::concat("the checkpoint of step ", next_step, " was not written (", e.what(), "); ",
                                kept ? detail::concat("the one of step ", *kept, " is kept") : std::string("there is no older one"),
                                ". Free space under spec.checkpoint.path (", config_.checkpoint.path, ") or point it elsewhere"));
   }
-  prune_checkpoints(config_.checkpoint.path, rank_, config_.checkpoint.keep);
+  prune_checkpoints(*posix_, config_.checkpoint.path, rank_, config_.checkpoint.keep);
 }
 
 void Trainer::restore() {
   if (config_.checkpoint.path.empty()) return;
-  if (const int partial = remove_partial_checkpoints(config_.checkpoint.path, rank_))
+  if (const int partial = remove_partial_checkpoints(*posix_, config_.checkpoint.path, rank_))
     log_info("removed ", detail::count(partial, "partly written checkpoint"), " of rank ", rank_, " in ",
              config_.checkpoint.path, " (an earlier run stopped while writing)");
   // Every rank resumes from the same step: the newest one all of them can read. A rank whose newest
@@ -337,7 +337,7 @@ void Trainer::restore() {
       if (*it > at_most || unreadable.count(*it)) continue;
       if (held == *it) return held;
       try {
-        d = read_checkpoint(checkpoint_file(dir, *it, rank_));
+        d = read_checkpoint(*posix_, checkpoint_file(dir, *it, rank_));
         held = *it;
         return held;
       } catch (const Error& e) {
