@@ -3,8 +3,10 @@ BUILD_DIR ?= build
 ASAN_DIR  ?= build-asan
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
+# ccache hashes paths relative to the build directory, so the build trees below share its objects.
+export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps deps-bench configure build cluster-tools test test-asan fuzz run bench bench-cluster bench-parity clean
+.PHONY: all deps deps-bench configure build cluster-tools test check-options test-asan fuzz run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -28,6 +30,14 @@ cluster-tools: deps
 test: build cluster-tools
 	cd $(BUILD_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 600
 	@bash scripts/fuzz.sh ci
+
+# Production code needs neither tests/ nor bench/: the tree configures and builds without the tests,
+# with and without the benchmarks (CI runs this after `make test`).
+check-options: deps
+	cmake -S . -B build-notests -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_TESTS=OFF $(CMAKE_ARGS)
+	cmake --build build-notests -j $(JOBS)
+	cmake -S . -B build-minimal -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF $(CMAKE_ARGS)
+	cmake --build build-minimal -j $(JOBS)
 
 # The libFuzzer targets (fuzz/), built with clang in build-fuzz: `make test` runs each on a fixed
 # number of inputs from a fixed seed; `make fuzz FUZZ_SECONDS=600` runs each that long, seeded at random.
@@ -89,4 +99,4 @@ bench-cluster: build deps-bench
 	/usr/bin/python3 bench/cluster/plot.py $(CLUSTER_OUT)/cluster.jsonl $(CLUSTER_OUT) --model $(CLUSTER_OUT)/cost_model.json
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) build-notests build-minimal

@@ -1,7 +1,8 @@
 // tessera: the command-line tool.
 //
-//   tessera validate JOB.yaml... [--json]
-//       checks TrainingJob manifests: every problem with its field path and reason
+//   tessera validate JOB.yaml... [--json] [--strict]
+//       checks TrainingJob manifests: every problem with its field path and reason; fields with no
+//       effect as warnings (--strict: as problems)
 //   tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]
 //                        [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]
 //       runs the job on this machine (controller/local): virtual nodes from spec.local or the flags,
@@ -45,9 +46,10 @@ namespace tessera {
 namespace {
 
 constexpr const char* kValidateUsage =
-    "usage: tessera validate JOB.yaml... [--json]\n"
+    "usage: tessera validate JOB.yaml... [--json] [--strict]\n"
     "Checks TrainingJob manifests against the API's rules and the model's: every problem with its field\n"
-    "path and reason. Status 0 when every manifest is valid, 2 otherwise.\n";
+    "path and reason, and as warnings the fields that have no effect where they stand (--strict: those\n"
+    "are problems too). Status 0 when every manifest is valid, 2 otherwise.\n";
 constexpr const char* kRunUsage =
     "usage: tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
     "                   [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
@@ -90,7 +92,7 @@ constexpr const char* kVerifyUsage =
 int usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage:\n"
-               "  tessera validate JOB.yaml... [--json]\n"
+               "  tessera validate JOB.yaml... [--json] [--strict]\n"
                "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
                "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
@@ -151,21 +153,25 @@ std::string short_count(int64_t n) {
 
 int validate(int argc, char** argv) {
   std::vector<std::string> files;
-  bool as_json = false;
+  bool as_json = false, strict = false;
   Flags flags("tessera validate", kValidateUsage);
-  flags.toggle("--json", &as_json).positional(&files, 1, 100'000, "manifests");
+  flags.toggle("--json", &as_json).toggle("--strict", &strict).positional(&files, 1, 100'000, "manifests");
   if (!flags.parse(argc, argv, 2)) return 0;
-  if (files.empty()) throw ConfigError("validate", "name at least one manifest");
   bool all_ok = true;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& file : files) {
     int64_t parameters = 0;
-    const api::ParsedJob p = check(file, &parameters);
+    api::ParsedJob p = check(file, &parameters);
+    // --strict: a field with no effect is a problem, not a warning.
+    if (strict && p.ok()) std::swap(p.problems, p.warnings);
     all_ok = all_ok && p.ok();
     if (as_json) {
-      nlohmann::json problems = nlohmann::json::array();
-      for (const auto& q : p.problems) problems.push_back({{"field", q.field}, {"reason", q.reason}});
-      out.push_back({{"file", file}, {"valid", p.ok()}, {"problems", problems}});
+      auto list = [](const std::vector<FieldProblem>& v) {
+        nlohmann::json a = nlohmann::json::array();
+        for (const auto& q : v) a.push_back({{"field", q.field}, {"reason", q.reason}});
+        return a;
+      };
+      out.push_back({{"file", file}, {"valid", p.ok()}, {"problems", list(p.problems)}, {"warnings", list(p.warnings)}});
       if (p.ok()) out.back()["parameters"] = parameters;
       continue;
     }
@@ -175,6 +181,7 @@ int validate(int argc, char** argv) {
                   p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(), detail::count(s.replicas, "replica").c_str(),
                   detail::count(s.ranks_per_replica, "rank").c_str(), s.parallelism.spatial_size(), s.data_replicas(),
                   s.model.name.c_str(), short_count(parameters).c_str(), s.communication.strategy.c_str());
+      for (const auto& w : p.warnings) std::printf("  warning: %s: %s\n", w.field.c_str(), w.reason.c_str());
     } else {
       std::printf("%s: %s\n", file.c_str(), detail::count(p.problems.size(), "problem").c_str());
       for (const auto& q : p.problems) std::printf("  %s: %s\n", q.field.c_str(), q.reason.c_str());

@@ -144,7 +144,6 @@ class Launch {
         if (a.kind == Action::Kind::kEvent && (a.reason == Reason::kPlaced || a.reason == Reason::kUnschedulable))
           metrics_.observe_placement(took);
       metrics_.observe_job(job_.namespace_, job_.name, status());
-      start_prometheus();
       const std::string phase = status().value("phase", "");
       if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && pods_->running() == 0) return finish();
       // The virtual cluster never grows: a gang that does not fit now never will.
@@ -217,19 +216,9 @@ class Launch {
     http_->handle("/targets", [this] { return HttpResponse{200, "application/json", http_sd_targets(service_->metrics_targets())}; });
     const std::string at = detail::concat("127.0.0.1:", http_->port());
     say(detail::concat("metrics: the controller's at http://", at, "/metrics; the workers' are listed at http://", at, "/targets"));
-    metrics_at_ = at;
-  }
-
-  // Prometheus, once every worker of the gang announced its metrics endpoint: its first discovery
-  // then finds them all, so they are scraped from the job's first seconds (a target that appears
-  // later waits for Prometheus' next discovery update, several seconds).
-  void start_prometheus() {
-    if (options_.prometheus_addr.empty() || prometheus_) return;
-    const bool all_announced = static_cast<int>(service_->metrics_targets().size()) >= spec_.workers();
-    const std::string phase = status().value("phase", "");
-    if (!all_announced && phase != "Succeeded" && phase != "Failed") return;
-    prometheus_ = std::make_unique<LocalPrometheus>((fs::path(dir_) / "prometheus").string(), options_.prometheus_bin,
-                                                    options_.prometheus_addr, metrics_at_, [this](const std::string& line) { say(line); });
+    if (!options_.prometheus_addr.empty())
+      prometheus_ = std::make_unique<LocalPrometheus>((fs::path(dir_) / "prometheus").string(), options_.prometheus_bin,
+                                                      options_.prometheus_addr, at, [this](const std::string& line) { say(line); });
   }
 
   // Carries out the reconcile's actions, as the Kubernetes backend does with API calls.
@@ -462,7 +451,6 @@ class Launch {
   std::string rendezvous_;  // host:port the workers reach the rendezvous at
   ControllerMetrics metrics_;
   std::unique_ptr<HttpServer> http_;
-  std::string metrics_at_;  // host:port of the controller's /metrics and /targets
   std::unique_ptr<LocalPrometheus> prometheus_;
   std::unique_ptr<LocalPods> pods_;
   reconcile::ReconcileOptions reconcile_options_;

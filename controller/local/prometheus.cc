@@ -60,7 +60,8 @@ LocalPrometheus::LocalPrometheus(const std::string& dir, const std::string& bin,
   process_ = std::make_unique<Process>(std::vector<std::string>{bin, "--config.file=" + dir + "/prometheus.yml",
                                                                 "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=" + listen},
                                        std::vector<std::string>{}, log);
-  // The job starts once Prometheus is ready, so that its first seconds are recorded too.
+  // The job starts once Prometheus serves: a run is never cut short of its own data. (Prometheus
+  // applies new scrape targets every 5 s, so a worker's first samples come a few seconds after it starts.)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!ready(listen)) {
     if (process_->poll()) throw Error(detail::concat("Prometheus exited at its start; see ", log));

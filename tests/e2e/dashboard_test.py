@@ -26,6 +26,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import dashboard  # noqa: E402
 
 SCRAPE = 2  # tessera run's scrape interval
+# The job switches to dense about 15 s after it starts: Prometheus 2.42 applies new scrape targets
+# every 5 s, so the workers' first samples come 5-7 s after they start, and the annotation's test
+# needs samples of the sparse phase before the switch.
 
 JOB = """apiVersion: tessera.dev/v1alpha1
 kind: TrainingJob
@@ -37,12 +40,12 @@ spec:
   model: {name: cosmoflow, inputSize: 16, hidden: [32, 16]}
   dataset: {format: hdf5, path: data/train, validationPath: data/val}
   training:
-    epochs: 40
+    epochs: 60
     batchSize: 4
     optimizer: {name: adam, learningRate: 0.001}
     schedule: {decay: cosine, minLearningRate: 0.0002}
   parallelism: {spatial: {d: 2}}
-  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.01, switchAtEpoch: 20}
+  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.01, switchAtEpoch: 36}
   cache:
     memory: 64Mi
     localSSD: {path: work/ssd, sizeLimit: 1Gi}

@@ -322,6 +322,9 @@ DatasetIndex read_index(const std::string& dir) {
         static const std::regex kCount("[0-9]{1,9}");
         if (!std::regex_match(v, kCount)) throw bad("malformed line '" + line + "'");
         x.classes = std::stoi(v);
+      } else {
+        // A key this version does not know (a manifest written by a newer one): said, not silently dropped.
+        log_warn(path, ": unknown key '", k, "' ignored (this version reads layout, input, target, transform and classes)");
       }
       continue;
     }

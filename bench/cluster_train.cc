@@ -1,0 +1,299 @@
+#include "bench/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <limits>
+
+#include "controller/local/emulated_network.h"
+#include "testing/fork_ranks.h"
+#include "testing/process.h"
+#include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/comm/store.h"
+#include "worker/nn/optim.h"
+#include "worker/train/trainer.h"
+
+namespace tessera::bench {
+
+JobConfig bench_job(const std::string& model, int world, int batch, int steps_per_epoch, int epochs, int threads) {
+  JobConfig job;
+  job.workers = world;
+  if (model == "cosmoflow") {
+    job.model.name = "cosmoflow";
+    job.model.input_size = 32;
+    job.dataset = SyntheticConfig{"cosmo", 32, 0, 7, 0};
+    job.training.optimizer.name = "adam";
+    job.training.schedule.base_lr = 2e-4;
+  } else if (model == "cnn25m") {
+    job.model.name = "cnn2d";
+    job.model.input_size = 64;
+    job.model.base_channels = 32;
+    job.model.hidden = {1536};
+    job.dataset = SyntheticConfig{"images", 64, 0, 7, 10};
+    job.training.optimizer.name = "sgd";
+    job.training.optimizer.momentum = 0.9;
+    job.training.schedule.base_lr = 0.01;
+  } else {
+    throw ConfigError("--model", "'" + model + "': expected cosmoflow or cnn25m");
+  }
+  job.dataset.samples = static_cast<uint64_t>(batch) * steps_per_epoch;
+  job.validation_samples = static_cast<uint64_t>(batch);
+  job.training.batch_size = batch;
+  job.training.epochs = epochs;
+  job.training.threads = threads;
+  job.training.log_every_seconds = 1e9;
+  job.data.loader_threads = 1;
+  return job;
+}
+
+struct TrainRun {
+  std::string model = "cosmoflow", strategy = "dense", rate = "1gbit", delay;
+  int nodes = 2, local = 1, batch = 16, steps = 12, threads = 1;
+  int epochs = 0;  // > 0: train that many epochs of `steps` steps and report validation after each
+  uint64_t seed = 1;  // the weights' initialisation and the data order (the samples stay the same)
+  std::string optimizer;  // empty: the model's own (bench_job); else OptimizerConfig's defaults
+  double lr = 0;          // > 0: the base learning rate instead of the model's
+  bool overlap = true;
+  double density = 0.001;
+  // Time to a loss validates on 16 batches (256 samples at batch 16: a steadier loss than one batch).
+  uint64_t validation_samples() const { return epochs > 0 ? 16 * static_cast<uint64_t>(batch) : 0; }
+};
+
+// The model's own optimizer and learning rate (bench_job's), or those of --optimizer and --lr.
+void tune_optimizer(JobConfig& job, const TrainRun& t) {
+  if (!t.optimizer.empty()) job.training.optimizer = OptimizerConfig{.name = t.optimizer};  // its defaults: momentum 0.9
+  if (t.lr > 0) job.training.schedule.base_lr = t.lr;
+}
+
+// The slowest rank's means over the measured steps (each epoch's first two warm up): the step
+// (everything it waited for: data, compute, exposed communication), communication exposed and
+// total, compute (forward, backward, update); and the bytes a rank sent between nodes per step,
+// the mean over the ranks (as the exchange benchmark's): in a world ring only one rank of a node
+// sends across, so the slowest rank's own may be 0.
+struct TrainResult {
+  double step_ms = 0, exposed_ms = 0, total_ms = 0, compute_ms = 0, bytes_inter = 0;
+  double select_ms = 0;  // of the communication: error feedback and top-k selection (sparse strategies)
+  // Per step, the largest compute of any rank (every collective waits for it), averaged; compute_ms
+  // is the reported rank's own.
+  double slowest_compute_ms = 0;
+  int64_t params = 0;
+  nlohmann::json epochs = nlohmann::json::array();  // {epoch, seconds, val_loss, val_metric} (--epochs)
+};
+
+TrainResult run_cluster_training(const TrainRun& t) {
+  const int world = t.nodes * t.local;
+  const std::string dir = testing::make_temp_dir("tessera-train-bench");
+  auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
+    set_default_log_level(LogLevel::kWarn);
+    set_log_tag("rank " + std::to_string(r));
+    const std::string host = enter_node(r / t.local);
+    FileStore store(dir);
+    CommGroups g = connect_groups(store, Topology::grid(t.nodes, t.local), r, gloo_factory(Millis(300000), host));
+    const bool hybrid = t.strategy == "hybrid";
+    // Throughput: two epochs of --steps per phase (hybrid: sparse, then dense), timed in the second
+    // of each, when the synthetic samples are generated already (as a dataset read from a cache
+    // would be). Time to a loss: --epochs of --steps, hybrid dense from its second half of epochs on.
+    const bool throughput = t.epochs == 0;
+    JobConfig job = bench_job(t.model, world, t.batch, t.steps, throughput ? (hybrid ? 4 : 2) : t.epochs, t.threads);
+    if (t.epochs > 0) job.validation_samples = t.validation_samples();
+    job.model.seed = t.seed;
+    job.training.seed = t.seed;
+    tune_optimizer(job, t);
+    auto& c = job.communication;
+    c.strategy = t.strategy;
+    c.density = t.density;
+    c.overlap = t.overlap;
+    c.switch_at_epoch = throughput ? 2 : std::max(1, t.epochs / 2);
+    Trainer trainer(job, &g);
+    const auto t_start = Clock::now();
+    nlohmann::json epochs = nlohmann::json::array();
+    trainer.on_epoch = [&](const EpochRecord& e) {
+      if (t.epochs > 0)  // time to a loss; a throughput run's validation is not reported
+        epochs.push_back({{"epoch", e.epoch}, {"seconds", ms_since(t_start) / 1e3}, {"val_loss", e.val_loss}, {"val_metric", e.val_metric}});
+    };
+    std::vector<double> step, exposed, total, select, compute, inter;
+    trainer.on_step = [&](const StepRecord& s) {
+      // Warm-up: the first two steps of each epoch (allocation, connections, a new phase's
+      // buffers); throughput: the first epoch of each phase as well.
+      if (s.step % trainer.steps_per_epoch() < 2 || (throughput && s.epoch % 2 == 0)) return;
+      step.push_back(1e3 * (s.data_s + s.forward_s + s.backward_s + s.comm_s + s.update_s));
+      exposed.push_back(1e3 * s.comm_s);
+      total.push_back(1e3 * s.comm_total_s);
+      select.push_back(1e3 * s.select_s);
+      compute.push_back(1e3 * (s.forward_s + s.backward_s + s.update_s));
+      inter.push_back(static_cast<double>(s.bytes_inter));
+    };
+    trainer.run();
+    report = nlohmann::json{{"step", step}, {"exposed", exposed}, {"total", total}, {"select", select}, {"compute", compute}, {"inter", inter}, {"epochs", epochs}}.dump();
+    return 0;
+  }, std::chrono::minutes(20));
+  std::filesystem::remove_all(dir);
+  auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / std::max<size_t>(1, v.size()); };
+  TrainResult worst;
+  double inter = 0;
+  std::vector<double> slowest;  // per measured step, the largest compute of any rank
+  for (int r = 0; r < world; ++r) {
+    if (outcomes[r].exit_code != 0)
+      throw Error(detail::concat("training bench: rank ", r, " failed (exit ", outcomes[r].exit_code, "): ", outcomes[r].report));
+    const nlohmann::json j = nlohmann::json::parse(outcomes[r].report);
+    const auto compute = j["compute"].get<std::vector<double>>();
+    TrainResult x;
+    x.step_ms = mean(j["step"].get<std::vector<double>>());
+    x.exposed_ms = mean(j["exposed"].get<std::vector<double>>());
+    x.total_ms = mean(j["total"].get<std::vector<double>>());
+    x.select_ms = mean(j["select"].get<std::vector<double>>());
+    x.compute_ms = mean(compute);
+    x.bytes_inter = mean(j["inter"].get<std::vector<double>>());
+    x.epochs = j["epochs"];
+    inter += x.bytes_inter / world;
+    slowest.resize(std::max(slowest.size(), compute.size()));
+    for (size_t i = 0; i < compute.size(); ++i) slowest[i] = std::max(slowest[i], compute[i]);
+    // The job runs at its slowest rank's pace; its communication figures are that rank's.
+    if (x.step_ms > worst.step_ms) worst = x;
+  }
+  worst.bytes_inter = inter;
+  worst.slowest_compute_ms = mean(slowest);
+  worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
+  return worst;
+}
+
+// PyTorch DistributedDataParallel (Gloo, default buckets, its overlap) on the same model, data and
+// emulated cluster: bench/torch_ddp.py, one process per rank in its node's namespace.
+TrainResult run_ddp(const TrainRun& t) {
+  const int world = t.nodes * t.local;
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
+    throw Error("the PyTorch DDP peer needs python3-torch (make bench-deps)");
+  const std::string dir = testing::make_temp_dir("tessera-ddp-bench");
+  // The same training samples Tessera trains on, as raw float32: inputs then targets.
+  JobConfig job = bench_job(t.model, world, t.batch, t.steps, 1, t.threads);
+  {
+    auto data = make_synthetic(job.dataset);
+    std::ofstream x(dir + "/inputs.f32", std::ios::binary), y(dir + "/targets.f32", std::ios::binary);
+    for (uint64_t i = 0; i < data->size(); ++i) {
+      Sample s = data->get(i);
+      x.write(reinterpret_cast<const char*>(s.input.data()), s.input.numel() * sizeof(float));
+      y.write(reinterpret_cast<const char*>(s.target.data()), s.target.numel() * sizeof(float));
+    }
+  }
+  const int port = 29500 + static_cast<int>(getpid() % 1000);
+  auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
+    enter_node(r / t.local);
+    const std::string cmd = detail::concat(
+        "GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch_ddp.py --model ", t.model, " --rank ", r,
+        " --world ", world, " --master 10.77.0.1:", port, " --data ", dir, " --batch ", t.batch / world, " --steps ", t.steps,
+        " --threads ", t.threads, " 2>", dir, "/ddp-", r, ".log");
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return 1;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
+    return pclose(p) == 0 ? 0 : 1;
+  }, std::chrono::minutes(20));
+  std::string failed;
+  for (int r = 0; r < world && failed.empty(); ++r)
+    if (outcomes[r].exit_code != 0)
+      failed = detail::concat("DDP rank ", r, " failed: ", testing::read_file(detail::concat(dir, "/ddp-", r, ".log")));
+  std::filesystem::remove_all(dir);
+  if (!failed.empty()) throw Error(failed);
+  TrainResult worst;
+  for (int r = 0; r < world; ++r) {
+    const auto j = nlohmann::json::parse(outcomes[r].report);
+    TrainResult x;
+    x.step_ms = j["step_ms"];
+    x.compute_ms = j["compute_ms"];
+    x.params = j["params"];
+    if (x.step_ms > worst.step_ms) worst = x;
+  }
+  return worst;
+}
+
+// Training throughput on the emulated cluster: Tessera with --strategy (dense, torus, topk, hitopk or
+// hybrid: two epochs of each phase) and --overlap, or the PyTorch DDP peer (--peer ddp).
+int cluster_train(int argc, char** argv) {
+  TrainRun t;
+  int64_t seed = 1;
+  std::string overlap = "on", peer = "tessera";
+  bool json = false;
+  Flags flags("tessera-bench cluster-train",
+              "usage: tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--peer ddp] [--overlap on|off]\n"
+              "           --nodes M --local N --rate R [--delay D] [--batch B --steps K --threads T --density R --epochs E\n"
+              "           --seed S] [--optimizer sgd|adam|lars --lr X] [--json]\n");
+  flags.text("--model", &t.model)
+      .text("--strategy", &t.strategy)
+      .integer("--nodes", &t.nodes, 1, 64)
+      .integer("--local", &t.local, 1, 64)
+      .integer("--batch", &t.batch, 1, 1 << 20)
+      .integer("--steps", &t.steps, 3, 1000000)
+      .integer("--threads", &t.threads, 1, 1024)
+      .real("--density", &t.density, {0, 1, true, false})
+      .integer("--epochs", &t.epochs, 0, 100000)
+      .integer("--seed", &seed, 1, std::numeric_limits<int64_t>::max())
+      .text("--rate", &t.rate)
+      .text("--delay", &t.delay)
+      .text("--optimizer", &t.optimizer)
+      .real("--lr", &t.lr, Interval::above(0))
+      .text("--overlap", &overlap)
+      .text("--peer", &peer)
+      .toggle("--json", &json);
+  if (!flags.parse(argc, argv, 2)) return 0;
+  t.seed = static_cast<uint64_t>(seed);
+  const bool seeded = flags.given("--seed"), tuned = flags.given("--optimizer") || flags.given("--lr");
+  if (overlap != "on" && overlap != "off") throw ConfigError("--overlap", "'" + overlap + "': expected on or off");
+  t.overlap = overlap == "on";
+  if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
+  if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
+  if (peer == "ddp" && seeded) throw ConfigError("--seed", "the DDP peer measures throughput only");
+  if (peer == "ddp" && tuned) throw ConfigError(flags.given("--lr") ? "--lr" : "--optimizer", "the DDP peer measures throughput only");
+  JobConfig tuned_job = bench_job(t.model, 1, 1, 1, 1, 1);  // the optimizer the ranks will build
+  tune_optimizer(tuned_job, t);
+  try {
+    make_optimizer(tuned_job.training.optimizer);
+  } catch (const ConfigError& e) {
+    throw ConfigError("--optimizer", e.problems().front().reason);
+  }
+  if (t.batch % (t.nodes * t.local))
+    throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
+  local::EmulatedNetwork network(netns_program(), t.nodes, t.rate, t.delay, "--rate", json);
+  const TrainResult r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
+  const double sps = t.batch / (r.step_ms / 1e3);
+  const std::string strategy = peer == "ddp" ? "ddp" : t.strategy;
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"bench", "cluster-train"}, {"peer", peer}, {"model", t.model}, {"params", r.params},
+                                       {"strategy", strategy}, {"overlap", peer == "ddp" ? true : t.overlap},
+                                       {"nodes", t.nodes}, {"local", t.local}, {"rate", t.rate}, {"delay", t.delay},
+                                       {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
+                                       {"seed", t.seed}, {"optimizer", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.optimizer.name)},
+                                       {"lr", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.schedule.base_lr)}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"slowest_compute_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.slowest_compute_ms)},
+                                       {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
+                                       {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
+                                       {"select_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.select_ms)},
+                                       {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
+                                       {"epochs", r.epochs}}.dump().c_str());
+    return 0;
+  }
+  std::printf("%s %s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
+              "%.1f samples/s; compute %.1f ms",
+              peer.c_str(), strategy.c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
+              r.step_ms, sps, r.compute_ms);
+  if (peer == "tessera")
+    std::printf(" (the slowest rank's %.1f ms), communication %.1f ms exposed of %.1f ms%s", r.slowest_compute_ms, r.exposed_ms,
+                r.total_ms, t.overlap ? " (overlapped)" : "");
+  std::printf("\n");
+  for (const auto& e : r.epochs)
+    std::printf("  epoch %d at %.1f s: validation loss %.5f, metric %.4f\n", e["epoch"].get<int>(), e["seconds"].get<double>(),
+                e["val_loss"].get<double>(), e["val_metric"].get<double>());
+  return 0;
+}
+
+}  // namespace tessera::bench

@@ -1,0 +1,151 @@
+#include "bench/bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <omp.h>
+
+#include "worker/models/model.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/dnnl_util.h"
+#include "worker/nn/optim.h"
+
+namespace tessera::bench {
+
+
+// Mean seconds of fn over `iters` calls after one warm-up call.
+double time_it(const std::function<void()>& fn, int iters) {
+  fn();
+  auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  return std::chrono::duration<double>(Clock::now() - t0).count() / iters;
+}
+
+// The PyTorch baseline of `train`, or null when python3 with torch is not installed.
+nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const std::string& hidden) {
+  return python_peer(detail::concat("torch_cosmoflow.py --size ", size, " --batch ", batch, " --threads ", threads,
+                                    " --iters ", iters, " --hidden ", hidden));
+}
+
+int train(int argc, char** argv) {
+  ModelConfig mc;
+  mc.name = "cosmoflow";
+  mc.input_size = 64;
+  int batch = 4, threads = 2, iters = 5;
+  bool json = false;
+  Flags flags("tessera-bench train",
+              "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n");
+  flags.text("--model", &mc.name)
+      .integer("--size", &mc.input_size, 4, 4096)
+      .integer("--batch", &batch, 1, 1 << 20)
+      .integer("--threads", &threads, 1, 1024)
+      .integer("--iters", &iters, 1, 100000)
+      .toggle("--json", &json);
+  if (!flags.parse(argc, argv, 2)) return 0;
+  omp_set_num_threads(threads);
+  auto model = make_model(mc);
+  Shape in = {batch};
+  for (int64_t d : model->sample_shape()) in.push_back(d);
+  Shape tgt = {batch};
+  for (int64_t d : model->target_shape()) tgt.push_back(d);
+  Tensor x = random_tensor(in, 1), y = random_tensor(tgt, 2);
+  if (model->task() != Task::kRegression)
+    for (auto& v : y.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 3) % 3);
+  auto opt = make_optimizer(OptimizerConfig{});
+  auto params = model->params();
+  double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
+  int timed = -1;                           // the warm-up step is not counted
+  const double step_s = time_it([&] {
+    auto t0 = Clock::now();
+    for (Param* p : params) p->grad.zero();
+    Tensor out = model->forward(x, true);
+    auto t1 = Clock::now();
+    model->backward(model->loss(out, y).grad);
+    auto t2 = Clock::now();
+    opt->step(params, 1e-4);
+    auto t3 = Clock::now();
+    if (++timed > 0) {
+      fwd_s += std::chrono::duration<double>(t1 - t0).count();
+      bwd_s += std::chrono::duration<double>(t2 - t1).count();
+      upd_s += std::chrono::duration<double>(t3 - t2).count();
+    }
+  }, iters);
+  fwd_s /= iters, bwd_s /= iters, upd_s /= iters;
+  const double sps = batch / step_s;
+
+  // Conv layer shapes of the model, each timed alone.
+  nlohmann::json convs = nlohmann::json::array();
+  Shape shape = in;
+  for (Layer* l : model->layers()) {
+    if (auto* c = dynamic_cast<Conv*>(l); c && c->options().spatial_dims == 3) {
+      Conv conv("bench", c->options());
+      // In the layout the model's convolutions see (channels-last), so no reorder is timed.
+      Tensor xi = dnnl_util::to_layout(random_tensor(shape, 3), Layout::kChannelsLast);
+      const double flops = conv.forward_flops(shape);
+      const double fwd = time_it([&] { conv.forward(xi, true); }, iters);
+      Tensor g = dnnl_util::to_layout(random_tensor(conv.output_shape(shape), 4), Layout::kChannelsLast);
+      conv.forward(xi, true);
+      const double bwd = time_it([&] { conv.backward(g); }, iters);
+      convs.push_back({{"in", c->options().in_channels}, {"out", c->options().out_channels}, {"size", shape[2]},
+                       {"fwd_gflops", flops / fwd / 1e9}, {"bwd_gflops", 2 * flops / bwd / 1e9}});
+    }
+    shape = l->output_shape(shape);
+  }
+
+  nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"size", mc.input_size}, {"batch", batch},
+                        {"threads", threads}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3},
+                        {"forward_ms", fwd_s * 1e3}, {"backward_ms", bwd_s * 1e3}, {"update_ms", upd_s * 1e3}};
+  nlohmann::json torch = nullptr;
+  if (mc.name == "cosmoflow") {
+    std::string hidden;
+    for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+    torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
+  }
+  out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];
+  out["ratio_vs_torch"] = torch.is_null() ? nlohmann::json(nullptr) : nlohmann::json(sps / torch["samples_per_second"].get<double>());
+  for (size_t i = 0; i < convs.size(); ++i) {
+    if (!torch.is_null() && i < torch["convs"].size()) {
+      convs[i]["torch_fwd_gflops"] = torch["convs"][i]["fwd_gflops"];
+      convs[i]["torch_bwd_gflops"] = torch["convs"][i]["bwd_gflops"];
+    }
+  }
+  out["convs"] = convs;
+  if (json) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  std::printf("%s at %d^3, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size,
+              batch, threads, sps, step_s * 1e3);
+  if (!torch.is_null())
+    std::printf("; PyTorch %s: %.2f samples/s; ratio %.2fx", torch["version"].get<std::string>().c_str(),
+                torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());
+  else
+    std::printf("; PyTorch baseline not available (install python3-torch)");
+  std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
+  for (const auto& c : convs) {
+    std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
+                c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());
+    if (c.contains("torch_fwd_gflops")) {
+      const nlohmann::json& tb = c["torch_bwd_gflops"];  // null: its backward was within the timing noise
+      std::printf("   (PyTorch %6.1f / %s)", c["torch_fwd_gflops"].get<double>(),
+                  tb.is_number() ? detail::concat(std::round(tb.get<double>() * 10) / 10).c_str() : "n/a");
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
+
+// ---- spatial ----
+
+}  // namespace tessera::bench
