@@ -170,14 +170,15 @@ int run(int argc, char** argv) {
            o.op.namespace_.empty() ? std::string("all namespaces") : "namespace " + o.op.namespace_);
   // The operator (and its rendezvous port) exists only in the leader: a standby is not ready, so
   // the Service sends the workers to the leader alone.
+  // Declared before the operator, which writes to them until it is destroyed (first, at the end).
+  ControllerMetrics metrics;
+  metrics.set_leader(false);
   std::unique_ptr<kube::KubeOperator> op;
   std::mutex op_mu;
   auto ready = [&] {
     std::lock_guard<std::mutex> lock(op_mu);
     return op && op->ready();
   };
-  ControllerMetrics metrics;
-  metrics.set_leader(false);
   o.op.metrics = &metrics;
   std::unique_ptr<HttpServer> http;
   if (!o.health_addr.empty()) {
@@ -242,5 +243,12 @@ int run(int argc, char** argv) {
 }  // namespace tessera
 
 int main(int argc, char** argv) {
-  return tessera::run_command("tessera-controller", [&] { return tessera::run(argc, argv); });
+  return tessera::run_command("tessera-controller", [&] {
+    try {
+      return tessera::run(argc, argv);
+    } catch (const tessera::kube::Stopped& e) {
+      tessera::log_info(e.what());  // SIGTERM before it could start: a clean stop
+      return 0;
+    }
+  });
 }

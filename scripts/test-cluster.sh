@@ -15,6 +15,8 @@
 #   scripts/test-cluster.sh stop DIR     stops everything started in DIR
 #   scripts/test-cluster.sh restart-apiserver DIR
 #                                        stops and starts kube-apiserver alone (same port, same etcd)
+#   scripts/test-cluster.sh stop-apiserver DIR / start-apiserver DIR
+#                                        the same in two steps (the API server gone meanwhile)
 #   scripts/test-cluster.sh account-kubeconfig DIR NAMESPACE ACCOUNT
 #                                        prints a kubeconfig that authenticates as service account
 #                                        NAMESPACE/ACCOUNT (its token, not the admin's)
@@ -250,6 +252,8 @@ case "${1:-}" in
     stop_one "${2:?restart-apiserver needs a directory}" apiserver
     start_apiserver "$2"
     ;;
+  stop-apiserver) stop_one "${2:?stop-apiserver needs a directory}" apiserver ;;
+  start-apiserver) start_apiserver "${2:?start-apiserver needs a directory}" ;;
   account-kubeconfig) account_kubeconfig "${2:?account-kubeconfig needs a directory}" "${3:?and a namespace}" "${4:?and an account}" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
 esac

@@ -449,7 +449,7 @@ void KubeOperator::preflight(const std::atomic<bool>& stop) {
       log_warn(e.what(), "; retrying in ", backoff.count(), " ms");
     }
     for (auto until = std::chrono::steady_clock::now() + backoff; std::chrono::steady_clock::now() < until;) {
-      if (stop) throw Error("stopped before the API server " + c.config().server + " could be reached");
+      if (stop) throw Stopped("stopped before the API server " + c.config().server + " could be reached");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));

@@ -45,6 +45,12 @@ struct OperatorStats {
   std::vector<double> reconcile_seconds;     // the newest 100,000 reconciles' durations (observe + decide + act)
 };
 
+// The operator was asked to stop before it could start (preflight still waiting for the API server).
+class Stopped : public Error {
+ public:
+  using Error::Error;
+};
+
 // One RBAC grant the controller needs: `verb` on `resource` (with its subresource) of API group
 // `group` ("" for core). namespaced: in the namespaces it watches; else cluster-wide.
 struct Permission {
@@ -62,7 +68,7 @@ class KubeOperator {
 
   // Checks that the API server is reachable (retrying with backoff, saying so), that the
   // TrainingJob CRD is installed and that this identity may list and watch what it needs; throws
-  // Error with a clear message otherwise.
+  // Error with a clear message otherwise, and Stopped when *stop is set while it waits.
   void preflight(const std::atomic<bool>& stop);
   // Starts the informers and workers and blocks until stop() (or *stop).
   void run(const std::atomic<bool>& stop);

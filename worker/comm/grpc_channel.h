@@ -10,10 +10,12 @@
 
 namespace tessera {
 
-// A refusal that a controller coming back may lift: it is unreachable, or it does not know the job
+// A refusal that a controller coming back may lift: it is unreachable, it stopped while answering
+// (a controller shut down cleanly cancels the calls it was serving), or it does not know the job
 // yet (it is rebuilding its jobs after a restart).
 inline bool controller_may_return(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::NOT_FOUND;
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::CANCELLED ||
+         s.error_code() == grpc::StatusCode::NOT_FOUND;
 }
 
 // The largest message to or from the controller (its rendezvous refuses larger ones too).
