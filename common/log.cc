@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include "common/flags.h"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -14,11 +16,12 @@ namespace tessera {
 namespace {
 
 LogLevel level_from_env() {
-  const char* v = std::getenv("TESSERA_LOG_LEVEL");
-  if (!v) return LogLevel::kInfo;
-  if (!std::strcmp(v, "debug")) return LogLevel::kDebug;
-  if (!std::strcmp(v, "warn")) return LogLevel::kWarn;
-  if (!std::strcmp(v, "error")) return LogLevel::kError;
+  const auto v = env_value("TESSERA_LOG_LEVEL");
+  if (!v || *v == "info") return LogLevel::kInfo;
+  if (*v == "debug") return LogLevel::kDebug;
+  if (*v == "warn") return LogLevel::kWarn;
+  if (*v == "error") return LogLevel::kError;
+  std::fprintf(stderr, "TESSERA_LOG_LEVEL: '%s' is not debug, info, warn or error; logging at info\n", v->c_str());
   return LogLevel::kInfo;
 }
 
@@ -36,7 +39,7 @@ void set_log_tag(const std::string& tag) {
 void set_log_level(LogLevel level) { g_level = static_cast<int>(level); }
 
 void set_default_log_level(LogLevel level) {
-  if (!std::getenv("TESSERA_LOG_LEVEL")) set_log_level(level);
+  if (!env_value("TESSERA_LOG_LEVEL")) set_log_level(level);
 }
 
 bool log_enabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }

@@ -1,5 +1,7 @@
 #include "controller/kube/client.h"
 
+#include "common/flags.h"
+
 #include <curl/curl.h>
 #include <yaml-cpp/yaml.h>
 
@@ -151,14 +153,14 @@ KubeConfig KubeConfig::from_file(const std::string& file) {
 }
 
 KubeConfig KubeConfig::in_cluster() {
-  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  if (!host || !*host || !port || !*port)
+  const auto host = env_value("KUBERNETES_SERVICE_HOST");
+  if (!host || !env_value("KUBERNETES_SERVICE_PORT"))
     throw ConfigError("--kubeconfig", "not given, and KUBERNETES_SERVICE_HOST/PORT are not set (not running in a pod)");
+  const int64_t port = env_int("KUBERNETES_SERVICE_PORT", 0, 1, 65535);
   KubeConfig c;
   c.source = "in-cluster";
-  const std::string h = host;
-  c.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+  const std::string& h = *host;
+  c.server = "https://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(port);
   c.token_file = std::string(kServiceAccountDir) + "/token";
   c.ca_file = std::string(kServiceAccountDir) + "/ca.crt";
   read_file(c.token_file, "service account token");

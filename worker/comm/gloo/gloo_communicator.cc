@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/flags.h"
 
 namespace tessera {
 namespace {
@@ -50,8 +51,8 @@ struct GlooCommunicator::Op {
 
 std::shared_ptr<gloo::transport::Device> GlooCommunicator::make_device(const std::string& hostname) {
   gloo::transport::tcp::attr attr;
-  if (const char* iface = std::getenv("TESSERA_GLOO_IFACE"); iface && *iface) {
-    attr.iface = iface;
+  if (const auto iface = env_value("TESSERA_GLOO_IFACE")) {
+    attr.iface = *iface;
   } else {
     attr.hostname = hostname;
   }
