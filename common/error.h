@@ -40,6 +40,19 @@ class ConfigError : public Error {
   std::vector<FieldProblem> problems_;
 };
 
+// A file could not be read or written: the path and why (no_space: the disk is full).
+class IoError : public Error {
+ public:
+  IoError(const std::string& path, const std::string& what, bool no_space = false)
+      : Error("'" + path + "': " + what), path_(path), no_space_(no_space) {}
+  const std::string& path() const { return path_; }
+  bool no_space() const { return no_space_; }
+
+ private:
+  std::string path_;
+  bool no_space_;
+};
+
 // A collective or point-to-point operation failed or did not complete before its deadline.
 class CommError : public Error {
  public:

@@ -46,6 +46,7 @@
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/process.h"
 #include "common/http_server.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
@@ -223,8 +224,7 @@ int run_slots(const char* argv0, const Options& o) {
     std::ifstream in(detail::concat(errors, "/slot-", failed_slot));
     std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     while (!why.empty() && why.back() == '\n') why.pop_back();
-    if (why.empty()) why = result > 128 ? detail::concat("killed by signal ", result - 128, " (", strsignal(result - 128), ")")
-                                        : detail::concat("exited with status ", result);
+    if (why.empty()) why = Process::describe(result);
     std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
     if (!o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << failed_slot << ": " << why << "\n";
   }

@@ -16,8 +16,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
+#include "common/files.h"
 #include "common/http_server.h"
 #include "common/log.h"
+#include "controller/local/console.h"
 #include "controller/local/emulated_network.h"
 #include "controller/local/local_pods.h"
 #include "controller/local/prometheus.h"
@@ -36,18 +38,6 @@ using reconcile::Action;
 using reconcile::Reason;
 
 std::atomic<bool> g_interrupted{false};
-
-std::string clock_time() {
-  std::time_t t = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof(buf), "%H:%M:%S", std::localtime(&t));
-  return buf;
-}
-
-std::string duration(double seconds) {
-  const int s = static_cast<int>(seconds + 0.5);
-  return s >= 60 ? detail::concat(s / 60, "m", s % 60 < 10 ? "0" : "", s % 60, "s") : detail::concat(s, "s");
-}
 
 // The last summary line rank 0 printed to its pod's log.
 json read_summary(const std::string& log) {
@@ -69,7 +59,7 @@ json read_summary(const std::string& log) {
 class Launch {
  public:
   Launch(const api::TrainingJob& job, const LocalOptions& options)
-      : job_(job), options_(options), spec_(job.spec), dir_(spec_.local.work_dir),
+      : job_(job), options_(options), spec_(job.spec), console_(options.out, job), dir_(spec_.local.work_dir),
         work_dir_abs_(fs::absolute(dir_).lexically_normal().string()),
         checkpoint_dir_(api::under_work_dir(spec_.checkpoint.path, work_dir_abs_)) {
     fs::create_directories(dir_);
@@ -149,7 +139,7 @@ class Launch {
       // The virtual cluster never grows: a gang that does not fit now never will.
       if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") return unschedulable(*c);
       if (std::chrono::duration<double>(Clock::now() - last_line_at).count() >= options_.progress_seconds) {
-        progress_line();
+        console_.progress(last_progress_, status());
         last_line_at = Clock::now();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -241,7 +231,7 @@ class Launch {
           if (a.resource == reconcile::Resource::kPod) pods_->stop({a.name});
           break;
         case Action::Kind::kEvent:
-          if (a.reason == Reason::kPlaced) placed(a.message);
+          if (a.reason == Reason::kPlaced) console_.placed(status(), a.message, rendezvous_, threads_, dir_ + "/logs");
           else if (a.reason == Reason::kGangRestart) say(a.message);
           else if (a.reason != Reason::kCompleted && a.reason != Reason::kPhaseSwitch)
             say(detail::concat(job_.name, ": ", reconcile::name(a.reason), ": ", a.message));
@@ -276,26 +266,6 @@ class Launch {
     write_status();
   }
 
-  void placed(const std::string& where) {
-    const auto& c = spec_.communication;
-    std::string strategy = c.strategy;
-    if (c.strategy == "hybrid") strategy = detail::concat("hybrid: ", c.sparse, " until epoch ", c.switch_at_epoch, ", then ", c.dense);
-    if (!announced_) {
-      say(detail::concat("job ", job_.name, ": ", detail::count(spec_.workers(), "worker"), " (",
-                         detail::count(spec_.replicas, "replica"), " x ", detail::count(spec_.ranks_per_replica, "rank"), ") on ",
-                         detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(spec_.local.gpus_per_node, "GPU slot"),
-                         "; spatial ", spec_.parallelism.spatial_size(), " x data ", spec_.data_replicas(), "; ", strategy, "; ",
-                         detail::count(threads_, "thread"), " per worker"));
-      for (const auto& p : status().value("placement", json::array()))
-        say(detail::concat("  replica ", p["replica"].get<int>(), " on ", p["node"].get<std::string>(), ": ranks ", p["ranks"].dump()));
-      say(detail::concat("rendezvous on ", rendezvous_, "; each pod runs tessera-worker --slots ", spec_.ranks_per_replica,
-                         "; pod logs in ", dir_, "/logs"));
-      announced_ = true;
-    } else {
-      say(detail::concat(job_.name, ": placed again: ", where));
-    }
-  }
-
   // The gang does not fit the virtual cluster: what would.
   LocalResult unschedulable(const json& placed) {
     const int r = spec_.replicas, k = spec_.ranks_per_replica, g = spec_.local.gpus_per_node;
@@ -309,19 +279,6 @@ class Launch {
                         detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"), " does not fit ",
                                        detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(g, "GPU slot"), " (",
                                        options_.cluster_from, "); ", fix, ": ", placed.value("message", "")));
-  }
-
-  void progress_line() {
-    const RendezvousProgress& p = last_progress_;
-    if (p.step < 0 || status().value("phase", "") != "Running") return;
-    const auto& c = spec_.communication;
-    const std::string phase = status().value("trainingPhase", "sparse");
-    // hybrid: "sparse phase (hitopk)"; otherwise the one strategy.
-    const std::string exchange =
-        c.strategy == "hybrid" ? detail::concat(phase, " phase (", phase == "sparse" ? c.sparse : c.dense, ")") : c.strategy;
-    say(detail::concat(job_.name, " Running  epoch ", p.epoch + 1, "/", spec_.training.epochs, "  step ", p.step, "  ",
-                       fixed_digits(p.samples_per_second, 1), " samples/s  loss ", fixed_digits(p.loss, 4), "  ", exchange,
-                       "  restarts ", status().value("restarts", 0)));
   }
 
   // The job ended as the reconcile decided (its status holds the summary of a success).
@@ -374,7 +331,7 @@ class Launch {
     for (const auto& r : status().value("restartHistory", json::array()))
       result_.restart_history.push_back({r.value("reason", ""), r.value("failedAtStep", int64_t{-1}), r.value("resumedAtStep", int64_t{-1})});
     write_status();
-    report();
+    console_.report(result_);
     return result_;
   }
 
@@ -387,33 +344,7 @@ class Launch {
   }
   int status_restarts() const { return object_["status"].value("restarts", 0); }
 
-  void report() {
-    const LocalResult& r = result_;
-    if (r.phase != "Succeeded") {
-      say(detail::concat(job_.name, " ", r.phase, r.reason.empty() ? "" : " (" + r.reason + ")", " after ",
-                         duration(r.seconds), ": ", r.message));
-      return;
-    }
-    std::string line = detail::concat(job_.name, " Succeeded in ", duration(r.seconds), ": ", r.steps, " steps, ",
-                                      fixed_digits(r.samples_per_second, 2), " samples/s, restarts ", r.restarts);
-    if (r.switch_step >= 0) line += detail::concat(", switched to ", spec_.communication.dense, " at step ", r.switch_step);
-    say(line);
-    for (const auto& h : r.restart_history)
-      say(detail::concat("  restart: ", h.reason, " at step ", h.failed_at_step, "; resumed at step ", h.resumed_at_step));
-    if (!r.validated)
-      say("  no validation: the job has no validation set (spec.dataset.validationPath or validationSplit gives one)");
-    else if (spec_.model.name == "cosmoflow")
-      say(detail::concat("  validation MSE ", fixed_digits(r.val_loss, 4), " vs predict-the-mean ", fixed_digits(r.baseline_loss, 4), ": ",
-                         fixed_digits(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed_digits(r.val_metric, 4)));
-    else
-      say(detail::concat("  validation loss ", fixed_digits(r.val_loss, 4), ", accuracy ", fixed_digits(r.val_metric, 4),
-                         class_scores_text(r.baseline_metric, r.iou)));
-  }
-
-  void say(const std::string& line) {
-    std::fprintf(options_.out, "[%s] %s\n", clock_time().c_str(), line.c_str());
-    std::fflush(options_.out);
-  }
+  void say(const std::string& line) const { console_.say(line); }
 
   // status.json: the CRD's status, plus the worker processes of the current gang.
   void write_status() {
@@ -425,20 +356,16 @@ class Launch {
       list.push_back(entry);
     }
     status()["workers"] = list;
-    const fs::path file = fs::path(dir_) / "status.json", tmp = fs::path(dir_) / "status.json.tmp";
-    {
-      std::ofstream out(tmp);
-      out << json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", job_.name}}},
-                  {"status", status()}}
-                 .dump(2)
-          << "\n";
-    }
-    fs::rename(tmp, file);
+    write_file_atomic((fs::path(dir_) / "status.json").string(),
+                      json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", job_.name}}}, {"status", status()}}
+                              .dump(2) +
+                          "\n");
   }
 
   const api::TrainingJob& job_;
   const LocalOptions& options_;
   const api::TrainingJobSpec& spec_;
+  JobConsole console_;
   const std::string dir_, work_dir_abs_, checkpoint_dir_;  // the work directory (as given, absolute), checkpoints in it
   std::string token_;  // the job's, random per run
   json object_;        // the TrainingJob, its status kept here
@@ -454,7 +381,7 @@ class Launch {
   std::unique_ptr<LocalPrometheus> prometheus_;
   std::unique_ptr<LocalPods> pods_;
   reconcile::ReconcileOptions reconcile_options_;
-  bool announced_ = false, resume_told_ = false;
+  bool resume_told_ = false;
   RendezvousProgress last_progress_;
   Clock::time_point start_;
   LocalResult result_;

@@ -12,28 +12,16 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/files.h"
 
 namespace tessera {
-
-class IoError : public Error {
- public:
-  IoError(const std::string& path, const std::string& what, bool no_space = false)
-      : Error("'" + path + "': " + what), path_(path), no_space_(no_space) {}
-  const std::string& path() const { return path_; }
-  bool no_space() const { return no_space_; }
-
- private:
-  std::string path_;
-  bool no_space_;
-};
 
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
   virtual std::string read(const std::string& path) = 0;
-  // Writes a temporary file next to `path` (<path>.tmp.<pid>), syncs it, renames it and syncs the
-  // directory: readers see the old file or the whole new one, never a part, even after a crash. A
-  // failed write removes its temporary file.
+  // write_file_atomic (common/files.h): readers see the old file or the whole new one, never a
+  // part, even after a crash.
   virtual void write_atomic(const std::string& path, const std::string& bytes) = 0;
   virtual void remove(const std::string& path) = 0;
   // Regular files in dir (names only); temporary files of unfinished writes are not listed.
