@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "testing/random.h"
 #include "worker/core/tensor.h"
 
 namespace tessera {
@@ -23,8 +24,7 @@ namespace tessera::bench {
 using Clock = std::chrono::steady_clock;
 
 inline double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
-// d standard-normal floats from `seed`.
-std::vector<float> gaussian(size_t d, uint32_t seed);
+using testing::gaussian;
 double median(std::vector<double> v);
 // The JSON line a Python peer in bench/ prints (`script_and_args` after /usr/bin/python3 bench/), or
 // null when it cannot run (python3-torch is not installed).

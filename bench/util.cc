@@ -25,13 +25,6 @@
 
 namespace tessera::bench {
 
-std::vector<float> gaussian(size_t d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(d);
-  for (auto& v : x) v = n(rng);
-  return x;
-}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

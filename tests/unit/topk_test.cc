@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/random.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,13 +15,7 @@
 namespace tessera {
 namespace {
 
-std::vector<float> gaussian(size_t d, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  std::vector<float> x(d);
-  for (auto& v : x) v = n(rng);
-  return x;
-}
+using testing::gaussian;
 
 // The selected indices are k distinct valid indices whose magnitudes, sorted, equal the true top k.
 void expect_true_topk(const std::vector<float>& x, size_t k, const std::vector<uint32_t>& idx) {
