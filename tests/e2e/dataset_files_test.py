@@ -364,6 +364,19 @@ class DatasetFilesTest(unittest.TestCase):
         rc, out, err = tessera("data", "verify", d)
         self.assertEqual(rc, 1)
         self.assertIn("s0.h5' does not match the manifest", err)
+        # a manifest cut short lists fewer files than it says: an error naming it, not a smaller dataset;
+        # a key this version does not know is said, not silently dropped
+        self.index(d)
+        manifest = os.path.join(d, "manifest.tsv")
+        with open(manifest) as f:
+            lines = f.read().splitlines()
+        with open(manifest, "w") as f:
+            f.write("\n".join(lines[:-1] + ["future=1"]) + "\n")
+        rc, out, err = tessera("data", "verify", d)
+        self.assertNotEqual(rc, 0, err)
+        self.assertIn("manifest.tsv", err)
+        self.assertIn("but lists", err)
+        self.assertIn("unknown key 'future' ignored", err)
 
 
 def main():

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <sstream>
 
@@ -302,6 +303,7 @@ DatasetIndex read_index(const std::string& dir) {
   } else if (line != "# tessera-dataset v2") {
     throw bad("not a Tessera dataset manifest");
   }
+  std::optional<uint64_t> listed_samples;  // samples=N, as written since v2
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
     if (line.find('\t') == std::string::npos) {
@@ -322,9 +324,13 @@ DatasetIndex read_index(const std::string& dir) {
         static const std::regex kCount("[0-9]{1,9}");
         if (!std::regex_match(v, kCount)) throw bad("malformed line '" + line + "'");
         x.classes = std::stoi(v);
+      } else if (k == "samples") {
+        static const std::regex kCount("[0-9]{1,19}");
+        if (!std::regex_match(v, kCount)) throw bad("malformed line '" + line + "'");
+        listed_samples = std::stoull(v);
       } else {
         // A key this version does not know (a manifest written by a newer one): said, not silently dropped.
-        log_warn(path, ": unknown key '", k, "' ignored (this version reads layout, input, target, transform and classes)");
+        log_warn(path, ": unknown key '", k, "' ignored (this version reads layout, input, target, transform, classes and samples)");
       }
       continue;
     }
@@ -365,6 +371,8 @@ DatasetIndex read_index(const std::string& dir) {
     x.entries.push_back(std::move(e));
   }
   if (x.entries.empty()) throw bad("lists no samples");
+  if (listed_samples && *listed_samples != x.entries.size())
+    throw bad(detail::concat("says samples=", *listed_samples, " but lists ", x.entries.size(), " (cut short? `tessera data index` writes it again)"));
   static const std::vector<std::string> kLayouts = {"cosmo", "cosmo-channels-last", "unet", "unet-npy"};
   if (std::find(kLayouts.begin(), kLayouts.end(), x.layout) == kLayouts.end()) throw bad("unknown layout '" + x.layout + "'");
   if (x.transform != "log1p" && x.transform != "none" && x.transform != "standardize")
