@@ -17,6 +17,7 @@
 // (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
 // at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
 // configuration, 3 training diverged (the controller does not retry it), 1 any other failure.
+#include <fcntl.h>
 #include <omp.h>
 #include <spawn.h>
 #include <sys/prctl.h>
@@ -143,6 +144,9 @@ nlohmann::ordered_json validation_fields(const EpochRecord& e) {
 
 std::atomic<int> g_forward_signal{0};
 
+// The descriptor a rank of a pod writes why it failed to (see run_slots).
+constexpr int kErrorFd = 3;
+
 void on_supervisor_signal(int sig) { g_forward_signal = sig; }
 
 // The arguments of the rank in `slot` of the pod that `o` describes.
@@ -165,13 +169,18 @@ int run_slots(const char* argv0, const Options& o) {
   std::signal(SIGINT, on_supervisor_signal);
   // The ranks end with this process, even when it is killed outright.
   setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
-  // Each rank writes why it failed to a file of its own; the first failure's reason is this pod's
-  // last line (its termination message), after whatever the stopped ranks print.
-  std::string errors = (std::filesystem::temp_directory_path() / "tessera-slots-XXXXXX").string();
-  if (!mkdtemp(errors.data())) throw Error(detail::concat("cannot create a directory in ", std::filesystem::temp_directory_path()));
+  // Each rank writes why it failed to a pipe of its own (its descriptor kErrorFd): the first
+  // failure's reason is this pod's last line (its termination message), after whatever the stopped
+  // ranks print. A pipe, not a file: a pod's root file system is read-only.
+  setenv("TESSERA_ERROR_FD", std::to_string(kErrorFd).c_str(), 1);
   std::vector<pid_t> pids;
+  std::vector<int> errors;  // the read end of each slot's pipe
   for (int slot = 0; slot < slots; ++slot) {
-    setenv("TESSERA_ERROR_FILE", detail::concat(errors, "/slot-", slot).c_str(), 1);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], kErrorFd);  // the copy keeps no close-on-exec
     std::vector<std::string> args = {argv0};
     const auto rank_args = slot_args(o, slot);
     args.insert(args.end(), rank_args.begin(), rank_args.end());
@@ -183,9 +192,12 @@ int run_slots(const char* argv0, const Options& o) {
     for (auto& a : args) cargv.push_back(a.data());
     cargv.push_back(nullptr);
     pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, cargv.data(), environ) != 0)
-      throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(errno)));
+    const int spawned = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, cargv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(fds[1]);
+    if (spawned != 0) throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(spawned)));
     pids.push_back(pid);
+    errors.push_back(fds[0]);
   }
   auto stop_all = [&](int sig) {
     for (pid_t p : pids)
@@ -221,14 +233,17 @@ int run_slots(const char* argv0, const Options& o) {
     }
   }
   if (failed_slot >= 0) {
-    std::ifstream in(detail::concat(errors, "/slot-", failed_slot));
-    std::string why((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The slot has ended: its pipe holds what it wrote, then end of file.
+    std::string why;
+    char buf[4096];
+    for (ssize_t n; (n = read(errors[failed_slot], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);)
+      if (n > 0) why.append(buf, static_cast<size_t>(n));
     while (!why.empty() && why.back() == '\n') why.pop_back();
     if (why.empty()) why = Process::describe(result);
     std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
     if (!o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << failed_slot << ": " << why << "\n";
   }
-  std::filesystem::remove_all(errors);
+  for (int fd : errors) close(fd);
   return result;
 }
 
@@ -361,8 +376,13 @@ int main(int argc, char** argv) {
     try {
       return tessera::run(argc, argv);
     } catch (const std::exception& e) {
-      // A rank of a pod tells its supervisor why it failed (see run_slots).
-      if (const auto file = tessera::env_value("TESSERA_ERROR_FILE")) std::ofstream(*file) << e.what() << "\n";
+      // A rank of a pod tells its supervisor why it failed (see run_slots), at most 4 KiB of it.
+      const auto supervisor = tessera::parse_int(tessera::env_value("TESSERA_SUPERVISOR_PID").value_or(""));
+      const auto fd = tessera::env_value("TESSERA_ERROR_FD");
+      if (fd && supervisor && *supervisor == getppid()) {
+        const std::string why = std::string(e.what()).substr(0, 4096) + "\n";
+        [[maybe_unused]] const ssize_t n = write(static_cast<int>(tessera::parse_int(*fd).value_or(-1)), why.data(), why.size());
+      }
       throw;
     }
   });
