@@ -375,6 +375,24 @@ TEST(ReconcileTest, AnEditToAStartedJobIsReportedAndNotApplied) {
   EXPECT_EQ(describe(reconcile(s, options()))[0], "status phase=Suspended");
 }
 
+// A field with no effect is one Warning Event, on the job's first reconcile only.
+TEST(ReconcileTest, AFieldWithNoEffectIsOneWarningEvent) {
+  Observed o;
+  o.job = job({{"communication", {{"strategy", "dense"}, {"sparse", "topk"}}}});
+  o.token = "t";
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2)};
+  o.now = kNow;
+  const Decision d = reconcile(o, options());
+  const Action* w = nullptr;
+  for (const auto& a : d.actions)
+    if (a.kind == Action::Kind::kEvent && a.reason == Reason::kSpecWarning) w = &a;
+  ASSERT_NE(w, nullptr);
+  EXPECT_TRUE(w->warning);
+  EXPECT_NE(w->message.find("spec.communication.sparse: has no effect with strategy dense"), std::string::npos) << w->message;
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
+  for (const auto& a : reconcile(o, options()).actions) EXPECT_NE(a.reason, Reason::kSpecWarning) << a.describe();
+}
+
 TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
   Observed o;
   o.job = job({{"parallelism", {{"spatial", {{"d", 3}}}}}});

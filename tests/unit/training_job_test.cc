@@ -104,6 +104,31 @@ spec:
 
 // A key given twice is reported at its path, in a list item as well, instead of one value
 // silently winning.
+// Valid fields that have no effect where they stand are warnings with their path and why; the job
+// stays valid, and a job that uses them where they act has none.
+TEST(TrainingJobTest, FieldsWithNoEffectAreWarnings) {
+  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: w}\nspec:\n";
+  const api::ParsedJob p = api::parse_training_job(ConfigNode::load_string(
+      head + "  communication: {strategy: dense, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
+             "  training: {epochs: 3, schedule: {decay: cosine, gamma: 0.5, power: 2}}\n"
+             "  dataset: {format: synthetic, remoteThrottle: {mbps: 10}}\n"));
+  ASSERT_TRUE(p.ok()) << p.problems.front().field << ": " << p.problems.front().reason;
+  std::set<std::string> got;
+  for (const auto& w : p.warnings) got.insert(w.field);
+  EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.switchAtEpoch", "spec.communication.density",
+                                        "spec.training.schedule.gamma", "spec.training.schedule.power", "spec.dataset.remoteThrottle"}));
+  for (const auto& w : p.warnings) EXPECT_NE(w.reason.find("has no effect"), std::string::npos) << w.field << ": " << w.reason;
+  const api::ParsedJob files = api::parse_training_job(ConfigNode::load_string(
+      head + "  dataset: {format: hdf5, path: /d, samples: 10, seed: 3}\n"));
+  ASSERT_EQ(files.warnings.size(), 2u);
+  EXPECT_EQ(files.warnings[0].field, "spec.dataset.samples");
+  const api::ParsedJob clean = api::parse_training_job(ConfigNode::load_string(
+      head + "  communication: {strategy: hybrid, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
+             "  training: {epochs: 3, schedule: {decay: step, milestones: [2], gamma: 0.5}}\n  dataset: {format: synthetic}\n"));
+  EXPECT_TRUE(clean.ok());
+  EXPECT_TRUE(clean.warnings.empty()) << clean.warnings.front().field;
+}
+
 TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
   auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
                                               "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"
