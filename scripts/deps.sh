@@ -15,6 +15,8 @@ packages=(
   python3-h5py python3-numpy                       # datasets written as users' tools write them (tests/e2e/dataset_files_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
   iproute2                                         # the emulated cluster (tessera-netns)
+  containerd runc containernetworking-plugins iptables   # the test cluster's real nodes
+  buildah mmdebstrap                               # the images, without a Docker daemon (scripts/images.sh)
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.

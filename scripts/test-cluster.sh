@@ -391,7 +391,7 @@ KC
   # Garbage collection (owner references), namespace deletion and service-account tokens; with real
   # nodes also what a Deployment and a Service need, and the node lifecycle (taints, eviction).
   local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
-  ((real)) && controllers+=,deployment,replicaset,endpoint,nodelifecycle
+  ((real)) && controllers+=,deployment,replicaset,endpoint,endpointslice,nodelifecycle
   setsid "$CACHE/kube-controller-manager-$VERSION" --kubeconfig="$dir/kubeconfig" --bind-address=127.0.0.1 --secure-port=0 --port=0 \
     --controllers=$controllers \
     --service-account-private-key-file="$dir/sa.key" --root-ca-file="$dir/certs/apiserver.crt" \

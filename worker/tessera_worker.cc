@@ -39,6 +39,7 @@
 #include <optional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
 #include "api/training_job.h"
@@ -158,6 +159,19 @@ std::vector<std::string> slot_args(const Options& o, int slot) {
   return args;
 }
 
+// The device IDs in NVIDIA_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES), in order; none for "all",
+// "none", "void" or an unset variable.
+std::vector<std::string> visible_gpus() {
+  std::optional<std::string> v = env_value("NVIDIA_VISIBLE_DEVICES");
+  if (!v || v->empty()) v = env_value("CUDA_VISIBLE_DEVICES");
+  std::vector<std::string> ids;
+  if (!v || *v == "all" || *v == "none" || *v == "void") return ids;
+  std::stringstream in(*v);
+  for (std::string id; std::getline(in, id, ',');)
+    if (!id.empty()) ids.push_back(id);
+  return ids;
+}
+
 // --slots N: the ranks of one pod, as child processes of this one.
 int run_slots(const char* argv0, const Options& o) {
   const int slots = o.slots;
@@ -173,9 +187,16 @@ int run_slots(const char* argv0, const Options& o) {
   // failure's reason is this pod's last line (its termination message), after whatever the stopped
   // ranks print. A pipe, not a file: a pod's root file system is read-only.
   setenv("TESSERA_ERROR_FD", std::to_string(kErrorFd).c_str(), 1);
+  // The GPUs the pod was given (NVIDIA_VISIBLE_DEVICES, as NVIDIA's device plugin sets it; else
+  // CUDA_VISIBLE_DEVICES): slot S takes the S-th, and says so.
+  const std::vector<std::string> gpus = visible_gpus();
+  if (!gpus.empty() && static_cast<int>(gpus.size()) < slots)
+    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ", detail::count(slots, "rank"),
+             ": ranks share them");
   std::vector<pid_t> pids;
   std::vector<int> errors;  // the read end of each slot's pipe
   for (int slot = 0; slot < slots; ++slot) {
+    if (!gpus.empty()) setenv("TESSERA_GPU", gpus[slot % gpus.size()].c_str(), 1);
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
     posix_spawn_file_actions_t actions;
@@ -256,6 +277,9 @@ int run(int argc, char** argv) {
     return run_slots(argv[0], o);
   }
   if (env_int("TESSERA_SUPERVISOR_PID", 0, 0, std::numeric_limits<int>::max()) == getppid()) prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (const auto gpu = env_value("TESSERA_GPU"))
+    log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ", env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"),
+             " (the layers and the exchange run on the CPU)");
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);

@@ -21,6 +21,8 @@ using std::chrono::seconds;
 const char* kConfigFile = "job.yaml";
 const char* kPlanFile = "plan.json";
 const char* kConfigMount = "/etc/tessera";
+// The worker image's user and group (images/worker.Dockerfile: USER 65532:65532).
+constexpr int kWorkerUid = 65532;
 
 std::string config_map_name(const std::string& job) { return job + "-config"; }
 
@@ -676,6 +678,8 @@ class Reconciler {
                              {"valueFrom", {{"secretKeyRef", {{"name", token_secret_name(name)}, {"key", "token"}}}}}},
                             {{"name", "TESSERA_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
                             {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
+                            // The address the ranks' peers connect to (another pod is another network).
+                            {{"name", "TESSERA_POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
                             {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}}});
     json ports = json::array();
     if (opt.metrics_port > 0) {
@@ -705,9 +709,19 @@ class Reconciler {
       mounts.push_back({{"name", "checkpoints"}, {"mountPath", sp.checkpoint.path}});
     }
     if (!sp.cache.ssd_path.empty() && opt.cluster) {
-      volumes.push_back({{"name", "ssd-cache"}, {"hostPath", {{"path", sp.cache.ssd_path}, {"type", "DirectoryOrCreate"}}}});
+      if (sp.cache.ssd_volume == "emptyDir")
+        volumes.push_back({{"name", "ssd-cache"},
+                           {"emptyDir", {{"sizeLimit", std::to_string(sp.cache.ssd_bytes * sp.ranks_per_replica)}}}});
+      else
+        volumes.push_back({{"name", "ssd-cache"}, {"hostPath", {{"path", sp.cache.ssd_path}, {"type", "DirectoryOrCreate"}}}});
       mounts.push_back({{"name", "ssd-cache"}, {"mountPath", sp.cache.ssd_path}});
     }
+    // The kubelet makes a missing hostPath directory owned by root, and fsGroup does not reach
+    // hostPath: an init container gives the worker's user the directories it writes (only the
+    // directory itself; what is inside was written by the worker).
+    json owned = json::array();
+    for (const auto& v : volumes)
+      if (v.contains("hostPath") && v["hostPath"].value("type", "") == "DirectoryOrCreate") owned.push_back(v["name"]);
     json tolerations = json::array();
     for (const auto& t : sp.placement.tolerations) {
       json tol = {{"operator", t.op}};
@@ -735,6 +749,12 @@ class Reconciler {
                                            {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
     json pod_spec = {{"nodeName", node},
                      {"restartPolicy", "Never"},
+                     // The image's user; fsGroup makes emptyDir and most persistent volumes its group's.
+                     {"securityContext", {{"runAsUser", kWorkerUid},
+                                          {"runAsGroup", kWorkerUid},
+                                          {"fsGroup", kWorkerUid},
+                                          {"fsGroupChangePolicy", "OnRootMismatch"},
+                                          {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
                      {"hostname", pod},
                      {"subdomain", name},
                      {"automountServiceAccountToken", false},
@@ -742,6 +762,23 @@ class Reconciler {
                      {"containers", json::array({container})},
                      {"volumes", volumes}};
     if (!tolerations.empty()) pod_spec["tolerations"] = tolerations;
+    if (!owned.empty()) {
+      json args = {std::to_string(kWorkerUid) + ":" + std::to_string(kWorkerUid)}, init_mounts = json::array();
+      for (const auto& m : mounts)
+        if (std::find(owned.begin(), owned.end(), m["name"]) != owned.end())
+          args.push_back(m["mountPath"]), init_mounts.push_back(m);
+      pod_spec["initContainers"] = json::array(
+          {{{"name", "volume-owner"},
+            {"image", image},
+            {"command", {"chown"}},
+            {"args", args},
+            {"volumeMounts", init_mounts},
+            {"securityContext", {{"runAsUser", 0},
+                                 {"runAsNonRoot", false},
+                                 {"readOnlyRootFilesystem", true},
+                                 {"allowPrivilegeEscalation", false},
+                                 {"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN"})}}}}}}});
+    }
     return {{"apiVersion", "v1"},
             {"kind", "Pod"},
             {"metadata", meta(pod, {{kReplicaLabel, std::to_string(r)}, {kAttemptLabel, std::to_string(attempt)}})},

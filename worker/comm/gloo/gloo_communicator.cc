@@ -51,8 +51,12 @@ struct GlooCommunicator::Op {
 
 std::shared_ptr<gloo::transport::Device> GlooCommunicator::make_device(const std::string& hostname) {
   gloo::transport::tcp::attr attr;
+  // A pod's peers reach it at its own address (its network namespace is not theirs, even on one
+  // node): TESSERA_POD_IP, which the reconcile sets from status.podIP; an emulated node's NIC by name.
   if (const auto iface = env_value("TESSERA_GLOO_IFACE")) {
     attr.iface = *iface;
+  } else if (const auto ip = env_value("TESSERA_POD_IP"); ip && !ip->empty()) {
+    attr.hostname = *ip;
   } else {
     attr.hostname = hostname;
   }

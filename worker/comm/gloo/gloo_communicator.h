@@ -33,7 +33,8 @@ class GlooCommunicator final : public Communicator {
     std::shared_ptr<gloo::transport::Device> device;
   };
 
-  // A TCP device bound to `hostname` (an address or name of this host; "127.0.0.1" for one
+  // A TCP device bound to TESSERA_GLOO_IFACE (an interface), else TESSERA_POD_IP (the pod's
+  // address), else `hostname` (an address or name of this host; "127.0.0.1" for one
   // machine). The TESSERA_GLOO_IFACE environment variable, when set, names an interface instead.
   static std::shared_ptr<gloo::transport::Device> make_device(const std::string& hostname = "127.0.0.1");
 
