@@ -145,6 +145,7 @@ struct RunPolicy {
   int backoff_limit = 3;             // gang restarts before the job fails
   int64_t active_deadline_seconds = 0;     // 0: none
   int64_t ttl_seconds_after_finished = -1; // -1: kept
+  int64_t start_timeout_seconds = 300;     // how long a pod's containers may wait to start (image pull, creation)
   bool suspend = false;
 };
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "common/config_node.h"
 
@@ -32,6 +33,14 @@ void add_requests(const json& container, placement::Resources* r) {
 
 }  // namespace
 
+// The kubelet's waiting reasons of a container it cannot start: its image cannot be had, or the
+// container cannot be made. (ContainerCreating and PodInitializing are a start under way.)
+static bool cannot_start(const std::string& reason) {
+  static const std::set<std::string> reasons = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                                                "CreateContainerConfigError", "CreateContainerError", "RunContainerError"};
+  return reasons.count(reason) > 0;
+}
+
 PodInfo pod_info(const json& pod) {
   PodInfo p;
   const json& m = pod["metadata"];
@@ -48,6 +57,16 @@ PodInfo pod_info(const json& pod) {
   p.phase = st.value("phase", "Pending");
   p.reason = st.value("reason", "");
   p.message = st.value("message", "");
+  if (m.contains("creationTimestamp") && m["creationTimestamp"].is_string())
+    p.created = parse_time(m["creationTimestamp"].get<std::string>());
+  for (const char* statuses : {"initContainerStatuses", "containerStatuses"})
+    for (const auto& cs : st.value(statuses, json::array())) {
+      if (!p.waiting_reason.empty() || !cs.contains("state") || !cs["state"].contains("waiting")) continue;
+      const json& w = cs["state"]["waiting"];
+      const std::string reason = w.value("reason", "");
+      if (cannot_start(reason))
+        p.waiting_reason = reason, p.waiting_message = w.value("message", ""), p.waiting_image = cs.value("image", "");
+    }
   for (const auto& cs : st.value("containerStatuses", json::array())) {
     if (!cs.contains("state") || !cs["state"].contains("terminated")) continue;
     const json& t = cs["state"]["terminated"];

@@ -218,6 +218,8 @@ const char* name(Reason r) {
     case Reason::kSpecWarning: return "SpecWarning";
     case Reason::kTTLExpired: return "TTLExpired";
     case Reason::kFailedCreate: return "FailedCreate";
+    case Reason::kPodNotStarting: return "PodNotStarting";
+    case Reason::kStartFailed: return "StartFailed";
     case Reason::kInvalidSpec: return "InvalidSpec";
     case Reason::kInvalidConfiguration: return "InvalidConfiguration";
     case Reason::kTrainingDiverged: return "TrainingDiverged";
@@ -303,7 +305,7 @@ class Reconciler {
     observe();
     const bool decided = finish() || validate() || (create_base_children(), suspend()) || enforce_deadline() || clear_old_gang() ||
                          restart() || complete() || place();
-    if (!decided) {
+    if (!decided && !starting()) {
       create_pods();
       progress();
     }
@@ -528,6 +530,10 @@ class Reconciler {
     // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
     if (!failed.message.empty()) why += ": " + last_chars(failed.message, kMessageChars);
     if (failed.exit_code == 2) return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
+    // The runtime could not start the container at all (a command missing from the image, say):
+    // every new gang would meet the same, so the restarts are not spent on it.
+    if (failed.reason == "StartError" || failed.reason == "ContainerCannotRun")
+      return fail(Reason::kStartFailed, why + "; a container that cannot start is not retried (spec.image: " + s().image + ")");
     if (failed.exit_code == 3) {
       const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
       return fail(Reason::kTrainingDiverged, why + "; a diverged run would diverge again, so it is not retried" +
@@ -554,6 +560,36 @@ class Reconciler {
     event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
                                                      attempt + 1, " of at most ", rp.backoff_limit, ")"));
     delete_pods(current);
+  }
+
+  // ---- starting: a pod whose containers the kubelet cannot start (its image cannot be pulled, its
+  // container cannot be made) is waited for, up to spec.runPolicy.startTimeoutSeconds from its
+  // creation, with a condition and an Event that name it; then the job fails. Never a gang restart:
+  // a new gang would meet the same image. ----
+  bool starting() {
+    const PodInfo* stuck = nullptr;
+    for (const PodInfo* p : current)
+      if (p->phase == "Pending" && !p->waiting_reason.empty() && (!stuck || (p->created && stuck->created && *p->created < *stuck->created)))
+        stuck = p;
+    if (!stuck) {
+      if (const json* c = status.find("PodsStarted"); c && c->value("status", "") == "False")
+        status.condition("PodsStarted", true, "ContainersStarted", "");
+      return false;
+    }
+    const int64_t limit = s().run_policy.start_timeout_seconds;
+    std::string why = detail::concat("pod ", stuck->name, " on ", stuck->node, ": the kubelet cannot start image ",
+                                     stuck->waiting_image.empty() ? s().image : stuck->waiting_image, " (", stuck->waiting_reason,
+                                     stuck->waiting_message.empty() ? "" : ": " + last_chars(stuck->waiting_message, kMessageChars), ")");
+    const auto waited = stuck->created ? std::chrono::duration_cast<seconds>(o.now - *stuck->created) : seconds(0);
+    if (waited.count() >= limit)
+      return fail(Reason::kStartFailed, detail::concat(why, " for ", waited.count(), " s (spec.runPolicy.startTimeoutSeconds ", limit, ")")), true;
+    const json* c = status.find("PodsStarted");
+    const bool news = !c || c->value("status", "") != "False" || c->value("reason", "") != stuck->waiting_reason;
+    status.condition("PodsStarted", false, stuck->waiting_reason,
+                     detail::concat(why, "; waiting up to ", limit, " s for it (spec.runPolicy.startTimeoutSeconds)"));
+    if (news) event(true, Reason::kPodNotStarting, detail::concat(why, "; waiting up to ", limit, " s (not a restart)"));
+    requeue(std::min<milliseconds>(seconds(limit) - waited, seconds(5)));
+    return false;  // the other pods of the gang are still made, and its progress kept
   }
 
   // ---- complete: every pod of the gang succeeded ----

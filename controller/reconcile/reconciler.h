@@ -47,6 +47,10 @@ struct PodInfo {
   int exit_code = -1;           // the worker container's, once terminated
   std::string reason, message;  // status.reason (admission: OutOfnvidia.com/gpu, ...) or the container's
   std::optional<Time> finished;  // when the failed container ended
+  std::optional<Time> created;   // metadata.creationTimestamp
+  // A container (or init container) the kubelet cannot start yet: its waiting reason (ErrImagePull,
+  // ImagePullBackOff, CreateContainerConfigError, ...), the kubelet's message and the image.
+  std::string waiting_reason, waiting_message, waiting_image;
 };
 
 
@@ -80,9 +84,9 @@ const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
 // Why an Event is recorded (its reason), and why a job failed (status.reason).
 enum class Reason {
   kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
-  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate,
+  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting,
   // the job failed:
-  kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded,
+  kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded, kStartFailed,
 };
 const char* name(Reason r);  // "Placed", "GangRestart", ...
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The operator on a real test cluster (scripts/test-cluster.sh: etcd, kube-apiserver,
-# kube-controller-manager and the node agent with 4 nodes x 2 GPUs in two zones), driven with
-# kubectl as a user would. Each scenario runs in its own namespace and is bounded in time; the
+# kube-controller-manager, kube-scheduler and 4 real nodes x 2 GPUs in two zones, each a kubelet and
+# containerd running the worker image that scripts/images.sh builds from this build), driven with
+# kubectl as a user would. The controllers run on this machine, serving the rendezvous on the
+# nodes' bridge. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
 # Scenarios: example conflict kill apiserver controller leader gang lifecycle (the start-up errors of
@@ -15,7 +17,6 @@ dir=$(mktemp -d)
 ctl_pids=()
 cleanup() {
   for p in "${ctl_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  [ -f "$dir/agent2.pid" ] && kill "$(cat "$dir/agent2.pid")" 2>/dev/null
   bash "$src/scripts/test-cluster.sh" stop "$dir/cluster" >/dev/null 2>&1 || true
   rm -rf "$dir"
 }
@@ -24,12 +25,17 @@ fail() {
   echo "FAIL $*" >&2
   echo "--- controller log (end)" >&2
   tail -n 30 "$dir"/controller*.log >&2 || true
-  echo "--- node agent log (end)" >&2
-  tail -n 15 "$dir/cluster/node-agent.log" >&2 || true
+  echo "--- pods" >&2
+  kubectl get pods -A -o wide >&2 || true
   exit 1
 }
 
-bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 4 --gpus 2 --zones 2 --agent "$bin/tessera-node-agent" --bin-dir "$bin"
+bash "$src/scripts/images.sh" build --binaries "$bin"
+t0=$(date +%s)
+bash "$src/scripts/test-cluster.sh" start "$dir/cluster" --nodes 4 --gpus 2 --zones 2 --bin-dir "$bin"
+echo "test cluster of 4 real nodes up in $(($(date +%s) - t0)) s"
+# The worker (uid 65532) reaches its hostPath volumes through this directory.
+chmod 755 "$dir"
 export KUBECONFIG=$dir/cluster/kubeconfig
 head -c 48 /dev/urandom | base64 >"$dir/token.key"
 key=(--token-key-file "$dir/token.key")
@@ -57,13 +63,15 @@ grep -q "cannot reach the API server https://127.0.0.1:1.*retrying in" "$dir/unr
 echo "PASS start-up errors"
 
 kubectl wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null
-rendezvous_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# The rendezvous on this machine's address on the nodes' bridge, where the pods reach it.
+rendezvous_host=$(cat "$dir/cluster/apiserver.addr")
+rendezvous_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("'$rendezvous_host'", 0)); print(s.getsockname()[1])')
 
 # start_controller NAME [FLAGS...]: a controller whose rendezvous port survives its restarts.
 start_controller() {
   local name=$1
   shift
-  setsid "$bin/tessera-controller" --kubeconfig "$KUBECONFIG" "${key[@]}" --rendezvous-listen "127.0.0.1:$rendezvous_port" \
+  setsid "$bin/tessera-controller" --kubeconfig "$KUBECONFIG" "${key[@]}" --rendezvous-listen "$rendezvous_host:$rendezvous_port" \
     --status-interval 1 "$@" >>"$dir/controller-$name.log" 2>&1 &
   ctl_pids+=($!)
   echo $! >"$dir/controller-$name.pid"
@@ -248,7 +256,7 @@ for s in $scenarios; do
         echo "  SIGTERM $2: exit status 0"
       }
       child_controller() {  # a controller as this shell's child, its pid in $ctl
-        "$bin/tessera-controller" "${key[@]}" --rendezvous-listen "127.0.0.1:$rendezvous_port" --status-interval 1 "$@" \
+        "$bin/tessera-controller" "${key[@]}" --rendezvous-listen "$rendezvous_host:$rendezvous_port" --status-interval 1 "$@" \
           >>"$dir/controller-sigterm.log" 2>&1 &
         ctl=$!
         ctl_pids+=($ctl)
@@ -311,9 +319,7 @@ for s in $scenarios; do
       [[ $msg == *"needs 10 GPUs (5 pods of 2)"*"8 free on 4 nodes"* ]] || fail "unclear message: $msg"
       [ "$(field gang cosmoflow-k8s .status.phase)" = Pending ] || fail "not Pending"
       [ "$(pods_of gang)" = 0 ] || fail "pods created for a gang that does not fit"
-      setsid "$bin/tessera-node-agent" --kubeconfig "$KUBECONFIG" --nodes 1 --first 4 --gpus 2 --dir "$dir/agent2" \
-        --bin-dir "$bin" >"$dir/agent2.log" 2>&1 &
-      echo $! >"$dir/agent2.pid"
+      bash "$src/scripts/test-cluster.sh" add-node "$dir/cluster" || fail "node-4 did not join"
       wait_for gang cosmoflow-k8s .status.phase Succeeded 180
       ;;
     lifecycle)

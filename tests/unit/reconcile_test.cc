@@ -253,6 +253,88 @@ TEST(ReconcileTest, ExitStatusThreeIsADivergedRunAndIsNotRetried) {
   EXPECT_NE(message.find("not retried"), std::string::npos) << message;
 }
 
+TEST(ReconcileTest, APodWhoseImageCannotBePulledIsWaitedForThenFailsTheJobWithoutARestart) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Running"), pod(0, 1, "Pending")};
+  o.pods[1].created = kNow - seconds(10);
+  o.pods[1].waiting_reason = "ImagePullBackOff";
+  o.pods[1].waiting_message = "Back-off pulling image \"tessera/worker:9.9\"";
+  o.pods[1].waiting_image = "tessera/worker:9.9";
+  // Within spec.runPolicy.startTimeoutSeconds (300 s): a condition and one Event naming the pod,
+  // the image and the kubelet's reason; no pod deleted, no restart counted.
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning PodNotStarting"}));
+  const json& c = d.actions[0].object["conditions"].back();
+  EXPECT_EQ(c["type"], "PodsStarted");
+  EXPECT_EQ(c["status"], "False");
+  EXPECT_EQ(c["reason"], "ImagePullBackOff");
+  const std::string message = c["message"];
+  for (const char* part : {"pod j-0-1 on n1", "image tessera/worker:9.9", "ImagePullBackOff", "Back-off pulling image",
+                           "startTimeoutSeconds"})
+    EXPECT_NE(message.find(part), std::string::npos) << part << " not in: " << message;
+  EXPECT_GT(d.requeue_after.count(), 0);
+  // Seen again with the same reason: no second Event.
+  Observed again = o;
+  again.job["status"] = apply_status_patch(again.job["status"], d.actions[0].object);
+  EXPECT_EQ(describe(reconcile(again, options())), (std::vector<std::string>{}));
+  // Past the bound: the job fails (StartFailed), its restarts untouched.
+  again.now = kNow + seconds(300);
+  const Decision failed = reconcile(again, options());
+  EXPECT_EQ(describe(failed), (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
+                                                        "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
+  EXPECT_FALSE(failed.actions[0].object.contains("restarts"));
+  // Started after all: the condition turns True.
+  Observed started = again;
+  started.now = kNow + seconds(20);
+  started.pods[1] = pod(0, 1, "Running");
+  const Decision ok = reconcile(started, options());
+  ASSERT_FALSE(ok.actions.empty());
+  EXPECT_EQ(ok.actions[0].object["conditions"].back()["status"], "True");
+}
+
+TEST(ReconcileTest, AContainerThatCannotStartFailsTheJobWithoutSpendingRestarts) {
+  Observed o = running();
+  o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 128, "StartError")};
+  o.pods[1].message = "exec: \"tessera-worker\": executable file not found in $PATH";
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
+                                                   "delete pod j-0-0", "stop rendezvous"}));
+  const std::string message = d.actions[0].object["message"];
+  EXPECT_NE(message.find("executable file not found"), std::string::npos) << message;
+  EXPECT_NE(message.find("not retried"), std::string::npos) << message;
+}
+
+TEST(ReconcileTest, WorkerPodsRunAsTheImagesUserAndOwnTheirHostPathVolumes) {
+  json spec = {{"cache", {{"localSSD", {{"path", "/mnt/ssd"}, {"sizeLimit", "1Gi"}}}}},
+               {"checkpoint", {{"path", "/ckpt"}, {"everySteps", 10}, {"volume", {{"hostPath", {{"path", "/var/ckpt"}}}}}}}};
+  Observed o = running(0, spec);
+  o.pods = {pod(0, 0, "Running")};  // replica 1's pod is created
+  const Decision made = reconcile(o, options());
+  const Action* create = find(made, Action::Kind::kCreate, "pods");
+  ASSERT_NE(create, nullptr) << ::testing::PrintToString(describe(made));
+  const json& ps = create->object["spec"];
+  EXPECT_EQ(ps["securityContext"]["runAsUser"], 65532);
+  EXPECT_EQ(ps["securityContext"]["fsGroup"], 65532);
+  ASSERT_TRUE(ps.contains("initContainers"));
+  const json& init = ps["initContainers"][0];
+  EXPECT_EQ(init["command"][0], "chown");
+  EXPECT_EQ(init["args"], (json{"65532:65532", "/ckpt", "/mnt/ssd"}));
+  EXPECT_EQ(init["securityContext"]["capabilities"]["add"], (json{"CHOWN"}));
+  // With the SSD tier on an emptyDir (and a PVC for checkpoints) nothing needs root.
+  spec["cache"]["localSSD"]["volume"] = "emptyDir";
+  spec["checkpoint"]["volume"] = {{"persistentVolumeClaim", {{"claimName", "ckpt"}}}};
+  o = running(0, spec);
+  o.pods = {pod(0, 0, "Running")};
+  const Decision made_plain = reconcile(o, options());
+  const Action* plain = find(made_plain, Action::Kind::kCreate, "pods");
+  ASSERT_NE(plain, nullptr);
+  EXPECT_FALSE(plain->object["spec"].contains("initContainers"));
+  bool empty_dir = false;
+  for (const auto& v : plain->object["spec"]["volumes"])
+    if (v["name"] == "ssd-cache") empty_dir = v["emptyDir"]["sizeLimit"] == std::to_string(2 * (int64_t{1} << 30));
+  EXPECT_TRUE(empty_dir) << plain->object["spec"]["volumes"].dump();
+}
+
 TEST(ReconcileTest, BackoffLimitExceededFailsTheJob) {
   Observed o = running(2);
   o.pods = {pod(2, 0, "Failed", 1), pod(2, 1, "Running")};
