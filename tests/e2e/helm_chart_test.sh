@@ -48,6 +48,10 @@ values=(--set "jobDefaults.nodeSelector.topology\.kubernetes\.io/zone=zone-0" --
 "$helm" template tessera "$chart" -n "$ns" --set metrics.serviceMonitor.enabled=true --set metrics.podMonitor.enabled=true \
   --set controller.watchNamespace=team-a >"$dir/rendered-namespaced.yaml" || fail "helm template with the monitors"
 echo "PASS helm lint and template"
+# The API server here (1.20) has no PodSecurity admission: the restricted level's rules are checked here.
+"$py" "$src/tests/e2e/pod_security.py" "$dir/rendered.yaml" --expect restricted >"$dir/pss.log" ||
+  fail "the controller's pod breaks the restricted Pod Security Standard: $(cat "$dir/pss.log")"
+echo "PASS the controller's pod meets the restricted Pod Security Standard"
 
 # The RBAC is exactly what the controller uses, in both modes (all namespaces; one namespace).
 "$bin/tessera-controller" --print-permissions --leader-elect >"$dir/permissions.json"
@@ -211,6 +215,39 @@ metrics=$(curl -sf "http://$leader_ip:8080/metrics")  # whole: grep -q on a pipe
 grep -q '^tessera_jobs_succeeded_total{namespace="team-a"} 1' <<<"$metrics" ||
   fail "the controller's /metrics does not count the job: $(grep jobs_ <<<"$metrics")"
 echo "PASS the chart's controller ran a job to Succeeded on real nodes: workers from the built image reached it at tessera.tessera-system.svc:7070; kubectl logs shows their progress; GPUs$gpus reported"
+
+# The workers' pods and the Pod Security Standards: a hostPath volume (here the checkpoints) needs
+# the privileged level, and the init container that makes it the worker's is its only other break;
+# with an emptyDir SSD tier and no hostPath the pod meets the restricted level.
+kubectl get pods -n team-a -l tessera.dev/job=chart-job -o json >"$dir/chart-pods.json"
+"$py" "$src/tests/e2e/pod_security.py" "$dir/chart-pods.json" >"$dir/pss.log" || true
+grep -q '^  baseline hostPathVolumes: checkpoints' "$dir/pss.log" || fail "the hostPath volume is not reported: $(cat "$dir/pss.log")"
+other=$(grep '^  ' "$dir/pss.log" | grep -v 'hostPathVolumes: checkpoints\|volume-owner' || true)
+[ -z "$other" ] || fail "the worker pod breaks rules beyond its hostPath volume: $other"
+kubectl apply -n team-a -f - >/dev/null <<EOF2
+apiVersion: tessera.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: restricted-job
+spec:
+  replicas: 2
+  ranksPerReplica: 1
+  resources: {gpu: 1}
+  model: {name: cosmoflow, inputSize: 16, hidden: [16]}
+  dataset: {format: synthetic, samples: 16, validationSamples: 8}
+  training: {epochs: 1, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
+  cache: {localSSD: {path: /var/cache/tessera, sizeLimit: 64Mi, volume: emptyDir}}
+EOF2
+for _ in $(seq 1 240); do
+  phase=$(kubectl get tj restricted-job -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
+  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+  sleep 0.5
+done
+[ "$phase" = Succeeded ] || fail "restricted-job is '$phase': $(kubectl get tj restricted-job -n team-a -o jsonpath='{.status.message}')"
+kubectl get pods -n team-a -l tessera.dev/job=restricted-job -o json >"$dir/restricted-pods.json"
+"$py" "$src/tests/e2e/pod_security.py" "$dir/restricted-pods.json" --expect restricted >"$dir/pss.log" ||
+  fail "a worker pod without hostPath breaks the restricted Pod Security Standard: $(cat "$dir/pss.log")"
+echo "PASS worker pods: restricted with an emptyDir SSD tier; a hostPath volume and its owner init container are the only breaks"
 
 "$helm" uninstall tessera -n "$ns" >/dev/null || fail "helm uninstall"
 kubectl get crd trainingjobs.tessera.dev >/dev/null 2>&1 || fail "helm uninstall removed the CRD"

@@ -348,8 +348,9 @@ for s in $scenarios; do
       kubectl get tj cosmoflow-k8s -n ttl >/dev/null 2>&1 && fail "the TTL did not delete the job"
 
       kubectl delete tj cosmoflow-k8s -n deadline >/dev/null
+      # A real kubelet stops a deleted pod's containers first: up to its grace period (30 s).
       for ns in deadline ttl; do
-        for _ in $(seq 1 60); do
+        for _ in $(seq 1 120); do
           [ -z "$(kubectl get pods,secrets,configmaps,services -n $ns -l tessera.dev/job --no-headers 2>/dev/null)" ] && break
           sleep 0.5
         done
