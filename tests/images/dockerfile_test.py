@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks the images' Dockerfiles (images/*.Dockerfile) without a container engine: every base is
-pinned (an exact version or date tag, or a digest; never latest or a moving tag), every build runs
+pinned (an exact version or date tag, or a digest; never latest or a moving tag; `scratch` is no
+pull), every build runs
 the project's own Makefile, the final stage runs as a non-root USER, the ENTRYPOINT is a binary the
 build produces (an add_executable target) copied into the final stage, and the final stage's
 packages exist in this machine's Debian archive and provide every shared library the binary needs
@@ -84,7 +85,7 @@ def check(path, src, bin_dir, built):
             stages.append((image, []))
             if "${" in image:
                 problems.append(f"FROM {rest}: an ARG without a default")
-            elif image not in names and not pinned(image):
+            elif image not in names and image != "scratch" and not pinned(image):
                 problems.append(f"FROM {image}: the base is not pinned (an exact version, a date or a digest)")
         elif stages:
             stages[-1][1].append((word, rest))
@@ -108,7 +109,8 @@ def check(path, src, bin_dir, built):
         name = os.path.basename(binary)
         if name not in built:
             problems.append(f"ENTRYPOINT {binary}: {name} is not a binary the build produces ({sorted(built)})")
-        copied = [r for w, r in final if w == "COPY" and "--from=build" in r and name in r]
+        copied = [r for w, r in final if w == "COPY" and re.search(r"--from=(build|binaries)\b", r) and
+                  (name in r or r.split()[1].endswith("/"))]
         if not copied:
             problems.append(f"ENTRYPOINT {binary}: not copied from the build stage into the final stage")
         # The runtime packages exist here and provide what the binary needs.
