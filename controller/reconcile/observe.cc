@@ -67,15 +67,22 @@ PodInfo pod_info(const json& pod) {
       if (cannot_start(reason))
         p.waiting_reason = reason, p.waiting_message = w.value("message", ""), p.waiting_image = cs.value("image", "");
     }
-  for (const auto& cs : st.value("containerStatuses", json::array())) {
-    if (!cs.contains("state") || !cs["state"].contains("terminated")) continue;
-    const json& t = cs["state"]["terminated"];
-    p.exit_code = t.value("exitCode", -1);
-    if (p.reason.empty()) p.reason = t.value("reason", "");
-    if (p.message.empty()) p.message = t.value("message", "");
-    if (t.contains("finishedAt") && t["finishedAt"].is_string()) p.finished = parse_time(t["finishedAt"].get<std::string>());
-    if (p.exit_code != 0) break;  // the failed container decides
-  }
+  // The failed container decides: an init container that failed (its containers never ran), else
+  // the first container that failed, else the last one that ended.
+  bool decided = false;
+  const std::string pod_reason = p.reason, pod_message = p.message;  // the pod's own (Evicted, ...) win
+  for (const char* statuses : {"initContainerStatuses", "containerStatuses"})
+    for (const auto& cs : st.value(statuses, json::array())) {
+      if (decided || !cs.contains("state") || !cs["state"].contains("terminated")) continue;
+      const json& t = cs["state"]["terminated"];
+      const int code = t.value("exitCode", -1);
+      if (std::string(statuses) == "initContainerStatuses" && code == 0) continue;
+      p.exit_code = code;
+      p.reason = pod_reason.empty() ? t.value("reason", "") : pod_reason;
+      p.message = pod_message.empty() ? t.value("message", "") : pod_message;
+      if (t.contains("finishedAt") && t["finishedAt"].is_string()) p.finished = parse_time(t["finishedAt"].get<std::string>());
+      decided = code != 0;
+    }
   while (!p.message.empty() && (p.message.back() == '\n' || p.message.back() == ' ')) p.message.pop_back();
   // A termination message from the log: its last line says why.
   if (const auto nl = p.message.rfind('\n'); nl != std::string::npos) p.message = p.message.substr(nl + 1);

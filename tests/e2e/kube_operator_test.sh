@@ -6,13 +6,13 @@
 # nodes' bridge. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
-# Scenarios: example conflict kill apiserver controller leader gang lifecycle (the start-up errors of
+# Scenarios: example conflict kill apiserver controller sigterm leader gang lifecycle images (the start-up errors of
 # tessera-controller are checked first, always; `startup` runs only those).
 set -euo pipefail
 bin=$1
 src=$2
 shift 2
-scenarios=${*:-example conflict kill apiserver controller sigterm leader gang lifecycle}
+scenarios=${*:-example conflict kill apiserver controller sigterm leader gang lifecycle images}
 dir=$(mktemp -d)
 ctl_pids=()
 cleanup() {
@@ -148,6 +148,11 @@ for s in $scenarios; do
       python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) > 0 else 1)" "$(field example cosmoflow-k8s .status.samplesPerSecond)" ||
         fail "the finished job shows no samples/s: $(field example cosmoflow-k8s .status.samplesPerSecond)"
       grep -q PhaseSwitch <<<"$(events example)" || fail "no PhaseSwitch event"
+      # Each rank of a pod says which of the pod's two GPUs (from the device plugin) it took.
+      log=$(kubectl logs -n example cosmoflow-k8s-0-0 -c worker)
+      gpus=$(sed -n "s/.*slot 0: GPU [0-9]* of this pod's GPUs \([0-9],[0-9]\).*/\1/p" <<<"$log")
+      [[ $gpus =~ ^[01],[01]$ ]] && grep -q "slot 0: GPU ${gpus%,*} of" <<<"$log" && grep -q "slot 1: GPU ${gpus#*,} of" <<<"$log" ||
+        fail "the ranks of cosmoflow-k8s-0-0 do not report the pod's GPUs: $(grep GPU <<<"$log")"
       ;;
     conflict)
       # Status writes that meet 409 Conflict: other clients label the job many times a second while
@@ -357,6 +362,24 @@ for s in $scenarios; do
         left=$(kubectl get pods,secrets,configmaps,services -n $ns -l tessera.dev/job --no-headers 2>/dev/null)
         [ -z "$left" ] || fail "children left behind in $ns: $left"
       done
+      ;;
+    images)
+      # An image that cannot be pulled: a PodsStarted=False condition and an Event naming the pod, the
+      # image and the kubelet's reason, no restart, then StartFailed after startTimeoutSeconds. An image
+      # without the worker's command (the pause image): StartFailed at once, no restart spent.
+      job pull -e 's#image: .*#image: tessera/worker:0.0.0-missing#' -e 's/backoffLimit: 3/backoffLimit: 3, startTimeoutSeconds: 25/'
+      wait_for pull cosmoflow-k8s '.status.conditions[?(@.type=="PodsStarted")].status' False 60
+      msg=$(field pull cosmoflow-k8s '.status.conditions[?(@.type=="PodsStarted")].message')
+      echo "PodsStarted=False: ${msg:0:160}..."
+      [[ $msg == *"pod cosmoflow-k8s-0-"*"image tessera/worker:0.0.0-missing"*"ErrImagePull"* || $msg == *"ImagePullBackOff"* ]] ||
+        fail "the condition does not name the pod, the image and the reason: $msg"
+      grep -q PodNotStarting <<<"$(events pull)" || fail "no PodNotStarting event: $(events pull)"
+      wait_for pull cosmoflow-k8s .status.reason StartFailed 60
+      [ "$(field pull cosmoflow-k8s .status.restarts)" = 0 ] || fail "a gang restart was spent on an image that cannot be pulled"
+      job nocommand -e 's#image: .*#image: localhost/tessera/pause:v1.20.2#'
+      wait_for nocommand cosmoflow-k8s .status.reason StartFailed 60
+      [ "$(field nocommand cosmoflow-k8s .status.restarts)" = 0 ] || fail "restarts spent on a container that cannot start"
+      echo "StartFailed: $(field nocommand cosmoflow-k8s .status.message | cut -c1-200)"
       ;;
     startup) ;;  # only the start-up errors above
     *) fail "unknown scenario $s" ;;

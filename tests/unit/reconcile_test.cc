@@ -633,6 +633,16 @@ TEST(ObserveTest, PodsAndNodesFromApiObjects) {
   const PodInfo info = pod_info(p);
   EXPECT_EQ(info.attempt, 1);
   EXPECT_EQ(info.exit_code, 137);
+  // An init container that could not start decides, though the worker container never ran.
+  json init_failed = p;
+  init_failed["status"]["initContainerStatuses"] =
+      json::array({{{"state", {{"terminated", {{"exitCode", 128}, {"reason", "StartError"}, {"message", "exec: \"chown\": not found"}}}}}}});
+  init_failed["status"]["containerStatuses"] = json::array({{{"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}});
+  const PodInfo init = pod_info(init_failed);
+  EXPECT_EQ(init.exit_code, 128);
+  EXPECT_EQ(init.reason, "StartError");
+  EXPECT_EQ(init.message, "exec: \"chown\": not found");
+  EXPECT_TRUE(init.waiting_reason.empty());  // PodInitializing is a start under way
   const auto r = pod_requests(p);
   EXPECT_EQ(r.gpu, 2);
   EXPECT_DOUBLE_EQ(r.cpu, 0.5);
