@@ -313,7 +313,10 @@ stop_node() {
   stop_one "$dir" "node-$k-containerd"
   stop_one "$dir" "node-$k-mounts"
   # Whatever a pid file missed (a half-started node), by the node's own paths.
-  pkill -9 -f -- "-address $n/containerd/containerd.sock|--config $n/containerd/config.toml|--kubeconfig=$n/kubeconfig|--kubelet-dir $n/|$n/mounts.ready" 2>/dev/null || true
+  # (pgrep, then kill: pkill -f would match its own command line, which holds the pattern)
+  for p in $(pgrep -f -- "-address $n/containerd/containerd.sock|--config $n/containerd/config.toml|--kubeconfig=$n/kubeconfig|--kubelet-dir $n/|$n/mounts.ready" || true); do
+    kill -9 "$p" 2>/dev/null || true
+  done
   # Mounts under the node's directory (container root file systems, volumes), deepest first.
   awk '{print $2}' /proc/mounts | { grep "^$n/" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   for c in /sys/fs/cgroup/*/tessera-node-$k; do

@@ -153,22 +153,39 @@ echo "PASS the chart's 2 controllers run from the built image on the nodes; $lea
 
 kubectl create namespace team-a >/dev/null
 mkdir -p "$dir/checkpoints"
-kubectl apply -n team-a -f - >/dev/null <<EOF2
+# chart_job NAME SAMPLES EPOCHS [SPEC LINE...]: a job of 2 pods x 1 GPU in team-a, on the chart's
+# defaults, with an emptyDir SSD tier.
+chart_job() {
+  local name=$1 samples=$2 epochs=$3
+  shift 3
+  { cat <<EOF2
 apiVersion: tessera.dev/v1alpha1
 kind: TrainingJob
 metadata:
-  name: chart-job
+  name: $name
 spec:
   replicas: 2
   ranksPerReplica: 1
   resources: {gpu: 1}
   model: {name: cosmoflow, inputSize: 16, hidden: [16]}
-  dataset: {format: synthetic, samples: 96, validationSamples: 16}
-  training: {epochs: 3, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
-  communication: {strategy: hybrid, sparse: topk, dense: dense, switchAtEpoch: 1, density: 0.05}
+  dataset: {format: synthetic, samples: $samples, validationSamples: 16}
+  training: {epochs: $epochs, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
   cache: {localSSD: {path: /var/cache/tessera, sizeLimit: 64Mi, volume: emptyDir}}
-  checkpoint: {path: /checkpoints, everySteps: 4, volume: {hostPath: {path: $dir/checkpoints/chart-job}}}
 EOF2
+    printf '  %s\n' "$@"; } | kubectl apply -n team-a -f - >/dev/null
+}
+# job_done NAME SECONDS: the job's phase once it is Succeeded or Failed, or after SECONDS.
+job_done() {
+  local phase=
+  for _ in $(seq 1 $(($2 * 2))); do
+    phase=$(kubectl get tj "$1" -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
+    [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
+    sleep 0.5
+  done
+  echo "$phase"
+}
+chart_job chart-job 96 3 "communication: {strategy: hybrid, sparse: topk, dense: dense, switchAtEpoch: 1, density: 0.05}" \
+  "checkpoint: {path: /checkpoints, everySteps: 4, volume: {hostPath: {path: $dir/checkpoints/chart-job}}}"
 # While it runs: a worker container runs as the image's user on a read-only root file system, and
 # kubectl exec reaches it.
 pod=chart-job-0-0
@@ -182,12 +199,7 @@ out=$(kubectl exec -n team-a $pod -c worker -- sh -c 'touch /usr/x 2>&1; touch /
 [[ $out == *"Read-only file system"*writable* ]] || fail "the root file system is not read-only, or a volume is not writable: $out"
 echo "PASS kubectl exec into $pod: $ids; root file system read-only, the cache (emptyDir) and checkpoint (hostPath) volumes writable"
 
-phase=
-for _ in $(seq 1 360); do
-  phase=$(kubectl get tj chart-job -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
-  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
-  sleep 0.5
-done
+phase=$(job_done chart-job 180)
 [ "$phase" = Succeeded ] || fail "the job is '$phase' after 180 s: $(kubectl get tj chart-job -n team-a -o jsonpath='{.status.message}')"
 kubectl logs -n $ns -l app.kubernetes.io/component=controller --tail=-1 >"$dir/controller.log" 2>&1
 # 403 as a status, not inside a port or a number
@@ -224,25 +236,8 @@ kubectl get pods -n team-a -l tessera.dev/job=chart-job -o json >"$dir/chart-pod
 grep -q '^  baseline hostPathVolumes: checkpoints' "$dir/pss.log" || fail "the hostPath volume is not reported: $(cat "$dir/pss.log")"
 other=$(grep '^  ' "$dir/pss.log" | grep -v 'hostPathVolumes: checkpoints\|volume-owner' || true)
 [ -z "$other" ] || fail "the worker pod breaks rules beyond its hostPath volume: $other"
-kubectl apply -n team-a -f - >/dev/null <<EOF2
-apiVersion: tessera.dev/v1alpha1
-kind: TrainingJob
-metadata:
-  name: restricted-job
-spec:
-  replicas: 2
-  ranksPerReplica: 1
-  resources: {gpu: 1}
-  model: {name: cosmoflow, inputSize: 16, hidden: [16]}
-  dataset: {format: synthetic, samples: 16, validationSamples: 8}
-  training: {epochs: 1, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}
-  cache: {localSSD: {path: /var/cache/tessera, sizeLimit: 64Mi, volume: emptyDir}}
-EOF2
-for _ in $(seq 1 240); do
-  phase=$(kubectl get tj restricted-job -n team-a -o jsonpath='{.status.phase}' 2>/dev/null)
-  [ "$phase" = Succeeded ] || [ "$phase" = Failed ] && break
-  sleep 0.5
-done
+chart_job restricted-job 16 1
+phase=$(job_done restricted-job 120)
 [ "$phase" = Succeeded ] || fail "restricted-job is '$phase': $(kubectl get tj restricted-job -n team-a -o jsonpath='{.status.message}')"
 kubectl get pods -n team-a -l tessera.dev/job=restricted-job -o json >"$dir/restricted-pods.json"
 "$py" "$src/tests/e2e/pod_security.py" "$dir/restricted-pods.json" --expect restricted >"$dir/pss.log" ||
