@@ -69,13 +69,15 @@ base() {
 pause() {
   local bin=$CACHE/pause-$KUBE_VERSION
   [ -x "$bin" ] || die "$bin is missing; run scripts/test-cluster.sh build"
-  if have "$PAUSE" && [ "$(bah inspect --type image -f '{{index .ImageAnnotations "tessera.dev/pause-sha256"}}' "$PAUSE")" = "$(sha256sum <"$bin" | cut -d' ' -f1)" ]; then
+  local sum
+  sum=$(sha256sum <"$bin" | cut -d' ' -f1)
+  if have "$PAUSE" && [ "$(bah inspect --type image -f '{{index .ImageAnnotations "tessera.dev/pause-sha256"}}' "$PAUSE")" = "$sum" ]; then
     return 0
   fi
   local c
   c=$(bah from scratch)
   bah copy "$c" "$bin" /pause >/dev/null
-  bah config --entrypoint '["/pause"]' --annotation "tessera.dev/pause-sha256=$(sha256sum <"$bin" | cut -d' ' -f1)" "$c"
+  bah config --entrypoint '["/pause"]' --annotation "tessera.dev/pause-sha256=$sum" "$c"
   bah commit -q "$c" "$PAUSE" >/dev/null
   bah rm "$c" >/dev/null
 }

@@ -295,7 +295,8 @@ wait_nodes() {
   return 1
 }
 
-# Stops node K's processes and everything its containers left: processes, mounts, cgroups, network.
+# Stops node K's processes and everything its containers left: processes, cgroups, network. (Its
+# mounts live in its own mount namespace and go with its last process.)
 stop_node() {
   local dir=$1 k=$2 n=$dir/nodes/node-$2
   stop_one "$dir" "node-$k-device-plugin"
@@ -317,8 +318,6 @@ stop_node() {
   for p in $(pgrep -f -- "-address $n/containerd/containerd.sock|--config $n/containerd/config.toml|--kubeconfig=$n/kubeconfig|--kubelet-dir $n/|$n/mounts.ready" || true); do
     kill -9 "$p" 2>/dev/null || true
   done
-  # Mounts under the node's directory (container root file systems, volumes), deepest first.
-  awk '{print $2}' /proc/mounts | { grep "^$n/" || true; } | sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
   for c in /sys/fs/cgroup/*/tessera-node-$k; do
     [ -d "$c" ] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
