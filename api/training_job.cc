@@ -188,6 +188,9 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
   if (g > 1 && s.model.name == "cnn2d")
     spatial.problem("", "spatial parallelism is available for cosmoflow and unet3d; cnn2d runs data-parallel");
+  if (g > 1 && s.device == "cuda")
+    spec.problem("device", "cuda with spatial parallelism: the halo exchange runs on the CPU only so far; set device: cpu "
+                           "(or auto, which trains a spatial job on the CPU)");
   for (auto [key, parts] : {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
     if (parts > s.model.input_size)
       spatial.problem(key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));
@@ -286,7 +289,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   if (!root.has("spec")) root.problem("spec", "required");
 
   ConfigNode spec = root.child("spec");
-  spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "model", "dataset", "training", "parallelism",
+  spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "device", "model", "dataset", "training", "parallelism",
                    "communication", "cache", "placement", "checkpoint", "runPolicy", "local"});
   s.replicas = static_cast<int>(spec.integer("replicas", s.replicas, 1, 100000));
   s.ranks_per_replica = static_cast<int>(spec.integer("ranksPerReplica", s.ranks_per_replica, 1, 64));
@@ -297,6 +300,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.resources.memory = res.bytes("memory", 0);
   s.image = spec.str("image", s.image);
   if (s.image.empty()) spec.problem("image", "must not be empty");
+  s.device = spec.choice("device", s.device, {"auto", "cuda", "cpu"});
 
   s.model = parse_model(spec.child("model"));
   s.dataset = parse_dataset(spec.child("dataset"));

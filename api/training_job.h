@@ -166,6 +166,9 @@ struct TrainingJobSpec {
   int ranks_per_replica = 1;
   ResourcesSpec resources;
   std::string image = "tessera/worker:0.1.0";  // the chart's appVersion (scripts/images.sh builds it)
+  // Where the layers and the exchange's arithmetic run: auto (CUDA where the pod was given GPUs,
+  // else the CPU), cuda, or cpu.
+  std::string device = "auto";
   ModelSpec model;
   DatasetSpec dataset;
   TrainingSpec training;

@@ -196,7 +196,11 @@ int run_slots(const char* argv0, const Options& o) {
   std::vector<pid_t> pids;
   std::vector<int> errors;  // the read end of each slot's pipe
   for (int slot = 0; slot < slots; ++slot) {
-    if (!gpus.empty()) setenv("TESSERA_GPU", gpus[slot % gpus.size()].c_str(), 1);
+    if (!gpus.empty()) {
+      // The pod's GPU IDs, and which of the devices this process sees (the runtime numbers them 0..n-1).
+      setenv("TESSERA_GPU", gpus[slot % gpus.size()].c_str(), 1);
+      setenv("TESSERA_GPU_INDEX", std::to_string(slot % gpus.size()).c_str(), 1);
+    }
     int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
     posix_spawn_file_actions_t actions;
@@ -278,8 +282,7 @@ int run(int argc, char** argv) {
   }
   if (env_int("TESSERA_SUPERVISOR_PID", 0, 0, std::numeric_limits<int>::max()) == getppid()) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (const auto gpu = env_value("TESSERA_GPU"))
-    log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ", env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"),
-             " (the layers and the exchange run on the CPU)");
+    log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ", env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"));
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);

@@ -167,6 +167,7 @@ spec:
   replicas: 2
   ranksPerReplica: 1
   resources: {gpu: 1}
+  device: cpu  # the test cluster's GPUs are device IDs with no GPU behind them
   model: {name: cosmoflow, inputSize: 16, hidden: [16]}
   dataset: {format: synthetic, samples: $samples, validationSamples: 16}
   training: {epochs: $epochs, batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}

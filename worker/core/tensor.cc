@@ -53,12 +53,19 @@ ShapeOnlyTensors::~ShapeOnlyTensors() {
   if (outer_) t_shape_only = false;
 }
 
-Tensor::Tensor(Shape shape, Layout layout) : shape_(std::move(shape)), numel_(shape_numel(shape_)), layout_(layout) {
+Tensor::Tensor(Shape shape, Layout layout, Device device)
+    : shape_(std::move(shape)), numel_(shape_numel(shape_)), layout_(layout), device_(device) {
   TESSERA_CHECK(layout == Layout::kPlain || shape_.size() >= 3, "a channels-last tensor needs spatial dimensions, got ",
                 shape_str(shape_));
+  if (numel_ == 0 || t_shape_only) return;
+  const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
+  if (device == Device::kCuda) {
+    float* p = static_cast<float*>(gpu::alloc(static_cast<size_t>(bytes)));
+    data_ = std::shared_ptr<float[]>(p, [stream = gpu::stream()](float* q) { gpu::free(q, stream); });
+    return;
+  }
   // 64-byte aligned for vector loads.
-  if (numel_ > 0 && !t_shape_only) {
-    const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
+  {
     float* p = static_cast<float*>(::operator new[](bytes, std::align_val_t(64)));
     track_alloc(bytes);
     data_ = std::shared_ptr<float[]>(p, [bytes](float* q) {
@@ -68,16 +75,20 @@ Tensor::Tensor(Shape shape, Layout layout) : shape_(std::move(shape)), numel_(sh
   }
 }
 
-Tensor Tensor::zeros(Shape shape) {
-  Tensor t(std::move(shape));
+Tensor Tensor::zeros(Shape shape, Device device) {
+  Tensor t(std::move(shape), Layout::kPlain, device);
   t.fill(0.0f);
   return t;
 }
 
-Tensor Tensor::filled(Shape shape, float value) {
-  Tensor t(std::move(shape));
+Tensor Tensor::filled(Shape shape, float value, Device device) {
+  Tensor t(std::move(shape), Layout::kPlain, device);
   t.fill(value);
   return t;
+}
+
+void Tensor::check_host() const {
+  TESSERA_CHECK(device_ == Device::kCpu, "host access to a tensor ", shape_str(shape_), " on the CUDA device");
 }
 
 Tensor Tensor::reshape(Shape shape) const {
@@ -89,13 +100,34 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::clone() const {
-  Tensor t(shape_, layout_);
-  if (numel_) std::memcpy(t.data(), data(), numel_ * sizeof(float));
+  Tensor t(shape_, layout_, device_);
+  t.copy_from(*this);
   return t;
 }
 
+Tensor Tensor::to(Device device) const {
+  if (device == device_) return *this;
+  Tensor t(shape_, layout_, device);
+  t.copy_from(*this);
+  return t;
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  TESSERA_CHECK_EQ(src.numel_, numel_, "copy of ", shape_str(src.shape_), " into ", shape_str(shape_));
+  if (!data_ || !src.data_) return;
+  const size_t bytes = static_cast<size_t>(numel_) * sizeof(float);
+  if (device_ == Device::kCpu && src.device_ == Device::kCpu)
+    std::memcpy(data_.get(), src.data_.get(), bytes);
+  else
+    gpu::copy(data_.get(), device_, src.data_.get(), src.device_, bytes);
+}
+
 void Tensor::fill(float value) {
-  if (data_) std::fill(data_.get(), data_.get() + numel_, value);
+  if (!data_) return;
+  if (device_ == Device::kCuda)
+    gpu::fill(data_.get(), static_cast<size_t>(numel_), value);
+  else
+    std::fill(data_.get(), data_.get() + numel_, value);
 }
 
 }  // namespace tessera

@@ -4,6 +4,9 @@
 // oneDNN convolutions and pooling run fastest in on CPU). Copies share storage (like a handle);
 // clone() copies the data. Only layers that say so take channels-last tensors (Sequential converts
 // for the others); everything outside a Sequential sees plain tensors.
+// Storage is on the host or on a CUDA device (Device; see device.h). data() is then a device pointer:
+// only layers and kernels that dispatch on device() may touch it, and span() and operator[] are for
+// host tensors (span() checks). to() copies between the two.
 // Not thread-safe for concurrent writes to shared storage.
 #pragma once
 
@@ -12,6 +15,8 @@
 #include <span>
 #include <string>
 #include <vector>
+
+#include "worker/core/device.h"
 
 namespace tessera {
 
@@ -53,10 +58,11 @@ class ShapeOnlyTensors {
 class Tensor {
  public:
   Tensor() = default;
-  // Uninitialised storage of the shape (none under ShapeOnlyTensors).
-  explicit Tensor(Shape shape, Layout layout = Layout::kPlain);
-  static Tensor zeros(Shape shape);
-  static Tensor filled(Shape shape, float value);
+  // Uninitialised storage of the shape (none under ShapeOnlyTensors). Device storage is on the
+  // calling thread's device (gpu::set_device).
+  explicit Tensor(Shape shape, Layout layout = Layout::kPlain, Device device = Device::kCpu);
+  static Tensor zeros(Shape shape, Device device = Device::kCpu);
+  static Tensor filled(Shape shape, float value, Device device = Device::kCpu);
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
@@ -66,24 +72,40 @@ class Tensor {
   bool defined() const { return data_ != nullptr || numel_ == 0; }
   Layout layout() const { return layout_; }
   bool channels_last() const { return layout_ == Layout::kChannelsLast; }
+  Device device() const { return device_; }
+  bool on_device() const { return device_ == Device::kCuda; }
 
   float* data() { return data_.get(); }
   const float* data() const { return data_.get(); }
-  std::span<float> span() { return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0}; }
-  std::span<const float> span() const { return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0}; }
+  // Host tensors only (a logic error on a device tensor).
+  std::span<float> span() {
+    check_host();
+    return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0};
+  }
+  std::span<const float> span() const {
+    check_host();
+    return {data_.get(), data_ ? static_cast<size_t>(numel_) : 0};
+  }
   float& operator[](int64_t i) { return data_.get()[i]; }
   float operator[](int64_t i) const { return data_.get()[i]; }
 
   // The same storage seen with another shape of equal element count (plain tensors only).
   Tensor reshape(Shape shape) const;
   Tensor clone() const;
+  // A copy on `device` (this tensor itself, shared, when it is there already). A copy to the host
+  // waits for the device.
+  Tensor to(Device device) const;
+  // Copies src's entries into this tensor's storage (equal element counts; any devices).
+  void copy_from(const Tensor& src);
   void fill(float value);
   void zero() { fill(0.0f); }
 
  private:
+  void check_host() const;
   Shape shape_;
   int64_t numel_ = 0;
   Layout layout_ = Layout::kPlain;
+  Device device_ = Device::kCpu;
   std::shared_ptr<float[]> data_;
 };
 

@@ -72,6 +72,10 @@ class Model {
   double metric(const Tensor& output, const Tensor& target) const;
   const char* metric_name() const;
   int64_t num_params();
+  // Moves every layer's parameters and state to `device` (the model then takes inputs there).
+  void to(Device device) {
+    for (Layer* l : layers()) l->to(device);
+  }
 };
 
 // Validates the configuration (ConfigError on model.*) and builds the model. With config.spatial

@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "worker/nn/gpu/ops.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 
@@ -21,9 +23,33 @@ Shape BatchNorm::output_shape(const Shape& in) const {
   return in;
 }
 
+void BatchNorm::to(Device device) {
+  Layer::to(device);
+  running_mean_ = running_mean_.to(device);
+  running_var_ = running_var_.to(device);
+}
+
 Tensor BatchNorm::forward(const Tensor& x, bool training) {
   output_shape(x.shape());
-  const int64_t n = x.dim(0), c = channels_, inner = x.numel() / (n * c);
+  const int64_t n = x.dim(0), c = channels_, inner = x.numel() / std::max<int64_t>(1, n * c);
+  if (x.on_device()) {
+    TESSERA_CHECK(!reducer_, "layer ", name(), ": statistics shared across ranks are not kept on the GPU");
+    TESSERA_CHECK(gamma_.value.on_device() && running_mean_.on_device(), "layer ", name(),
+                  ": input on the GPU, parameters on the host");
+    Tensor y(x.shape(), Layout::kPlain, Device::kCuda);
+    if (!training) {
+      gpu::batchnorm_forward_eval(x.data(), y.data(), gamma_.value.data(), beta_.value.data(), running_mean_.data(),
+                                  running_var_.data(), n, c, inner, eps_);
+      return y;
+    }
+    xhat_ = Tensor(x.shape(), Layout::kPlain, Device::kCuda);
+    Tensor mean({c}, Layout::kPlain, Device::kCuda);
+    device_inv_std_ = Tensor({c}, Layout::kPlain, Device::kCuda);
+    gpu::batchnorm_forward_train(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(), mean.data(),
+                                 device_inv_std_.data(), running_mean_.data(), running_var_.data(), n, c, inner,
+                                 momentum_, eps_);
+    return y;
+  }
   Tensor y(x.shape());
   std::vector<float> mean(c), inv(c);
   if (training) {
@@ -43,15 +69,9 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
     stats[2 * c] = static_cast<double>(n * inner);
     if (reducer_) reducer_(stats);
     count_ = stats[2 * c];
-    for (int64_t ch = 0; ch < c; ++ch) {
-      double m = stats[ch] / count_;
-      double v = std::max(0.0, stats[c + ch] / count_ - m * m);
-      mean[ch] = static_cast<float>(m);
-      inv[ch] = static_cast<float>(1.0 / std::sqrt(v + eps_));
-      double unbiased = count_ > 1 ? v * count_ / (count_ - 1) : v;
-      running_mean_[ch] = (1 - momentum_) * running_mean_[ch] + momentum_ * static_cast<float>(m);
-      running_var_[ch] = (1 - momentum_) * running_var_[ch] + momentum_ * static_cast<float>(unbiased);
-    }
+    for (int64_t ch = 0; ch < c; ++ch)
+      kernels::bn_statistics(stats[ch], stats[c + ch], count_, eps_, momentum_, mean[ch], inv[ch], running_mean_[ch],
+                             running_var_[ch]);
     xhat_ = Tensor(x.shape());
     inv_std_.assign(inv.begin(), inv.end());
   } else {
@@ -65,17 +85,24 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
       const int64_t off = (i * c + ch) * inner;
       const float g = gamma_.value[ch], b = beta_.value[ch], m = mean[ch], s = inv[ch];
       for (int64_t j = 0; j < inner; ++j) {
-        float h = (x[off + j] - m) * s;
+        const float h = kernels::bn_normalize(x[off + j], m, s);
         if (training) xhat_[off + j] = h;
-        y[off + j] = g * h + b;
+        y[off + j] = kernels::bn_output(h, g, b);
       }
     }
   return y;
 }
 
 Tensor BatchNorm::backward(const Tensor& dy) {
-  TESSERA_CHECK(dy.shape() == xhat_.shape(), "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
-  const int64_t n = dy.dim(0), c = channels_, inner = dy.numel() / (n * c);
+  TESSERA_CHECK(dy.shape() == xhat_.shape() && dy.device() == xhat_.device(), "layer ", name(), ": gradient shape ",
+                shape_str(dy.shape()));
+  const int64_t n = dy.dim(0), c = channels_, inner = dy.numel() / std::max<int64_t>(1, n * c);
+  if (dy.on_device()) {
+    Tensor dx(dy.shape(), Layout::kPlain, Device::kCuda);
+    gpu::batchnorm_backward(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(), gamma_.grad.data(),
+                            beta_.grad.data(), dx.data(), n, c, inner);
+    return dx;
+  }
   // Global sums of dy and dy * xhat per channel (reduced like the forward statistics).
   std::vector<double> sums(2 * c + 1, 0.0);
   for (int64_t i = 0; i < n; ++i)
@@ -101,7 +128,7 @@ Tensor BatchNorm::backward(const Tensor& dy) {
       const int64_t off = (i * c + ch) * inner;
       const float k = gamma_.value[ch] * inv_std_[ch];
       const float mdy = static_cast<float>(sums[ch] / count_), mdyx = static_cast<float>(sums[c + ch] / count_);
-      for (int64_t j = 0; j < inner; ++j) dx[off + j] = k * (dy[off + j] - mdy - xhat_[off + j] * mdyx);
+      for (int64_t j = 0; j < inner; ++j) dx[off + j] = kernels::bn_input_grad(dy[off + j], xhat_[off + j], k, mdy, mdyx);
     }
   return dx;
 }

@@ -2,6 +2,8 @@
 // dimensions in training (running averages kept for evaluation), learnable scale and shift.
 // A StatsReducer, when set, sums the per-channel partial statistics across ranks (spatial
 // parallelism: a sample split over ranks still normalises with global statistics).
+// On the GPU the statistics, running averages and normalisation are CUDA kernels (gpu::batchnorm_*)
+// that keep everything on the device; the reducer is not supported there yet.
 #pragma once
 
 #include <functional>
@@ -22,6 +24,7 @@ class BatchNorm : public Layer {
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
   std::vector<Param*> params() override { return {&gamma_, &beta_}; }
+  void to(Device device) override;  // the running statistics too
   void set_stats_reducer(StatsReducer r) { reducer_ = std::move(r); }
   // Running statistics (part of a checkpoint).
   Tensor& running_mean() { return running_mean_; }
@@ -36,6 +39,7 @@ class BatchNorm : public Layer {
   // From the last training forward:
   Tensor xhat_;
   std::vector<float> inv_std_;
+  Tensor device_inv_std_;  // on the GPU
   double count_ = 0;
 };
 

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "worker/nn/dnnl_util.h"
 #include "worker/nn/elementwise.h"
+#include "worker/nn/gpu/ops.h"
 
 namespace tessera {
 
@@ -266,7 +267,67 @@ void conv3d_k3_weight_grad(const Tensor& x, const Tensor& dy, float* dw, float* 
 }  // namespace
 
 template <class T>
+gpu::Conv& ConvLayer<T>::device_plan_for(const Shape& in) {
+  if (device_plan_ && device_plan_->shape().in == in) return *device_plan_;
+  const auto& o = options_;
+  gpu::ConvShape s;
+  s.in = in;
+  s.out = output_shape(in);
+  s.in_channels = o.in_channels;
+  s.out_channels = o.out_channels;
+  s.kernel = o.kernel;
+  s.stride = o.stride;
+  s.transposed = std::is_same_v<T, detail::DeconvTraits>;
+  for (int i = 0; i < o.spatial_dims; ++i) {
+    if (pad_before(o, i) != pad_after(o, i))
+      shape_error(detail::concat("uneven padding ", pad_before(o, i), "+", pad_after(o, i),
+                                 " (a spatial block at the volume's edge) is not supported on the GPU"));
+    s.pad.push_back(pad_before(o, i));
+  }
+  device_plan_ = std::make_unique<gpu::Conv>(s);
+  return *device_plan_;
+}
+
+template <class T>
+Tensor ConvLayer<T>::forward_device(const Tensor& x, bool training) {
+  TESSERA_CHECK(weight_.value.on_device(), "layer ", name(), ": input on the GPU, weights on the host");
+  gpu::Conv& p = device_plan_for(x.shape());
+  const Shape& out = p.shape().out;
+  Tensor y(out, Layout::kPlain, Device::kCuda);
+  p.forward(x.data(), weight_.value.data(), y.data());
+  const int64_t inner = y.numel() / std::max<int64_t>(1, out[0] * out[1]);
+  if (options_.bias) gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
+  if (options_.activation) gpu::leaky_relu(y.data(), y.data(), y.numel(), options_.activation_slope);
+  if (training) {
+    x_ = x;
+    if (options_.activation) y_ = y;
+  }
+  return y;
+}
+
+template <class T>
+Tensor ConvLayer<T>::backward_device(const Tensor& dy) {
+  TESSERA_CHECK(device_plan_ && !x_.empty(), "layer ", name(), ": backward without a training forward");
+  gpu::Conv& p = *device_plan_;
+  TESSERA_CHECK(dy.shape() == p.shape().out && dy.on_device(), "layer ", name(), ": gradient shape ",
+                shape_str(dy.shape()), " vs output ", shape_str(p.shape().out));
+  const Tensor dz = options_.activation ? leaky_relu_grad(y_, dy, options_.activation_slope) : dy;
+  Tensor dx;
+  if (input_grad()) {
+    dx = Tensor(p.shape().in, Layout::kPlain, Device::kCuda);
+    p.backward_data(dz.data(), weight_.value.data(), dx.data());
+  }
+  p.backward_weights(x_.data(), dz.data(), weight_.grad.data());
+  if (options_.bias) {
+    const Shape& out = p.shape().out;
+    gpu::bias_grad(dz.data(), bias_.grad.data(), out[0], out[1], dz.numel() / std::max<int64_t>(1, out[0] * out[1]));
+  }
+  return dx;
+}
+
+template <class T>
 Tensor ConvLayer<T>::forward(const Tensor& x, bool training) {
+  if (x.on_device()) return forward_device(x, training);
   auto& p = plan_for(x.shape());
   Tensor y(p.out, x.layout());
   std::unordered_map<int, memory> args;
@@ -287,6 +348,7 @@ Tensor ConvLayer<T>::forward(const Tensor& x, bool training) {
 
 template <class T>
 Tensor ConvLayer<T>::backward(const Tensor& dy) {
+  if (x_.on_device()) return backward_device(dy);
   TESSERA_CHECK(plan_ && !x_.empty(), "layer ", name(), ": backward without a training forward");
   auto& p = *plan_;
   TESSERA_CHECK(dy.shape() == p.out, "layer ", name(), ": gradient shape ", shape_str(dy.shape()), " vs output ",

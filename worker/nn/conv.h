@@ -3,6 +3,8 @@
 // arrays, and reach each primitive in the layout it chose through cached reorders. Activations are
 // computed channels-last: a channels-last input needs no reorder, a plain one is reordered (and the
 // output returned plain). Primitives are built once per input shape.
+// On the GPU (an input on the device) the layer runs cuDNN (gpu::Conv) on plain activations, with
+// the bias and the fused activation as kernels after it.
 #pragma once
 
 #include <memory>
@@ -35,6 +37,10 @@ struct ConvOptions {
 int pad_before(const ConvOptions& o, int i);
 int pad_after(const ConvOptions& o, int i);
 
+namespace gpu {
+class Conv;
+}  // namespace gpu
+
 namespace detail {
 struct ConvTraits;
 struct DeconvTraits;
@@ -59,9 +65,13 @@ class ConvLayer : public Layer {
 
  private:
   detail::ConvPlan<Traits>& plan_for(const Shape& in);
+  gpu::Conv& device_plan_for(const Shape& in);
+  Tensor forward_device(const Tensor& x, bool training);
+  Tensor backward_device(const Tensor& dy);
   ConvOptions options_;
   Param weight_, bias_;
   std::unique_ptr<detail::ConvPlan<Traits>> plan_;
+  std::unique_ptr<gpu::Conv> device_plan_;
   Tensor x_;  // the last training input, for backward-weights
   Tensor y_;  // the last training output, for the fused activation's gradient
 };

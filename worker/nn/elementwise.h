@@ -2,7 +2,7 @@
 // connections (a two-input operation, so functions rather than a Layer).
 #pragma once
 
-#include <random>
+#include <cstdint>
 
 #include "worker/nn/layer.h"
 
@@ -34,7 +34,8 @@ class ReLU : public LeakyReLU {
 };
 
 // Inverted dropout: in training, zeroes each entry with probability `rate` and scales the rest by
-// 1/(1-rate); identity in evaluation. The mask stream is deterministic in `seed`.
+// 1/(1-rate); identity in evaluation. The masks are deterministic in `seed` and the number of
+// training passes before (kernels::dropout_scale), the same on the CPU and the GPU.
 class Dropout : public Layer {
  public:
   Dropout(std::string name, float rate, uint64_t seed);
@@ -45,7 +46,8 @@ class Dropout : public Layer {
 
  private:
   float rate_;
-  std::mt19937_64 rng_;
+  uint64_t seed_;
+  uint64_t calls_ = 0;  // training forward passes so far
   Tensor mask_;  // scale per entry of the last training forward; empty in evaluation
 };
 

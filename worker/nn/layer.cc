@@ -12,6 +12,18 @@ void Layer::shape_error(const std::string& reason) const {
   throw ConfigError("model.layers." + name_, std::string(kind()) + ": " + reason);
 }
 
+void Layer::to(Device device) {
+  for (Param* p : params()) {
+    p->value = p->value.to(device);
+    p->grad = p->grad.to(device);
+  }
+}
+
+namespace {
+// t in `layout` (host tensors; device activations are plain).
+Tensor in_layout(const Tensor& t, Layout layout) { return t.on_device() ? t : dnnl_util::to_layout(t, layout); }
+}  // namespace
+
 Layer& Sequential::add(std::unique_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
   return *layers_.back();
@@ -22,22 +34,22 @@ Tensor Sequential::forward(const Tensor& x, bool training) {
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
-    if (l.layouts() == Layer::Layouts::kChannelsLast && h.rank() >= 3) h = dnnl_util::to_layout(h, Layout::kChannelsLast);
-    if (l.layouts() == Layer::Layouts::kPlain) h = dnnl_util::to_layout(h, Layout::kPlain);
+    if (l.layouts() == Layer::Layouts::kChannelsLast && h.rank() >= 3) h = in_layout(h, Layout::kChannelsLast);
+    if (l.layouts() == Layer::Layouts::kPlain) h = in_layout(h, Layout::kPlain);
     h = l.forward(h, training);
     out_layout_[i] = h.layout();
   }
-  return dnnl_util::to_layout(h, Layout::kPlain);
+  return in_layout(h, Layout::kPlain);
 }
 
 Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
   TESSERA_CHECK(out_layout_.size() == layers_.size(), "backward before forward");
   Tensor g = dy;
   for (size_t i = layers_.size(); i-- > 0;) {
-    g = layers_[i]->backward(dnnl_util::to_layout(g, out_layout_[i]));
+    g = layers_[i]->backward(in_layout(g, out_layout_[i]));
     if (ready) (*ready)(*layers_[i]);
   }
-  return dnnl_util::to_layout(g, Layout::kPlain);
+  return in_layout(g, Layout::kPlain);
 }
 
 std::vector<Param*> Sequential::params() {
@@ -45,6 +57,10 @@ std::vector<Param*> Sequential::params() {
   for (auto& l : layers_)
     for (Param* p : l->params()) out.push_back(p);
   return out;
+}
+
+void Sequential::to(Device device) {
+  for (auto& l : layers_) l->to(device);
 }
 
 Shape Sequential::output_shape(Shape in) const {

@@ -36,6 +36,8 @@ class Layer {
   virtual Tensor forward(const Tensor& x, bool training) = 0;
   virtual Tensor backward(const Tensor& dy) = 0;
   virtual std::vector<Param*> params() { return {}; }
+  // Moves the layer's parameters (values and gradients) and any other state to `device`.
+  virtual void to(Device device);
   // Whether backward() must compute the input gradient. Off for a model's first layer, whose input
   // is data: backward() then returns an empty tensor (and skips that work).
   void set_input_grad(bool on) { input_grad_ = on; }
@@ -64,7 +66,8 @@ using GradReady = std::function<void(Layer&)>;
 
 // Layers applied in order. It takes and returns plain tensors; inside, activations stay
 // channels-last from one layer that wants them to the next (no conversion between a convolution, its
-// activation and its pooling), and are converted only where a layer needs plain ones.
+// activation and its pooling), and are converted only where a layer needs plain ones. Activations on
+// the GPU stay plain throughout (cuDNN takes them so).
 class Sequential {
  public:
   Layer& add(std::unique_ptr<Layer> layer);
@@ -72,6 +75,7 @@ class Sequential {
   // `ready` (may be null) hears of each layer once its backward() has run.
   Tensor backward(const Tensor& dy, const GradReady* ready = nullptr);
   std::vector<Param*> params();
+  void to(Device device);
   Shape output_shape(Shape in) const;
   double forward_flops(Shape in) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }

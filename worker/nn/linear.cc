@@ -3,6 +3,7 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include "common/error.h"
+#include "worker/nn/gpu/ops.h"
 
 namespace tessera {
 
@@ -24,23 +25,35 @@ Shape Linear::output_shape(const Shape& in) const {
 Tensor Linear::forward(const Tensor& x, bool training) {
   Shape out = output_shape(x.shape());
   const int64_t n = x.dim(0);
-  Tensor y(out);
-  for (int64_t i = 0; i < n; ++i)
-    for (int j = 0; j < out_; ++j) y[i * out_ + j] = bias_.value[j];
-  dnnl_sgemm('N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
+  Tensor y(out, Layout::kPlain, x.device());
   if (training) {
     x_ = x;
     have_input_ = true;
   }
+  if (x.on_device()) {
+    gpu::linear_forward(x.data(), weight_.value.data(), y.data(), n, in_, out_);
+    gpu::add_bias(y.data(), bias_.value.data(), n, out_, 1);
+    return y;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < out_; ++j) y[i * out_ + j] = bias_.value[j];
+  dnnl_sgemm('N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
   return y;
 }
 
 Tensor Linear::backward(const Tensor& dy) {
   TESSERA_CHECK(have_input_, "layer ", name(), ": backward without a training forward");
-  if (x_.dim(0) == 0) return Tensor({0, in_});
+  if (x_.dim(0) == 0) return Tensor({0, in_}, Layout::kPlain, x_.device());
   const int64_t n = x_.dim(0);
-  TESSERA_CHECK(dy.shape() == (Shape{n, out_}), "layer ", name(), ": gradient shape ", shape_str(dy.shape()));
-  Tensor dx({n, in_});
+  TESSERA_CHECK(dy.shape() == (Shape{n, out_}) && dy.device() == x_.device(), "layer ", name(), ": gradient shape ",
+                shape_str(dy.shape()));
+  Tensor dx({n, in_}, Layout::kPlain, dy.device());
+  if (dy.on_device()) {
+    gpu::linear_backward_data(dy.data(), weight_.value.data(), dx.data(), n, in_, out_);
+    gpu::linear_backward_weights(dy.data(), x_.data(), weight_.grad.data(), n, in_, out_);
+    gpu::bias_grad(dy.data(), bias_.grad.data(), n, out_, 1);
+    return dx;
+  }
   dnnl_sgemm('N', 'N', n, in_, out_, 1.0f, dy.data(), out_, weight_.value.data(), in_, 0.0f, dx.data(), in_);
   dnnl_sgemm('T', 'N', out_, in_, n, 1.0f, dy.data(), out_, x_.data(), in_, 1.0f, weight_.grad.data(), in_);
   for (int64_t i = 0; i < n; ++i)

@@ -1,4 +1,5 @@
-// Fully connected layer: y = x W^T + b for x of shape (N, in), W (out, in), on oneDNN's sgemm.
+// Fully connected layer: y = x W^T + b for x of shape (N, in), W (out, in), on oneDNN's sgemm (on
+// the GPU: cuBLAS's).
 #pragma once
 
 #include "worker/nn/layer.h"

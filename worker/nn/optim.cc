@@ -3,12 +3,16 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "worker/nn/gpu/ops.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 
 Tensor& Optimizer::slot(const Param& p, const char* name) {
   auto [it, inserted] = state_.try_emplace(p.name + "/" + name);
-  if (inserted || it->second.shape() != p.value.shape()) it->second = Tensor::zeros(p.value.shape());
+  if (inserted || it->second.shape() != p.value.shape()) it->second = Tensor::zeros(p.value.shape(), p.value.device());
+  // State restored from a checkpoint is on the host until the parameter's first step on the device.
+  if (it->second.device() != p.value.device()) it->second = it->second.to(p.value.device());
   return it->second;
 }
 
@@ -25,16 +29,14 @@ class Sgd final : public Optimizer {
       float* w = p->value.data();
       const float* g = p->grad.data();
       const int64_t n = p->value.numel();
-      if (mu == 0.0f) {
-        for (int64_t i = 0; i < n; ++i) w[i] -= static_cast<float>(lr) * (g[i] + wd * w[i]);
+      const float rate = static_cast<float>(lr);
+      float unused = 0;
+      float* v = mu == 0.0f ? nullptr : slot(*p, "momentum").data();
+      if (p->value.on_device()) {
+        gpu::sgd_update(w, v, g, n, rate, mu, wd, c_.nesterov);
         continue;
       }
-      float* v = slot(*p, "momentum").data();
-      for (int64_t i = 0; i < n; ++i) {
-        const float d = g[i] + wd * w[i];
-        v[i] = mu * v[i] + d;
-        w[i] -= static_cast<float>(lr) * (c_.nesterov ? d + mu * v[i] : v[i]);
-      }
+      for (int64_t i = 0; i < n; ++i) kernels::sgd_update(w[i], v ? v[i] : unused, g[i], rate, mu, wd, c_.nesterov);
     }
   }
 
@@ -50,19 +52,24 @@ class Adam final : public Optimizer {
     const double b1 = c_.beta1, b2 = c_.beta2;
     const double corr1 = 1 - std::pow(b1, static_cast<double>(steps_));
     const double corr2 = 1 - std::pow(b2, static_cast<double>(steps_));
-    const float step_size = static_cast<float>(lr * std::sqrt(corr2) / corr1);
+    const kernels::AdamArgs a{static_cast<float>(b1),
+                              static_cast<float>(1 - b1),
+                              static_cast<float>(b2),
+                              static_cast<float>(1 - b2),
+                              static_cast<float>(lr * std::sqrt(corr2) / corr1),
+                              static_cast<float>(c_.eps * std::sqrt(corr2))};
     for (Param* p : params) {
       const float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
       float* w = p->value.data();
       const float* g = p->grad.data();
       float* m = slot(*p, "m").data();
       float* v = slot(*p, "v").data();
-      for (int64_t i = 0; i < p->value.numel(); ++i) {
-        const float d = g[i] + wd * w[i];
-        m[i] = static_cast<float>(b1) * m[i] + static_cast<float>(1 - b1) * d;
-        v[i] = static_cast<float>(b2) * v[i] + static_cast<float>(1 - b2) * d * d;
-        w[i] -= step_size * m[i] / (std::sqrt(v[i]) + static_cast<float>(c_.eps * std::sqrt(corr2)));
+      const int64_t n = p->value.numel();
+      if (p->value.on_device()) {
+        gpu::adam_update(w, m, v, g, n, a, wd);
+        continue;
       }
+      for (int64_t i = 0; i < n; ++i) kernels::adam_update(w[i], m[i], v[i], g[i], a, wd);
     }
   }
 
@@ -83,20 +90,24 @@ class Lars final : public Optimizer {
       const float* g = p->grad.data();
       const int64_t n = p->value.numel();
       double wn = 0, gn = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        wn += double(w[i]) * w[i];
-        gn += double(g[i]) * g[i];
+      if (p->value.on_device()) {
+        wn = gpu::sum_squares(w, n);
+        gn = gpu::sum_squares(g, n);
+      } else {
+        for (int64_t i = 0; i < n; ++i) {
+          wn += double(w[i]) * w[i];
+          gn += double(g[i]) * g[i];
+        }
       }
-      wn = std::sqrt(wn);
-      gn = std::sqrt(gn);
-      double local = 1.0;
-      if (p->decay && wn > 0 && gn > 0) local = c_.trust * wn / (gn + c_.weight_decay * wn);
-      const float rate = static_cast<float>(lr * local), mu = static_cast<float>(c_.momentum);
+      const float rate = static_cast<float>(
+          kernels::lars_rate(lr, c_.trust, c_.weight_decay, p->decay, std::sqrt(wn), std::sqrt(gn)));
+      const float mu = static_cast<float>(c_.momentum);
       float* v = slot(*p, "momentum").data();
-      for (int64_t i = 0; i < n; ++i) {
-        v[i] = mu * v[i] + rate * (g[i] + wd * w[i]);
-        w[i] -= v[i];
+      if (p->value.on_device()) {
+        gpu::lars_update(w, v, g, n, rate, mu, wd);
+        continue;
       }
+      for (int64_t i = 0; i < n; ++i) kernels::lars_update(w[i], v[i], g[i], rate, mu, wd);
     }
   }
 
@@ -149,13 +160,23 @@ double learning_rate(const ScheduleConfig& s, int64_t step) {
 
 double clip_grad_norm(const std::vector<Param*>& params, double max_norm) {
   double sq = 0;
-  for (const Param* p : params)
+  for (const Param* p : params) {
+    if (p->grad.on_device()) {
+      sq += gpu::sum_squares(p->grad.data(), p->grad.numel());
+      continue;
+    }
     for (float g : p->grad.span()) sq += double(g) * g;
+  }
   const double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-12));
-    for (Param* p : params)
+    for (Param* p : params) {
+      if (p->grad.on_device()) {
+        gpu::scale(p->grad.data(), p->grad.numel(), scale);
+        continue;
+      }
       for (float& g : p->grad.span()) g *= scale;
+    }
   }
   return norm;
 }

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "worker/nn/dnnl_util.h"
+#include "worker/nn/gpu/ops.h"
 
 namespace tessera {
 
@@ -74,7 +75,29 @@ Pool::Plan& Pool::plan_for(const Shape& in, Layout layout) {
   return *plan_;
 }
 
-Tensor Pool::forward(const Tensor& x, bool) {
+Tensor Pool::forward_device(const Tensor& x, bool training) {
+  if (!device_pool_ || device_in_ != x.shape()) {
+    std::vector<int> pad;
+    for (int i = 0; i < options_.spatial_dims; ++i) {
+      if (pool_pad_l(options_, i) != pool_pad_r(options_, i))
+        shape_error("uneven padding (a spatial block at the volume's edge) is not supported on the GPU");
+      pad.push_back(pool_pad_l(options_, i));
+    }
+    device_pool_ = std::make_unique<gpu::Pool>(x.shape(), output_shape(x.shape()), options_.max, options_.kernel,
+                                               options_.stride, pad);
+    device_in_ = x.shape();
+  }
+  Tensor y(output_shape(x.shape()), Layout::kPlain, Device::kCuda);
+  device_pool_->forward(x.data(), y.data());
+  if (training) {
+    x_ = x;
+    y_ = y;
+  }
+  return y;
+}
+
+Tensor Pool::forward(const Tensor& x, bool training) {
+  if (x.on_device()) return forward_device(x, training);
   auto& p = plan_for(x.shape(), x.layout());
   Tensor y(p.out, x.layout());
   std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::memory_of(x)}, {DNNL_ARG_DST, dnnl_util::memory_of(y)}};
@@ -85,6 +108,13 @@ Tensor Pool::forward(const Tensor& x, bool) {
 }
 
 Tensor Pool::backward(const Tensor& dy) {
+  if (dy.on_device()) {
+    TESSERA_CHECK(device_pool_ && !x_.empty() && dy.shape() == y_.shape(), "layer ", name(),
+                  ": backward without a training forward of its shape");
+    Tensor dx(x_.shape(), Layout::kPlain, Device::kCuda);
+    device_pool_->backward(x_.data(), y_.data(), dy.data(), dx.data());
+    return dx;
+  }
   TESSERA_CHECK(plan_ != nullptr, "layer ", name(), ": backward before forward");
   auto& p = *plan_;
   TESSERA_CHECK(dy.shape() == p.out, "layer ", name(), ": gradient shape ", shape_str(dy.shape()));

@@ -1,5 +1,6 @@
 // Max and average pooling (2D and 3D) on oneDNN, in the input's layout (plain or channels-last);
 // max pooling keeps its workspace for backward. Average pooling excludes padding from the divisor.
+// On the GPU: cuDNN pooling (gpu::Pool), keeping the training input and output for backward.
 #pragma once
 
 #include <memory>
@@ -8,6 +9,10 @@
 #include "worker/nn/layer.h"
 
 namespace tessera {
+
+namespace gpu {
+class Pool;
+}  // namespace gpu
 
 struct PoolOptions {
   bool max = true;       // max pooling, else average
@@ -32,8 +37,12 @@ class Pool : public Layer {
  private:
   struct Plan;
   Plan& plan_for(const Shape& in, Layout layout);
+  Tensor forward_device(const Tensor& x, bool training);
   PoolOptions options_;
   std::unique_ptr<Plan> plan_;
+  std::unique_ptr<gpu::Pool> device_pool_;
+  Shape device_in_;
+  Tensor x_, y_;  // the last training pass on the device
 };
 
 }  // namespace tessera

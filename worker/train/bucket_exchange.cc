@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "worker/nn/gpu/ops.h"
 
 namespace tessera {
 namespace {
@@ -32,6 +33,10 @@ BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket
     buckets_.back().data.resize(used);
   }
   pending_.resize(buckets_.size());
+  if (!params.empty() && params.front()->grad.on_device()) {
+    device_ = gpu::current_device();
+    for (size_t b = 0; b < buckets_.size(); ++b) ready_events_.push_back(std::make_unique<gpu::Event>());
+  }
   if (overlap_) thread_ = std::thread([this] { loop(); });
 }
 
@@ -69,6 +74,9 @@ void BucketExchange::submit_ready() {
   size_t first = next_;
   while (next_ < buckets_.size() && pending_[next_] == 0) ++next_;
   if (next_ == first) return;
+  // On the GPU the backward pass has queued these gradients' kernels, not run them: the sender waits
+  // for this point of the training thread's stream.
+  for (size_t b = first; b < next_ && device_ >= 0; ++b) ready_events_[b]->record();
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t b = first; b < next_; ++b) queue_.push_back(b);
@@ -79,14 +87,31 @@ void BucketExchange::submit_ready() {
 void BucketExchange::run_bucket(size_t b) {
   const auto t0 = Clock::now();
   Bucket& k = buckets_[b];
-  for (const Slot& s : k.slots) std::memcpy(k.data.data() + s.offset, s.param->grad.data(), s.param->grad.numel() * sizeof(float));
+  if (device_ >= 0) {
+    // Gradients on the GPU are staged through the bucket's host buffer (the exchange runs on host memory).
+    if (overlap_) ready_events_[b]->sync();
+    for (const Slot& s : k.slots)
+      gpu::copy(k.data.data() + s.offset, Device::kCpu, s.param->grad.data(), Device::kCuda,
+                static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
+  } else {
+    for (const Slot& s : k.slots) std::memcpy(k.data.data() + s.offset, s.param->grad.data(), s.param->grad.numel() * sizeof(float));
+  }
   const auto t1 = Clock::now();
   send_(static_cast<int>(b), std::span<float>(k.data));
   const auto t2 = Clock::now();
-  for (const Slot& s : k.slots) {
-    float* g = s.param->grad.data();
-    const float* d = k.data.data() + s.offset;
-    for (int64_t i = 0; i < s.param->grad.numel(); ++i) g[i] = d[i] * scale_;
+  if (device_ >= 0) {
+    for (const Slot& s : k.slots) {
+      const int64_t n = s.param->grad.numel();
+      gpu::copy(s.param->grad.data(), Device::kCuda, k.data.data() + s.offset, Device::kCpu, static_cast<size_t>(n) * sizeof(float));
+      gpu::scale(s.param->grad.data(), n, scale_);
+    }
+    gpu::synchronize();  // the bucket is done when its gradients are back on the device
+  } else {
+    for (const Slot& s : k.slots) {
+      float* g = s.param->grad.data();
+      const float* d = k.data.data() + s.offset;
+      for (int64_t i = 0; i < s.param->grad.numel(); ++i) g[i] = d[i] * scale_;
+    }
   }
   const auto t3 = Clock::now();
   busy_s_ += std::chrono::duration<double>(t3 - t0).count();
@@ -98,6 +123,7 @@ void BucketExchange::run_bucket(size_t b) {
 }
 
 void BucketExchange::loop() {
+  if (device_ >= 0) gpu::set_device(device_);  // this thread's stream on the gradients' device
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });

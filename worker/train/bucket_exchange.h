@@ -10,17 +10,23 @@
 //
 // Threads: begin(), the ready hook and finish() run on the training thread; `send` runs on the
 // communication thread when overlapping (and must only use communicators the backward pass does not).
+//
+// Gradients on the GPU are staged through each bucket's host buffer: the communication thread waits
+// for the point of the training stream where the bucket's gradients were finished (an Event), copies
+// them out, exchanges them, and copies the result back before the bucket counts as done.
 #pragma once
 
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "worker/core/device.h"
 #include "worker/nn/layer.h"
 
 namespace tessera {
@@ -65,6 +71,8 @@ class BucketExchange {
 
   std::vector<Bucket> buckets_;
   std::unordered_map<const Param*, size_t> bucket_of_;
+  int device_ = -1;  // the CUDA device of the gradients; -1: on the host
+  std::vector<std::unique_ptr<gpu::Event>> ready_events_;  // per bucket, on the GPU
   bool overlap_;
   GradReady hook_;
   Send send_;

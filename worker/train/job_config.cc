@@ -7,6 +7,8 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   JobConfig j;
   j.name = job.name;
   j.workers = s.workers();
+  j.device = s.device;
+  j.gpus_per_pod = s.resources.gpu;
 
   j.model.name = s.model.name;
   j.model.input_size = s.model.input_size;

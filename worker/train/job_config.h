@@ -47,6 +47,8 @@ struct DataConfig {
 struct JobConfig {
   std::string name = "job";
   int workers = 1;                 // spec.replicas x spec.ranksPerReplica
+  std::string device = "auto";     // spec.device: auto | cuda | cpu
+  int gpus_per_pod = 0;            // spec.resources.gpu
   ModelConfig model;               // model.spatial: parallelism.spatial
   SyntheticConfig dataset;         // synthetic data (data.format == synthetic)
   DataConfig data;

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "worker/core/device.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/data/file_dataset.h"
 #include "worker/train/checkpoint.h"
@@ -69,6 +70,24 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
   return std::make_unique<FileDataset>(dir, std::move(index), extent, remote, cache);
 }
 
+Device resolve_device(const JobConfig& c) {
+  if (c.device == "cpu") return Device::kCpu;
+  const bool given_gpus = c.gpus_per_pod > 0 || std::getenv("TESSERA_GPU") != nullptr;
+  if (c.device == "auto" && (!given_gpus || c.model.spatial.size() > 1)) return Device::kCpu;
+  std::string why;
+  if (gpu::device_count(&why) > 0) return Device::kCuda;
+  const std::string asked = c.device == "cuda" ? std::string("cuda")
+                                               : detail::concat("auto, and the job asks for ", c.gpus_per_pod,
+                                                                " GPU(s) per pod (spec.resources.gpu)");
+  throw ConfigError("spec.device", detail::concat(asked, ", but this worker sees no usable CUDA device (", why,
+                                                  "); set spec.device: cpu to train on the CPU"));
+}
+
+int rank_gpu_ordinal() {
+  const char* v = std::getenv("TESSERA_GPU_INDEX");
+  return v ? std::max(0, std::atoi(v)) : 0;
+}
+
 Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
   const int world = groups_ ? groups_->topology.world_size() : 1;
   const int spatial = config_.model.spatial.size();
@@ -86,12 +105,15 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
+  device_ = resolve_device(config_);
+  if (device_ == Device::kCuda) gpu::set_device(rank_gpu_ordinal());
   try {
     model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
   } catch (const std::bad_alloc&) {
     throw ConfigError("spec.model", detail::concat("its ", config_.parameters, " parameters (", config_.parameters * 8 / 1e9,
                                                    " GB with their gradients) do not fit in this worker's memory"));
   }
+  if (device_ == Device::kCuda) model_->to(Device::kCuda);
   if (const Partition* p = model_->input_partition())
     for (int d = 0; d < 3; ++d) {
       box_.begin[d] = p->owned(d).begin;
@@ -240,13 +262,14 @@ EpochRecord Trainer::validate(int epoch) {
     std::vector<Sample> samples;
     for (uint64_t i : idx) samples.push_back(box_ == VolumeBox{} ? val_->get(i) : val_->get_block(i, box_));
     Batch batch = select_held(stack_samples(samples));
-    Tensor out = model_->forward(batch.inputs, false);
+    const Tensor targets = batch.targets.to(device_);
+    Tensor out = model_->forward(batch.inputs.to(device_), false);
     const double k = model_->loss_share(static_cast<int64_t>(idx.size())) * static_cast<double>(idx.size());
     if (out.dim(0) == 0) continue;
-    loss_sum += model_->loss(out, batch.targets).loss * k;
-    metric_sum += model_->metric(out, batch.targets) * k;
+    loss_sum += model_->loss(out, targets).loss * k;
+    metric_sum += model_->metric(out, targets) * k;
     count += k;
-    if (model_->task() != Task::kRegression) tally_classes(out, batch.targets, tally);
+    if (model_->task() != Task::kRegression) tally_classes(out.to(Device::kCpu), batch.targets, tally);
     if (model_->task() == Task::kRegression) {
       const int64_t t = batch.targets.numel() / batch.targets.dim(0);
       target_sum.resize(t, 0.0);
@@ -299,12 +322,16 @@ void Trainer::save(int64_t next_step) {
   d.counters["step"] = next_step;
   d.counters["optimizer_steps"] = optimizer_->steps();
   d.counters["flushed_residuals"] = flushed_residuals_;
-  for (Param* p : model_->params()) d.arrays["param/" + p->name] = std::vector<float>(p->value.span().begin(), p->value.span().end());
-  for (auto& [name, t] : optimizer_->state()) d.arrays["opt/" + name] = std::vector<float>(t.span().begin(), t.span().end());
+  auto host = [](const Tensor& t) {
+    const Tensor h = t.to(Device::kCpu);
+    return std::vector<float>(h.span().begin(), h.span().end());
+  };
+  for (Param* p : model_->params()) d.arrays["param/" + p->name] = host(p->value);
+  for (auto& [name, t] : optimizer_->state()) d.arrays["opt/" + name] = host(t);
   for (Layer* l : model_->layers())
     if (auto* bn = dynamic_cast<BatchNorm*>(l)) {
-      d.arrays["bn/" + l->name() + "/mean"] = std::vector<float>(bn->running_mean().span().begin(), bn->running_mean().span().end());
-      d.arrays["bn/" + l->name() + "/var"] = std::vector<float>(bn->running_var().span().begin(), bn->running_var().span().end());
+      d.arrays["bn/" + l->name() + "/mean"] = host(bn->running_mean());
+      d.arrays["bn/" + l->name() + "/var"] = host(bn->running_var());
     }
   if (sparse_)
     for (auto& [b, r] : sparse_->residuals()) d.arrays["residual/" + std::to_string(b)] = r;
@@ -375,7 +402,9 @@ void Trainer::restore() {
     if (static_cast<int64_t>(it->second.size()) != into.numel())
       throw mismatch(detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ", into.numel(),
                                     " (did spec.model change?)"));
-    std::memcpy(into.data(), it->second.data(), it->second.size() * sizeof(float));
+    Tensor h(into.shape());
+    std::memcpy(h.data(), it->second.data(), it->second.size() * sizeof(float));
+    into.copy_from(h);  // on the device, where the model trains there
   };
   for (Param* p : model_->params()) load("param/" + p->name, p->value);
   for (const auto& [key, v] : d.arrays) {
@@ -429,7 +458,10 @@ TrainSummary Trainer::run() {
              " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
              config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
              " steps, global batch ", tr.batch_size, ", strategy ", config_.communication.strategy,
-             switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "");
+             switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "",
+             device_ == Device::kCuda ? detail::concat(", on CUDA device ", gpu::current_device(),
+                                                       groups_ ? " (gradients exchanged through host memory)" : "")
+                                      : ", on the CPU");
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
     if (epoch != order_epoch) {
@@ -453,13 +485,13 @@ TrainSummary Trainer::run() {
     Batch batch = select_held(loader_->next(&rec.data_s));
     auto t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
-    Tensor out = model_->forward(batch.inputs, true);
-    LossResult loss = model_->loss(out, batch.targets);
+    Tensor out = model_->forward(batch.inputs.to(device_), true);
+    LossResult loss = model_->loss(out, batch.targets.to(device_));
     // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
     // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
     const double share = model_->loss_share(local_batch);
     if (share != 1.0)
-      for (float& g : loss.grad.span()) g *= static_cast<float>(share);
+      for (float& g : loss.grad.span()) g *= static_cast<float>(share);  // spatial parallelism: on the CPU
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
     begin_exchange(rec);

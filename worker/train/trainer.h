@@ -69,6 +69,15 @@ struct TrainSummary {
 std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Model& model, const std::string& dir,
                                                const std::string& field, FileSystem& remote, TieredCache* cache);
 
+// Where this rank trains (spec.device): cpu, or cuda where the job says cuda, or says auto and the pod
+// was given GPUs (spec.resources.gpu, TESSERA_GPU). A job that wants CUDA on a worker that sees no
+// usable device is a ConfigError at spec.device saying why, and that `device: cpu` trains on the
+// CPU. Spatial jobs train on the CPU under auto (their halo exchange is host-only).
+Device resolve_device(const JobConfig& config);
+// The CUDA device of this rank: the TESSERA_GPU_INDEX-th the process sees (its slot's GPU among the
+// pod's), else 0.
+int rank_gpu_ordinal();
+
 class Trainer {
  public:
   // groups: the rank's communicators, or null for a single process.
@@ -87,6 +96,7 @@ class Trainer {
   int64_t switch_step() const { return switch_step_; }
   // The data cache of an hdf5 dataset (null for synthetic data): its counters feed the metrics.
   const TieredCache* cache() const { return cache_.get(); }
+  Device device() const { return device_; }
   // Bytes read from the remote dataset directory (file chunks, before decompression).
   uint64_t remote_bytes_read() const;
 
@@ -105,6 +115,7 @@ class Trainer {
   JobConfig config_;
   CommGroups* groups_;
   int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
+  Device device_ = Device::kCpu;  // of the model, its gradients and the optimiser's state
   std::unique_ptr<Model> model_;
   std::unique_ptr<FileSystem> posix_, remote_fs_;
   std::unique_ptr<TieredCache> cache_;

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# The one-shot GPU check: the GPU tests (each cuDNN/cuBLAS layer and CUDA kernel against the CPU
+# path, one CosmoFlow step GPU against CPU, MSTopK and scatter-add) run on a machine with a GPU and
+# print one JSON line per figure.
+#
+#   scripts/gpu-check.sh bundle [--build-dir DIR]   here: build the GPU test binaries and pack them,
+#                                                   with every library they need but the GPU's own
+#                                                   (driver, cuDNN, cuBLAS), into DIR/gpu-check.tar.xz
+#   scripts/gpu-check.sh run [--build-dir DIR]      on the GPU machine: unpack and run them there
+#   scripts/gpu-check.sh --dry-run [--build-dir DIR]  bundle, then start every bundled binary here the
+#                                                   way `run` does (without a GPU their cases skip)
+#
+# The GPU machine has no Debian packages: the bundle carries its own C library and dynamic loader,
+# and takes cuDNN and cuBLAS from the Python wheels (nvidia-cudnn-cu13, nvidia-cublas) of the
+# python3 found there, and the CUDA runtime from /usr/local/cuda. At most 64 MiB travel to that
+# machine, so the bundle is compressed and its size checked here.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-}
+[ $# -gt 0 ] && shift
+build=$src/build
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build-dir) build=$(cd "$2" && pwd); shift 2 ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+tests=(nn_cuda_test topk_cuda_test)
+archive=$build/gpu-check.tar.xz
+limit_mib=48  # of the 64 MiB a call may carry, what is left after the working tree
+
+json() { python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a in sys.argv[1:])))' "$@"; }
+
+bundle() {
+  grep -q "TESSERA_HAVE_CUDA 1" "$build/generated/tessera/config.h" 2>/dev/null ||
+    { echo "gpu-check: $build was configured without CUDA (nvcc and cuDNN are needed to build the GPU tests)" >&2; exit 1; }
+  cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" >/dev/null
+  local stage
+  stage=$(mktemp -d)
+  trap 'rm -rf "$stage"' RETURN
+  mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/lib"
+  for t in "${tests[@]}"; do cp "$build/tests/$t" "$stage/gpu-check/bin/"; done
+  # Every library the binaries load, but the GPU's own: the driver, cuDNN and cuBLAS come from the
+  # GPU machine. The loader and C library go along, so that the binaries run whatever the machine's.
+  for t in "${tests[@]}"; do ldd "$build/tests/$t"; done |
+    awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | sort -u |
+    grep -Ev '/lib(cuda|cudnn[^/]*|cublas(Lt)?|nvidia-[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" "$stage/gpu-check/lib/"; done
+  tar -C "$stage" -cJf "$archive" gpu-check
+  local mib
+  mib=$(( $(stat -c %s "$archive") / 1048576 ))
+  [ "$mib" -le "$limit_mib" ] || { echo "gpu-check: the bundle is $mib MiB, over the $limit_mib MiB it may take" >&2; exit 1; }
+  json check=bundle "archive=$archive" "mib=$mib" "binaries=${tests[*]}"
+}
+
+# The library directories of the GPU's own libraries: the wheels' nvidia/*/lib, then the toolkit's.
+gpu_library_path() {
+  local dirs=""
+  if command -v python3 >/dev/null; then
+    dirs=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os, site
+roots = site.getsitepackages() + [site.getusersitepackages()]
+print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "nvidia", "*", "lib"))})))
+PY
+)
+  fi
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && dirs="$dirs${dirs:+:}$d"; done
+  echo "$dirs"
+}
+
+run_bundle() {
+  local dry=$1 work
+  [ -f "$archive" ] || { echo "gpu-check: no bundle at $archive (run 'scripts/gpu-check.sh bundle' where it builds)" >&2; exit 1; }
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' RETURN
+  tar -C "$work" -xJf "$archive"
+  local root=$work/gpu-check loader path status=0
+  loader=$(ls "$root"/lib/ld-linux-*.so.* | head -1)
+  path=$root/lib:$(gpu_library_path)
+  for t in "${tests[@]}"; do
+    local out=$work/$t.json log=$work/$t.log rc=0
+    timeout 300 "$loader" --library-path "$path" "$root/bin/$t" --gtest_output="json:$out" >"$log" 2>&1 || rc=$?
+    if [ ! -f "$out" ]; then
+      tail -20 "$log" >&2
+      json check="$t" status=did-not-start "rc=$rc"
+      status=1
+      continue
+    fi
+    # One line per case: passed, failed (with its first failure) or skipped (with the reason).
+    python3 - "$out" "$t" <<'PY'
+import json, sys
+report = json.load(open(sys.argv[1]))
+for suite in report.get("testsuites", []):
+    for case in suite.get("testsuite", []):
+        line = {"check": sys.argv[2] + "." + suite["name"] + "." + case["name"], "time": case.get("time")}
+        if case.get("failures"):
+            line["status"] = "failed"
+            line["failure"] = case["failures"][0].get("failure", "")[:400]
+        elif case.get("result") == "SKIPPED":
+            line["status"] = "skipped"
+        else:
+            line["status"] = "passed"
+        print(json.dumps(line))
+PY
+    if [ "$rc" -ne 0 ]; then status=1; fi
+    if [ "$dry" = 1 ] && ! grep -q "SKIPPED\|PASSED" "$log"; then status=1; fi
+  done
+  return $status
+}
+
+case $mode in
+  bundle) bundle ;;
+  run) run_bundle 0 ;;
+  --dry-run) bundle && run_bundle 1 && json check=dry-run status=passed ;;
+  *) sed -n '2,16p' "$0" >&2; exit 2 ;;
+esac

@@ -1,0 +1,167 @@
+// The layers on the GPU (cuDNN, cuBLAS and Tessera's kernels) against the same layers on the CPU
+// (oneDNN and the host loops) on the same inputs and weights: forward, input gradient and parameter
+// gradients within 1e-4 relative (TF32 off); one CosmoFlow training step likewise. Skipped, with the
+// reason, where no CUDA device can be used.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "common/error.h"
+#include "worker/core/device.h"
+#include "worker/models/model.h"
+#include "worker/nn/batchnorm.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/elementwise.h"
+#include "worker/nn/gpu/ops.h"
+#include "worker/nn/linear.h"
+#include "worker/nn/loss.h"
+#include "worker/nn/optim.h"
+#include "worker/nn/pool.h"
+
+namespace tessera {
+namespace {
+
+class NnCudaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (gpu::device_count(&why) == 0) GTEST_SKIP() << "no usable CUDA device (" << why << "); GPU layers not run";
+    gpu::set_device(0);
+    gpu::set_conv_tf32(false);
+  }
+};
+
+Tensor random_tensor(Shape s, uint64_t seed) {
+  Tensor t(std::move(s));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (float& v : t.span()) v = n(rng);
+  return t;
+}
+
+// Largest |a - b| relative to b's largest magnitude (b on the CPU).
+double rel_error(const Tensor& a_any, const Tensor& b) {
+  const Tensor a = a_any.to(Device::kCpu);
+  EXPECT_EQ(a.numel(), b.numel());
+  double diff = 0, mag = 1e-12;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+    mag = std::max(mag, std::fabs(double(b[i])));
+  }
+  return diff / mag;
+}
+
+// Runs `make()`'s layer on the CPU and a second one on the GPU with the same parameters, and compares
+// the output, the input gradient and every parameter gradient.
+void compare_layer(const std::function<std::unique_ptr<Layer>()>& make, const Shape& in, const char* what) {
+  SCOPED_TRACE(what);
+  auto cpu = make(), dev = make();
+  dev->to(Device::kCuda);
+  const Tensor x = random_tensor(in, 11);
+  const Tensor y = cpu->forward(x, true);
+  const Tensor yd = dev->forward(x.to(Device::kCuda), true);
+  EXPECT_EQ(yd.shape(), y.shape());
+  EXPECT_LE(rel_error(yd, y), 1e-4) << "forward";
+  const Tensor dy = random_tensor(y.shape(), 12);
+  const Tensor dx = cpu->backward(dy);
+  const Tensor dxd = dev->backward(dy.to(Device::kCuda));
+  EXPECT_LE(rel_error(dxd, dx), 1e-4) << "backward-data";
+  const auto pc = cpu->params(), pd = dev->params();
+  ASSERT_EQ(pc.size(), pd.size());
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pd[i]->grad, pc[i]->grad), 1e-4) << "gradient of " << pc[i]->name;
+}
+
+TEST_F(NnCudaTest, ConvolutionsMatchOneDnn) {
+  for (int k : {3, 2}) {
+    ConvOptions o;
+    o.in_channels = 4;
+    o.out_channels = 8;
+    o.kernel = k;
+    o.stride = k == 3 ? 1 : 2;
+    o.padding = k == 3 ? 1 : 0;
+    compare_layer([&] { return std::make_unique<Conv>("conv", o); }, {2, 4, 8, 8, 8}, k == 3 ? "conv3d k3" : "conv3d k2 s2");
+    o.activation = true;
+    o.activation_slope = 0.3f;
+    compare_layer([&] { return std::make_unique<Conv>("conv", o); }, {2, 4, 8, 8, 8}, "conv3d + leaky relu");
+    compare_layer([&] { return std::make_unique<Deconv>("deconv", o); }, {2, 4, 4, 4, 4}, "deconv3d");
+  }
+  ConvOptions o2;
+  o2.in_channels = 3;
+  o2.out_channels = 5;
+  o2.spatial_dims = 2;
+  compare_layer([&] { return std::make_unique<Conv>("conv2d", o2); }, {2, 3, 9, 9}, "conv2d");
+}
+
+TEST_F(NnCudaTest, PoolingBatchNormLinearAndActivationsMatchTheCpu) {
+  for (bool max : {true, false}) {
+    PoolOptions o;
+    o.max = max;
+    compare_layer([&] { return std::make_unique<Pool>("pool", o); }, {2, 3, 8, 8, 8}, max ? "maxpool" : "avgpool");
+  }
+  compare_layer([] { return std::make_unique<BatchNorm>("bn", 3); }, {4, 3, 4, 5, 6}, "batchnorm");
+  compare_layer([] { return std::make_unique<Linear>("fc", 37, 19, 3); }, {5, 37}, "linear");
+  compare_layer([] { return std::make_unique<LeakyReLU>("act", 0.3f); }, {3, 4, 5}, "leaky relu");
+  compare_layer([] { return std::make_unique<Dropout>("drop", 0.25f, 9); }, {3, 400}, "dropout");
+}
+
+TEST_F(NnCudaTest, LossesAndOptimisersMatchTheCpu) {
+  const Tensor y = random_tensor({8, 4}, 1), t = random_tensor({8, 4}, 2);
+  const LossResult m = mse_loss(y, t), md = mse_loss(y.to(Device::kCuda), t.to(Device::kCuda));
+  EXPECT_NEAR(md.loss, m.loss, 1e-6 * m.loss);
+  EXPECT_LE(rel_error(md.grad, m.grad), 1e-6);
+  const Tensor logits = random_tensor({4, 5, 6}, 3);
+  Tensor labels({4, 6});
+  for (int64_t i = 0; i < labels.numel(); ++i) labels[i] = static_cast<float>(i % 5);
+  const LossResult c = softmax_cross_entropy(logits, labels);
+  const LossResult cd = softmax_cross_entropy(logits.to(Device::kCuda), labels.to(Device::kCuda));
+  EXPECT_NEAR(cd.loss, c.loss, 1e-6 * c.loss);
+  EXPECT_LE(rel_error(cd.grad, c.grad), 1e-6);
+  labels[3] = 9;
+  EXPECT_THROW(softmax_cross_entropy(logits.to(Device::kCuda), labels.to(Device::kCuda)), Error);
+  for (const char* name : {"sgd", "adam", "lars"}) {
+    SCOPED_TRACE(name);
+    OptimizerConfig oc;
+    oc.name = name;
+    oc.weight_decay = 0.001;
+    Param p{"w", random_tensor({1000}, 4), random_tensor({1000}, 5), true};
+    Param pd{"w", p.value.to(Device::kCuda), p.grad.to(Device::kCuda), true};
+    auto a = make_optimizer(oc), b = make_optimizer(oc);
+    for (int s = 0; s < 3; ++s) {
+      a->step({&p}, 0.01);
+      b->step({&pd}, 0.01);
+    }
+    EXPECT_LE(rel_error(pd.value, p.value), 1e-6);
+  }
+}
+
+// One training step of CosmoFlow (with batch normalisation and dropout): the same loss, gradients
+// and updated weights on the GPU as on the CPU.
+TEST_F(NnCudaTest, CosmoFlowStepMatchesTheCpu) {
+  ModelConfig mc;
+  mc.name = "cosmoflow";
+  mc.input_size = 32;
+  mc.batchnorm = true;
+  mc.dropout = 0.2f;
+  auto cpu = make_model(mc), dev = make_model(mc);
+  dev->to(Device::kCuda);
+  const Tensor x = random_tensor({4, 4, 32, 32, 32}, 21), t = random_tensor({4, 4}, 22);
+  const Tensor out = cpu->forward(x, true), outd = dev->forward(x.to(Device::kCuda), true);
+  EXPECT_LE(rel_error(outd, out), 1e-4);
+  const LossResult l = cpu->loss(out, t), ld = dev->loss(outd, t.to(Device::kCuda));
+  EXPECT_NEAR(ld.loss, l.loss, 1e-4 * std::fabs(l.loss));
+  cpu->backward(l.grad);
+  dev->backward(ld.grad);
+  const auto pc = cpu->params(), pd = dev->params();
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pd[i]->grad, pc[i]->grad), 1e-4) << pc[i]->name;
+  OptimizerConfig oc;
+  oc.name = "adam";
+  auto a = make_optimizer(oc), b = make_optimizer(oc);
+  a->step(pc, 1e-3);
+  b->step(pd, 1e-3);
+  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pd[i]->value, pc[i]->value), 1e-4) << pc[i]->name;
+}
+
+}  // namespace
+}  // namespace tessera

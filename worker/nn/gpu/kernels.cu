@@ -1,0 +1,343 @@
+// CUDA kernels of the element-wise layers, losses, optimisers and batch normalisation: one thread
+// per entry (grid-stride), each entry computed by the nn/kernels.h function the CPU path runs too.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "worker/core/device.h"
+#include "worker/nn/gpu/ops.h"
+#include "worker/nn/kernels.h"
+
+namespace tessera::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+cudaStream_t cur() { return static_cast<cudaStream_t>(stream()); }
+
+int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 8192)); }
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+#define TESSERA_GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+__global__ void k_leaky_relu(const float* __restrict x, float* __restrict y, int64_t n, float s) {
+  TESSERA_GRID_STRIDE(i, n) y[i] = kernels::leaky_relu(x[i], s);
+}
+__global__ void k_leaky_relu_grad(const float* __restrict gate, const float* __restrict dy, float* __restrict dx,
+                                  int64_t n, float s) {
+  TESSERA_GRID_STRIDE(i, n) dx[i] = kernels::leaky_relu_grad(gate[i], dy[i], s);
+}
+__global__ void k_dropout(const float* __restrict x, float* __restrict y, float* __restrict mask, int64_t n, float rate,
+                          uint64_t seed, uint64_t call) {
+  TESSERA_GRID_STRIDE(i, n) {
+    const float m = kernels::dropout_scale(seed, call, static_cast<uint64_t>(i), rate);
+    mask[i] = m;
+    y[i] = x[i] * m;
+  }
+}
+__global__ void k_multiply(const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) y[i] = a[i] * b[i];
+}
+__global__ void k_scale(float* __restrict x, int64_t n, float s) { TESSERA_GRID_STRIDE(i, n) x[i] *= s; }
+__global__ void k_add_into(float* __restrict acc, const float* __restrict x, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) acc[i] += x[i];
+}
+__global__ void k_add_bias(float* __restrict y, const float* __restrict b, int64_t total, int64_t c, int64_t inner) {
+  TESSERA_GRID_STRIDE(i, total) y[i] += b[(i / inner) % c];
+}
+
+// Block-wide sum of one double per thread into *out (atomically, over blocks).
+__device__ void block_sum_into(double v, double* out) {
+  __shared__ double part[kThreads];
+  part[threadIdx.x] = v;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, part[0]);
+}
+
+__global__ void k_sum_squares(const float* __restrict x, int64_t n, double* out) {
+  double s = 0;
+  TESSERA_GRID_STRIDE(i, n) s += double(x[i]) * x[i];
+  block_sum_into(s, out);
+}
+__global__ void k_mse(const float* __restrict y, const float* __restrict t, float* __restrict g, int64_t n, double inv,
+                      double* out) {
+  double s = 0;
+  TESSERA_GRID_STRIDE(i, n) {
+    s += kernels::mse_term(y[i], t[i], inv);
+    g[i] = kernels::mse_grad(y[i], t[i], inv);
+  }
+  block_sum_into(s, out);
+}
+// One thread per position (n * inner); out[1] counts labels outside [0, c), out[2] holds the first's position + 1.
+__global__ void k_softmax_xent(const float* __restrict x, const float* __restrict labels, float* __restrict g, int64_t n,
+                               int64_t c, int64_t inner, double inv, double* out) {
+  double s = 0;
+  TESSERA_GRID_STRIDE(p, n * inner) {
+    const int64_t i = p / inner, j = p % inner, base = i * c * inner + j;
+    const double term = kernels::softmax_xent_position(x + base, inner, c, static_cast<int64_t>(labels[p]), inv, g + base);
+    if (term != term) {
+      atomicAdd(&out[1], 1.0);
+    } else {
+      s += term;
+    }
+  }
+  block_sum_into(s, out);
+}
+
+__global__ void k_sgd(float* __restrict w, float* __restrict v, const float* __restrict g, int64_t n, float lr, float mu,
+                      float wd, bool nesterov) {
+  float unused = 0;
+  TESSERA_GRID_STRIDE(i, n) kernels::sgd_update(w[i], v ? v[i] : unused, g[i], lr, mu, wd, nesterov);
+}
+__global__ void k_adam(float* __restrict w, float* __restrict m, float* __restrict v, const float* __restrict g, int64_t n,
+                       kernels::AdamArgs a, float wd) {
+  TESSERA_GRID_STRIDE(i, n) kernels::adam_update(w[i], m[i], v[i], g[i], a, wd);
+}
+__global__ void k_lars(float* __restrict w, float* __restrict v, const float* __restrict g, int64_t n, float rate, float mu,
+                       float wd) {
+  TESSERA_GRID_STRIDE(i, n) kernels::lars_update(w[i], v[i], g[i], rate, mu, wd);
+}
+
+// Per channel (one block each): sums over (n, inner) of a and of a * b (b null: a * a) into out[ch], out[c + ch].
+__global__ void k_channel_sums(const float* __restrict a, const float* __restrict b, int64_t n, int64_t c, int64_t inner,
+                               double* out) {
+  const int64_t ch = blockIdx.x;
+  double s = 0, q = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t off = (i * c + ch) * inner;
+    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
+      const float v = a[off + j];
+      s += v;
+      q += double(v) * (b ? b[off + j] : v);
+    }
+  }
+  block_sum_into(s, &out[ch]);
+  __syncthreads();
+  block_sum_into(q, &out[c + ch]);
+}
+__global__ void k_bn_finalize(const double* __restrict sums, float* mean, float* inv_std, float* running_mean,
+                              float* running_var, int64_t c, double count, float momentum, float eps) {
+  const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  kernels::bn_statistics(sums[ch], sums[c + ch], count, eps, momentum, mean[ch], inv_std[ch], running_mean[ch],
+                         running_var[ch]);
+}
+__global__ void k_bn_normalize(const float* __restrict x, float* __restrict xhat, float* __restrict y,
+                               const float* __restrict gamma, const float* __restrict beta, const float* __restrict mean,
+                               const float* __restrict inv, int64_t total, int64_t c, int64_t inner) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const int64_t ch = (i / inner) % c;
+    const float h = kernels::bn_normalize(x[i], mean[ch], inv[ch]);
+    if (xhat) xhat[i] = h;
+    y[i] = kernels::bn_output(h, gamma[ch], beta[ch]);
+  }
+}
+__global__ void k_bn_eval_stats(const float* __restrict running_mean, const float* __restrict running_var, float* mean,
+                                float* inv, int64_t c, float eps) {
+  const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  mean[ch] = running_mean[ch];
+  inv[ch] = 1.0f / sqrtf(running_var[ch] + eps);
+}
+__global__ void k_bn_param_grads(const double* __restrict sums, float* dgamma, float* dbeta, int64_t c) {
+  const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (ch >= c) return;
+  dbeta[ch] += static_cast<float>(sums[ch]);
+  dgamma[ch] += static_cast<float>(sums[c + ch]);
+}
+__global__ void k_add_sums(const double* __restrict sums, float* out, int64_t c) {
+  const int64_t ch = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (ch < c) out[ch] += static_cast<float>(sums[ch]);
+}
+// src (a, b, inner) -> dst (b, a, inner).
+__global__ void k_swap_leading(const float* __restrict src, float* __restrict dst, int64_t a, int64_t b, int64_t inner,
+                               bool accumulate) {
+  TESSERA_GRID_STRIDE(i, a * b * inner) {
+    const int64_t r = i % inner, j = (i / inner) % b, k = i / (inner * b);
+    const int64_t o = (j * a + k) * inner + r;
+    dst[o] = accumulate ? dst[o] + src[i] : src[i];
+  }
+}
+__global__ void k_bn_backward(const float* __restrict dy, const float* __restrict xhat, const float* __restrict gamma,
+                              const float* __restrict inv, const double* __restrict sums, float* __restrict dx,
+                              int64_t total, int64_t c, int64_t inner, double count) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const int64_t ch = (i / inner) % c;
+    const float k = gamma[ch] * inv[ch];
+    const float mdy = static_cast<float>(sums[ch] / count), mdyx = static_cast<float>(sums[c + ch] / count);
+    dx[i] = kernels::bn_input_grad(dy[i], xhat[i], k, mdy, mdyx);
+  }
+}
+
+// A device scratch of doubles, zeroed, and the host copy of it.
+class Scratch {
+ public:
+  explicit Scratch(size_t n) : n_(n) {
+    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), n * sizeof(double), cur()), "cudaMallocAsync");
+    check(cudaMemsetAsync(d_, 0, n * sizeof(double), cur()), "cudaMemsetAsync");
+  }
+  ~Scratch() { cudaFreeAsync(d_, cur()); }
+  double* get() { return d_; }
+  std::vector<double> read() {
+    std::vector<double> h(n_);
+    check(cudaMemcpyAsync(h.data(), d_, n_ * sizeof(double), cudaMemcpyDeviceToHost, cur()), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(cur()), "cudaStreamSynchronize");
+    return h;
+  }
+
+ private:
+  size_t n_;
+  double* d_ = nullptr;
+};
+
+}  // namespace
+
+void leaky_relu(const float* x, float* y, int64_t n, float slope) {
+  if (n <= 0) return;
+  k_leaky_relu<<<blocks_for(n), kThreads, 0, cur()>>>(x, y, n, slope);
+  check_launch("leaky_relu");
+}
+void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, float slope) {
+  if (n <= 0) return;
+  k_leaky_relu_grad<<<blocks_for(n), kThreads, 0, cur()>>>(gate, dy, dx, n, slope);
+  check_launch("leaky_relu_grad");
+}
+void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call) {
+  if (n <= 0) return;
+  k_dropout<<<blocks_for(n), kThreads, 0, cur()>>>(x, y, mask, n, rate, seed, call);
+  check_launch("dropout");
+}
+void multiply(const float* a, const float* b, float* y, int64_t n) {
+  if (n <= 0) return;
+  k_multiply<<<blocks_for(n), kThreads, 0, cur()>>>(a, b, y, n);
+  check_launch("multiply");
+}
+void scale(float* x, int64_t n, float s) {
+  if (n <= 0) return;
+  k_scale<<<blocks_for(n), kThreads, 0, cur()>>>(x, n, s);
+  check_launch("scale");
+}
+void add_into(float* acc, const float* x, int64_t n) {
+  if (n <= 0) return;
+  k_add_into<<<blocks_for(n), kThreads, 0, cur()>>>(acc, x, n);
+  check_launch("add_into");
+}
+void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) {
+  const int64_t total = n * c * inner;
+  if (total <= 0) return;
+  k_add_bias<<<blocks_for(total), kThreads, 0, cur()>>>(y, bias, total, c, inner);
+  check_launch("add_bias");
+}
+void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner) {
+  if (n * c * inner <= 0) return;
+  Scratch sums(2 * c);
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, nullptr, n, c, inner, sums.get());
+  k_add_sums<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), db, c);
+  check_launch("bias_grad");
+}
+
+void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate) {
+  const int64_t total = a * b * inner;
+  if (total <= 0) return;
+  k_swap_leading<<<blocks_for(total), kThreads, 0, cur()>>>(src, dst, a, b, inner, accumulate);
+  check_launch("swap_leading_dims");
+}
+
+double sum_squares(const float* x, int64_t n) {
+  if (n <= 0) return 0;
+  Scratch out(1);
+  k_sum_squares<<<blocks_for(n), kThreads, 0, cur()>>>(x, n, out.get());
+  check_launch("sum_squares");
+  return out.read()[0];
+}
+
+double mse(const float* y, const float* t, float* grad, int64_t n) {
+  if (n <= 0) return 0;
+  Scratch out(1);
+  k_mse<<<blocks_for(n), kThreads, 0, cur()>>>(y, t, grad, n, 1.0 / static_cast<double>(n), out.get());
+  check_launch("mse");
+  return out.read()[0];
+}
+
+double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner) {
+  const int64_t positions = n * inner;
+  if (positions <= 0) return 0;
+  Scratch out(2);
+  k_softmax_xent<<<blocks_for(positions), kThreads, 0, cur()>>>(logits, labels, grad, n, c, inner,
+                                                                 1.0 / static_cast<double>(positions), out.get());
+  check_launch("softmax_cross_entropy");
+  const std::vector<double> r = out.read();
+  if (r[1] > 0)
+    throw Error(detail::concat("cross-entropy: ", static_cast<int64_t>(r[1]), " label(s) outside [0, ", c, ")"));
+  return r[0];
+}
+
+void sgd_update(float* w, float* v, const float* g, int64_t n, float lr, float mu, float wd, bool nesterov) {
+  if (n <= 0) return;
+  k_sgd<<<blocks_for(n), kThreads, 0, cur()>>>(w, v, g, n, lr, mu, wd, nesterov);
+  check_launch("sgd_update");
+}
+void adam_update(float* w, float* m, float* v, const float* g, int64_t n, const kernels::AdamArgs& a, float wd) {
+  if (n <= 0) return;
+  k_adam<<<blocks_for(n), kThreads, 0, cur()>>>(w, m, v, g, n, a, wd);
+  check_launch("adam_update");
+}
+void lars_update(float* w, float* v, const float* g, int64_t n, float rate, float mu, float wd) {
+  if (n <= 0) return;
+  k_lars<<<blocks_for(n), kThreads, 0, cur()>>>(w, v, g, n, rate, mu, wd);
+  check_launch("lars_update");
+}
+
+void batchnorm_forward_train(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
+                             float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
+                             float momentum, float eps) {
+  const int64_t total = n * c * inner;
+  if (total <= 0) return;
+  Scratch sums(2 * c);
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(x, nullptr, n, c, inner, sums.get());
+  k_bn_finalize<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(
+      sums.get(), mean, inv_std, running_mean, running_var, c, static_cast<double>(n * inner), momentum, eps);
+  k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, xhat, y, gamma, beta, mean, inv_std, total, c, inner);
+  check_launch("batchnorm_forward_train");
+}
+
+void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const float* beta, const float* running_mean,
+                            const float* running_var, int64_t n, int64_t c, int64_t inner, float eps) {
+  const int64_t total = n * c * inner;
+  if (total <= 0) return;
+  float* stats = nullptr;
+  check(cudaMallocAsync(reinterpret_cast<void**>(&stats), 2 * c * sizeof(float), cur()), "cudaMallocAsync");
+  k_bn_eval_stats<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(running_mean, running_var, stats,
+                                                                                          stats + c, c, eps);
+  k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, nullptr, y, gamma, beta, stats, stats + c, total, c, inner);
+  check_launch("batchnorm_forward_eval");
+  cudaFreeAsync(stats, cur());
+}
+
+void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
+                        float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner) {
+  const int64_t total = n * c * inner;
+  if (total <= 0) return;
+  Scratch sums(2 * c);
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, xhat, n, c, inner, sums.get());
+  k_bn_param_grads<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), dgamma, dbeta, c);
+  k_bn_backward<<<blocks_for(total), kThreads, 0, cur()>>>(dy, xhat, gamma, inv_std, sums.get(), dx, total, c, inner,
+                                                            static_cast<double>(n * inner));
+  check_launch("batchnorm_backward");
+}
+
+}  // namespace tessera::gpu

@@ -1,0 +1,111 @@
+// The layers' device side: CUDA kernels over the arithmetic of nn/kernels.h, cuDNN convolution and
+// pooling, and cuBLAS matrix products. Pointers are device pointers; everything runs on the calling
+// thread's stream (gpu::stream()) and is asynchronous, except the functions that return a number
+// (they wait for it). Layers call these when their input is on the device (Tensor::on_device()), so
+// a CPU-only build never reaches them: there each one throws Error saying the build has no CUDA.
+//
+// Device activations are plain (N, C, spatial...), the layout cuDNN's NCDHW descriptors describe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "worker/core/tensor.h"
+#include "worker/nn/kernels.h"
+
+namespace tessera::gpu {
+
+// ---- element-wise (n entries) ----
+void leaky_relu(const float* x, float* y, int64_t n, float slope);
+void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, float slope);
+// y = x * mask with mask[i] = kernels::dropout_scale(seed, call, i, rate).
+void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call);
+void multiply(const float* a, const float* b, float* y, int64_t n);  // y = a * b
+void scale(float* x, int64_t n, float s);                           // x *= s
+void add_into(float* acc, const float* x, int64_t n);               // acc += x
+void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner);  // y(n, c, inner) += bias(c)
+void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);   // db(c) += sum over n, inner
+// dst (b, a, inner) = src (a, b, inner) with the first two dimensions swapped (+= when accumulating).
+void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate);
+
+// ---- reductions (return after reading the result back) ----
+double sum_squares(const float* x, int64_t n);
+// Mean squared error of y against t: the loss, and its gradient into grad.
+double mse(const float* y, const float* t, float* grad, int64_t n);
+// Softmax cross-entropy of logits (n, c, inner) against labels (n, inner) stored as floats; throws
+// Error naming the first label outside [0, c).
+double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner);
+
+// ---- optimiser updates (n entries of one parameter) ----
+void sgd_update(float* w, float* v, const float* g, int64_t n, float lr, float mu, float wd, bool nesterov);
+void adam_update(float* w, float* m, float* v, const float* g, int64_t n, const kernels::AdamArgs& a, float wd);
+void lars_update(float* w, float* v, const float* g, int64_t n, float rate, float mu, float wd);
+
+// ---- batch normalisation over (n, c, inner), statistics kept on the device ----
+// Training forward: per-channel mean and inverse deviation into mean/inv_std (c each), running
+// averages updated (momentum; running variance unbiased), xhat and y written.
+void batchnorm_forward_train(const float* x, float* xhat, float* y, const float* gamma, const float* beta,
+                             float* mean, float* inv_std, float* running_mean, float* running_var, int64_t n,
+                             int64_t c, int64_t inner, float momentum, float eps);
+void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const float* beta, const float* running_mean,
+                            const float* running_var, int64_t n, int64_t c, int64_t inner, float eps);
+// dgamma, dbeta accumulate (+=); dx written.
+void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
+                        float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner);
+
+// ---- cuDNN convolution: conv (y = x * w) or transposed (deconv), 2D or 3D ----
+struct ConvShape {
+  Shape in;                       // (N, C, spatial...)
+  Shape out;                      // (N, K, spatial...)
+  int in_channels = 0, out_channels = 0, kernel = 1, stride = 1;
+  std::vector<int> pad;           // per spatial dimension (cuDNN pads both sides alike)
+  bool transposed = false;        // deconv: the weight is (out_channels, in_channels, k...) as on the CPU
+};
+
+// Descriptors and the algorithms chosen for one shape. The algorithm search (cudnnFind*, which
+// times the candidates) runs once per shape in the process and is cached.
+class Conv {
+ public:
+  explicit Conv(const ConvShape& s);
+  ~Conv();
+  Conv(const Conv&) = delete;
+  Conv& operator=(const Conv&) = delete;
+  const ConvShape& shape() const { return shape_; }
+  void forward(const float* x, const float* w, float* y);
+  void backward_data(const float* dy, const float* w, float* dx);
+  // dw += the gradient of the weight.
+  void backward_weights(const float* x, const float* dy, float* dw);
+
+ private:
+  struct Impl;
+  ConvShape shape_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Whether cuDNN may use TF32 tensor cores for convolutions (on by default, as PyTorch's
+// torch.backends.cudnn.allow_tf32). Off for bitwise comparisons with the CPU.
+void set_conv_tf32(bool on);
+
+// ---- cuDNN pooling, 2D or 3D ----
+class Pool {
+ public:
+  Pool(const Shape& in, const Shape& out, bool max, int kernel, int stride, const std::vector<int>& pad);
+  ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+  void forward(const float* x, float* y);
+  void backward(const float* x, const float* y, const float* dy, float* dx);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ---- cuBLAS ----
+// Row-major products for a fully connected layer with x (n, in), w (out, in), y (n, out):
+void linear_forward(const float* x, const float* w, float* y, int64_t n, int64_t in, int64_t out);   // y = x w^T
+void linear_backward_data(const float* dy, const float* w, float* dx, int64_t n, int64_t in, int64_t out);  // dx = dy w
+void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t n, int64_t in, int64_t out);  // dw += dy^T x
+
+}  // namespace tessera::gpu

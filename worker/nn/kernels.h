@@ -1,0 +1,120 @@
+// The arithmetic of the element-wise layers, losses and optimiser updates, one entry at a time, in
+// functions that compile for the host and (under nvcc) for the device. The CPU layers run them in
+// loops and the CUDA kernels (nn/gpu/) run them one thread per entry, so both paths compute every
+// entry with the same expression, and the CPU tests check the arithmetic the GPU runs.
+// Reductions (a loss's sum, a norm) are the one place the paths differ: their order of summation.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define TESSERA_HD __host__ __device__ inline
+#else
+#define TESSERA_HD inline
+#endif
+
+namespace tessera::kernels {
+
+// ---- activations ----
+TESSERA_HD float leaky_relu(float x, float slope) { return x > 0.0f ? x : slope * x; }
+// The gradient through a leaky ReLU whose input (or output: both are positive at the same entries
+// for slopes in [0, 1]) was `gate`.
+TESSERA_HD float leaky_relu_grad(float gate, float dy, float slope) { return gate > 0.0f ? dy : slope * dy; }
+
+// ---- dropout ----
+// A counter-based random stream: entry i of draw `call` of a layer seeded `seed` gets the same
+// uniform number on every device and in any order (splitmix64's finaliser over the three).
+TESSERA_HD uint64_t mix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+TESSERA_HD float uniform01(uint64_t seed, uint64_t call, uint64_t i) {
+  const uint64_t r = mix64(mix64(mix64(seed) ^ call) ^ i);
+  return static_cast<float>(r >> 40) * (1.0f / 16777216.0f);  // 24 bits: exact in a float, in [0, 1)
+}
+// Inverted dropout's factor for an entry: 0 with probability `rate`, else 1 / (1 - rate).
+TESSERA_HD float dropout_scale(uint64_t seed, uint64_t call, uint64_t i, float rate) {
+  return uniform01(seed, call, i) < rate ? 0.0f : 1.0f / (1.0f - rate);
+}
+
+// ---- losses ----
+// Mean squared error over n entries: an entry's term of the loss and its gradient.
+TESSERA_HD double mse_term(float y, float t, double inv_n) {
+  const double d = double(y) - t;
+  return d * d * inv_n;
+}
+TESSERA_HD float mse_grad(float y, float t, double inv_n) { return static_cast<float>(2.0 * (double(y) - t) * inv_n); }
+
+// Softmax cross-entropy at one position: `c` logits at x[0], x[stride], ..., its label, its weight
+// in the mean (inv). Writes the gradient at the same offsets of g; returns the position's loss term.
+// A label outside [0, c) gives NaN (the caller reports it).
+TESSERA_HD double softmax_xent_position(const float* x, int64_t stride, int64_t c, int64_t label, double inv, float* g) {
+  if (label < 0 || label >= c) return NAN;
+  float mx = x[0];
+  for (int64_t k = 1; k < c; ++k) mx = fmaxf(mx, x[k * stride]);
+  double z = 0;
+  for (int64_t k = 0; k < c; ++k) z += exp(double(x[k * stride]) - mx);
+  for (int64_t k = 0; k < c; ++k) {
+    const double p = exp(double(x[k * stride]) - mx) / z;
+    g[k * stride] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * inv);
+  }
+  return (log(z) + mx - x[label * stride]) * inv;
+}
+
+// ---- optimiser updates, one parameter entry: w the weight, g its gradient ----
+// SGD with momentum v (mu 0: plain SGD, v unused) and L2 weight decay wd.
+TESSERA_HD void sgd_update(float& w, float& v, float g, float lr, float mu, float wd, bool nesterov) {
+  const float d = g + wd * w;
+  if (mu == 0.0f) {
+    w -= lr * d;
+    return;
+  }
+  v = mu * v + d;
+  w -= lr * (nesterov ? d + mu * v : v);
+}
+
+// Adam with moments m, v: b1, b2 and their complements c1 = 1 - b1, c2 = 1 - b2 (rounded from
+// double); step_size = lr * sqrt(1 - b2^t) / (1 - b1^t) and eps_hat = eps * sqrt(1 - b2^t).
+struct AdamArgs {
+  float b1, c1, b2, c2, step_size, eps_hat;
+};
+TESSERA_HD void adam_update(float& w, float& m, float& v, float g, const AdamArgs& a, float wd) {
+  const float d = g + wd * w;
+  m = a.b1 * m + a.c1 * d;
+  v = a.b2 * v + a.c2 * d * d;
+  w -= a.step_size * m / (sqrtf(v) + a.eps_hat);
+}
+
+// LARS's rate for a parameter from its norms: lr * trust * |w| / (|g| + wd |w|) where it decays and
+// both norms are positive, lr otherwise.
+TESSERA_HD double lars_rate(double lr, double trust, double wd, bool decay, double w_norm, double g_norm) {
+  if (decay && w_norm > 0 && g_norm > 0) return lr * (trust * w_norm / (g_norm + wd * w_norm));
+  return lr;
+}
+TESSERA_HD void lars_update(float& w, float& v, float g, float rate, float mu, float wd) {
+  v = mu * v + rate * (g + wd * w);
+  w -= v;
+}
+
+// ---- batch normalisation, per channel from its sums over a batch (count entries) ----
+// Mean and inverse deviation of the batch; the running averages move by `momentum` towards the
+// batch's mean and unbiased variance.
+TESSERA_HD void bn_statistics(double sum, double sum_sq, double count, float eps, float momentum, float& mean,
+                              float& inv_std, float& running_mean, float& running_var) {
+  const double m = sum / count;
+  const double v = fmax(0.0, sum_sq / count - m * m);
+  mean = static_cast<float>(m);
+  inv_std = static_cast<float>(1.0 / sqrt(v + eps));
+  const double unbiased = count > 1 ? v * count / (count - 1) : v;
+  running_mean = (1 - momentum) * running_mean + momentum * static_cast<float>(m);
+  running_var = (1 - momentum) * running_var + momentum * static_cast<float>(unbiased);
+}
+TESSERA_HD float bn_normalize(float x, float mean, float inv_std) { return (x - mean) * inv_std; }
+TESSERA_HD float bn_output(float xhat, float gamma, float beta) { return gamma * xhat + beta; }
+// The input gradient from the channel's gamma * inv_std (k) and its means of dy (mdy) and dy * xhat (mdyx).
+TESSERA_HD float bn_input_grad(float dy, float xhat, float k, float mdy, float mdyx) { return k * (dy - mdy - xhat * mdyx); }
+
+}  // namespace tessera::kernels
