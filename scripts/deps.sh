@@ -18,6 +18,7 @@ packages=(
   containerd runc containernetworking-plugins iptables   # the test cluster's real nodes
   buildah mmdebstrap                               # the images, without a Docker daemon (scripts/images.sh)
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
+  xz-utils                                         # the GPU check's bundle (scripts/gpu-check.sh)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
