@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The one-shot GPU check: the GPU tests (each cuDNN/cuBLAS layer and CUDA kernel against the CPU
-# path, one CosmoFlow step GPU against CPU, MSTopK and scatter-add) run on a machine with a GPU and
-# print one JSON line per figure.
+# path, one CosmoFlow step GPU against CPU, MSTopK and scatter-add) and the GPU figures
+# (tessera-gpu-bench: MSTopK against a memory pass, conv3d TFLOP/s, CosmoFlow samples/s at 128^3,
+# 50-step loss curves GPU against CPU; and PyTorch CUDA's torch.topk and CosmoFlow in the same run)
+# run on a machine with a GPU and print one JSON line per case and figure, then one line per
+# criterion of the GPU path with whether it held.
 #
 #   scripts/gpu-check.sh bundle [--build-dir DIR]   here: build the GPU test binaries and pack them,
 #                                                   with every library they need but the GPU's own
@@ -26,6 +29,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 tests=(nn_cuda_test topk_cuda_test)
+bench=tessera-gpu-bench
 archive=$build/gpu-check.tar.xz
 limit_mib=48  # of the 64 MiB a call may carry, what is left after the working tree
 
@@ -34,15 +38,17 @@ json() { python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a
 bundle() {
   grep -q "TESSERA_HAVE_CUDA 1" "$build/generated/tessera/config.h" 2>/dev/null ||
     { echo "gpu-check: $build was configured without CUDA (nvcc and cuDNN are needed to build the GPU tests)" >&2; exit 1; }
-  cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" >/dev/null
-  local stage
+  cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" "$bench" >/dev/null
+  local stage binaries=()
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   mkdir -p "$stage/gpu-check/bin" "$stage/gpu-check/lib"
-  for t in "${tests[@]}"; do cp "$build/tests/$t" "$stage/gpu-check/bin/"; done
+  for t in "${tests[@]}"; do binaries+=("$build/tests/$t"); done
+  binaries+=("$build/bin/$bench")
+  cp "${binaries[@]}" "$stage/gpu-check/bin/"
   # Every library the binaries load, but the GPU's own: the driver, cuDNN and cuBLAS come from the
   # GPU machine. The loader and C library go along, so that the binaries run whatever the machine's.
-  for t in "${tests[@]}"; do ldd "$build/tests/$t"; done |
+  for b in "${binaries[@]}"; do ldd "$b"; done |
     awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | sort -u |
     grep -Ev '/lib(cuda|cudnn[^/]*|cublas(Lt)?|nvidia-[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$stage/gpu-check/lib/"; done
@@ -50,7 +56,7 @@ bundle() {
   local mib
   mib=$(( $(stat -c %s "$archive") / 1048576 ))
   [ "$mib" -le "$limit_mib" ] || { echo "gpu-check: the bundle is $mib MiB, over the $limit_mib MiB it may take" >&2; exit 1; }
-  json check=bundle "archive=$archive" "mib=$mib" "binaries=${tests[*]}"
+  json check=bundle "archive=$archive" "mib=$mib" "binaries=${tests[*]} $bench"
 }
 
 # The library directories of the GPU's own libraries: the wheels' nvidia/*/lib, then the toolkit's.
@@ -105,6 +111,46 @@ PY
     if [ "$rc" -ne 0 ]; then status=1; fi
     if [ "$dry" = 1 ] && ! grep -q "SKIPPED\|PASSED" "$log"; then status=1; fi
   done
+  local figures=$work/figures.jsonl rc=0
+  timeout 420 "$loader" --library-path "$path" "$root/bin/$bench" >"$figures" 2>"$work/bench.log" || rc=$?
+  cat "$figures"
+  if [ "$dry" = 1 ]; then
+    # Without a GPU it must start, say why it measured nothing, and exit 2.
+    [ "$rc" = 2 ] && grep -q '"status":"skipped"' "$figures" || { cat "$work/bench.log" >&2; status=1; }
+    return $status
+  fi
+  [ "$rc" = 0 ] || { cat "$work/bench.log" >&2; status=1; }
+  # PyTorch CUDA in the same run: torch.topk at the same size and densities, CosmoFlow at 128^3.
+  for density in 0.001 0.01; do
+    timeout 120 python3 "$src/bench/torch_topk.py" --device cuda --density "$density" --repeat 10 >>"$figures" || status=1
+  done
+  timeout 300 python3 "$src/bench/torch_cosmoflow.py" --device cuda --size 128 --batch 8 --iters 10 >>"$figures" || status=1
+  tail -3 "$figures"
+  # The criteria of the GPU path, each with its figure and whether it held.
+  python3 - "$figures" <<'PY' || status=1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip().startswith("{")]
+ok = True
+def criterion(name, value, holds):
+    global ok
+    ok &= bool(holds)
+    print(json.dumps({"criterion": name, "value": value, "holds": bool(holds)}))
+mst = {r["density"]: r for r in rows if r.get("figure") == "mstopk"}
+topk = {r["density"]: r for r in rows if "torch_topk_ms" in r}
+if 0.001 in mst:
+    criterion("mstopk at density 0.001 within 2x one device-memory pass", mst[0.001]["x_memory_pass"], mst[0.001]["x_memory_pass"] <= 2)
+for d in sorted(set(mst) & set(topk)):
+    speedup = topk[d]["torch_topk_ms"] / mst[d]["ms"]
+    criterion(f"mstopk at density {d} at least 10x faster than torch.topk", speedup, speedup >= 10)
+curves = [r for r in rows if r.get("figure") == "curves"]
+if curves:
+    criterion("50-step loss curves GPU and CPU within 1%", curves[0]["max_relative_difference"], curves[0]["max_relative_difference"] <= 0.01)
+cf = {r.get("framework"): r for r in rows if r.get("figure") == "cosmoflow"}
+if "tessera" in cf and "pytorch" in cf:
+    ratio = cf["tessera"]["samples_per_second"] / cf["pytorch"]["samples_per_second"]
+    criterion("CosmoFlow at 128^3 at least 1.0x PyTorch CUDA samples/s", ratio, ratio >= 1.0)
+sys.exit(0 if ok else 1)
+PY
   return $status
 }
 

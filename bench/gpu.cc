@@ -1,0 +1,186 @@
+// tessera-gpu-bench: the GPU figures of scripts/gpu-check.sh, one JSON line each.
+//   mstopk      CUDA MSTopK at 25.6M floats, densities 0.001 and 0.01, against one pass over the
+//               same floats in device memory (a sum of squares: each float read once)
+//   conv3d      TFLOP/s of CosmoFlow's 3D convolutions at 128^3 (forward, backward-data,
+//               backward-weights; TF32 allowed, as PyTorch's default)
+//   cosmoflow   samples/s of a CosmoFlow training step at 128^3 on the GPU
+//   curves      50 steps of CosmoFlow at 64^3 on the GPU and on the CPU from the same weights and
+//               batches (TF32 off): the largest relative difference of the two loss curves
+// Built where CUDA is; it needs a GPU to run (it says so and exits 2 without one).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/flags.h"
+#include "worker/compress/cuda/topk_cuda.h"
+#include "worker/core/device.h"
+#include "worker/data/dataset.h"
+#include "worker/models/model.h"
+#include "worker/nn/conv.h"
+#include "worker/nn/gpu/ops.h"
+#include "worker/nn/optim.h"
+
+namespace tessera {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Median seconds of `repeat` calls of fn after one warm-up call (each ends with the stream idle).
+double median_seconds(int repeat, const std::function<void()>& fn) {
+  fn();
+  gpu::synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < repeat; ++i) {
+    const auto t0 = Clock::now();
+    fn();
+    gpu::synchronize();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random_tensor(Shape s, uint64_t seed) {
+  Tensor t(std::move(s));
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  for (float& v : t.span()) v = n(rng);
+  return t;
+}
+
+void print(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()), std::fflush(stdout); }
+
+void mstopk(int repeat) {
+  const size_t d = 25600000;
+  const Tensor x = random_tensor({static_cast<int64_t>(d)}, 1).to(Device::kCuda);
+  const double pass = median_seconds(repeat, [&] { gpu::sum_squares(x.data(), static_cast<int64_t>(d)); });
+  for (double density : {0.001, 0.01}) {
+    const size_t k = static_cast<size_t>(std::ceil(density * d));
+    Tensor idx({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda), val({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);
+    const double s = median_seconds(repeat, [&] {
+      cuda::mstopk(x.data(), d, k, reinterpret_cast<uint32_t*>(idx.data()), val.data(), "bench", gpu::stream());
+    });
+    print({{"figure", "mstopk"}, {"floats", d}, {"density", density}, {"k", k}, {"ms", s * 1e3}, {"memory_pass_ms", pass * 1e3},
+           {"x_memory_pass", s / pass}});
+  }
+}
+
+void conv3d(int repeat, int batch) {
+  gpu::set_conv_tf32(true);
+  // CosmoFlow's convolutions at 128^3: 4 -> 16 channels at 128^3, then doubling as the volume halves.
+  std::vector<std::array<int, 3>> shapes = {{4, 16, 128}, {16, 32, 64}, {32, 64, 32}, {64, 128, 16}};
+  for (auto [ci, co, s] : shapes) {
+    ConvOptions o;
+    o.in_channels = ci;
+    o.out_channels = co;
+    Conv conv("conv", o);
+    conv.to(Device::kCuda);
+    const Tensor x = random_tensor({batch, ci, s, s, s}, 2).to(Device::kCuda);
+    Tensor y = conv.forward(x, true);
+    const Tensor dy = random_tensor(y.shape(), 3).to(Device::kCuda);
+    const double flops = 2.0 * batch * s * s * s * ci * co * 27;
+    const double fwd = median_seconds(repeat, [&] { y = conv.forward(x, true); });
+    const double bwd = median_seconds(repeat, [&] { conv.backward(dy); });
+    print({{"figure", "conv3d"}, {"batch", batch}, {"in", ci}, {"out", co}, {"size", s}, {"fwd_tflops", flops / fwd / 1e12},
+           {"bwd_tflops", 2 * flops / bwd / 1e12}});
+  }
+}
+
+ModelConfig cosmoflow(int size) {
+  ModelConfig mc;
+  mc.name = "cosmoflow";
+  mc.input_size = size;
+  return mc;
+}
+
+void cosmoflow_step(int repeat, int batch) {
+  gpu::set_conv_tf32(true);
+  auto model = make_model(cosmoflow(128));
+  model->to(Device::kCuda);
+  auto opt = make_optimizer(OptimizerConfig{});
+  const Tensor x = random_tensor({batch, 4, 128, 128, 128}, 4).to(Device::kCuda);
+  const Tensor t = random_tensor({batch, 4}, 5).to(Device::kCuda);
+  auto params = model->params();
+  const double s = median_seconds(repeat, [&] {
+    for (Param* p : params) p->grad.zero();
+    const Tensor out = model->forward(x, true);
+    const LossResult l = model->loss(out, t);
+    model->backward(l.grad);
+    opt->step(params, 1e-4);
+  });
+  print({{"figure", "cosmoflow"}, {"framework", "tessera"}, {"size", 128}, {"batch", batch}, {"step_ms", s * 1e3},
+         {"samples_per_second", batch / s}});
+}
+
+void curves(int steps, int batch) {
+  gpu::set_conv_tf32(false);
+  auto cpu = make_model(cosmoflow(64)), dev = make_model(cosmoflow(64));
+  dev->to(Device::kCuda);
+  OptimizerConfig oc;
+  auto ocpu = make_optimizer(oc), odev = make_optimizer(oc);
+  SyntheticConfig sc;
+  sc.size = 64;
+  sc.samples = static_cast<uint64_t>(steps * batch);
+  const auto data = make_synthetic(sc);
+  std::vector<double> lc, ld;
+  double worst = 0;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<uint64_t> idx;
+    for (int i = 0; i < batch; ++i) idx.push_back(static_cast<uint64_t>(s * batch + i));
+    const Batch b = stack(*data, idx);
+    for (auto* m : {cpu.get(), dev.get()}) {
+      const bool on_gpu = m == dev.get();
+      const Device where = on_gpu ? Device::kCuda : Device::kCpu;
+      auto params = m->params();
+      for (Param* p : params) p->grad.zero();
+      const Tensor out = m->forward(b.inputs.to(where), true);
+      const LossResult l = m->loss(out, b.targets.to(where));
+      m->backward(l.grad);
+      (on_gpu ? odev : ocpu)->step(params, 1e-3);
+      (on_gpu ? ld : lc).push_back(l.loss);
+    }
+    worst = std::max(worst, std::fabs(ld.back() - lc.back()) / std::max(1e-12, std::fabs(lc.back())));
+  }
+  print({{"figure", "curves"}, {"size", 64}, {"batch", batch}, {"steps", steps}, {"max_relative_difference", worst},
+         {"cpu_loss", lc}, {"gpu_loss", ld}});
+}
+
+int run(int argc, char** argv) {
+  std::string only;
+  int repeat = 10, batch = 8, steps = 50;
+  Flags flags("tessera-gpu-bench",
+               "usage: tessera-gpu-bench [--only mstopk|conv3d|cosmoflow|curves] [--repeat N] [--batch B] [--steps S]\n"
+               "The GPU figures of scripts/gpu-check.sh, one JSON line each.");
+  flags.text("--only", &only).integer("--repeat", &repeat, 1, 1000).integer("--batch", &batch, 1, 256)
+      .integer("--steps", &steps, 1, 10000);
+  if (!flags.parse(argc, argv)) return 0;
+  if (!only.empty() && only != "mstopk" && only != "conv3d" && only != "cosmoflow" && only != "curves")
+    throw ConfigError("--only", "'" + only + "' is not one of mstopk, conv3d, cosmoflow, curves");
+  std::string why;
+  if (gpu::device_count(&why) == 0) {
+    print({{"figure", "none"}, {"status", "skipped"}, {"reason", "no usable CUDA device: " + why}});
+    return 2;
+  }
+  gpu::set_device(0);
+  if (only.empty() || only == "mstopk") mstopk(repeat);
+  if (only.empty() || only == "conv3d") conv3d(repeat, batch);
+  if (only.empty() || only == "cosmoflow") cosmoflow_step(repeat, batch);
+  if (only.empty() || only == "curves") curves(steps, 4);
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::keep_freed_tensor_memory();
+  return tessera::run_command("tessera-gpu-bench", [&] { return tessera::run(argc, argv); });
+}
