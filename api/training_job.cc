@@ -135,7 +135,8 @@ TrainingSpec parse_training(const ConfigNode& t) {
 }
 
 CommunicationSpec parse_communication(const ConfigNode& c) {
-  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds"});
+  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds",
+                "transport"});
   CommunicationSpec s;
   s.strategy = c.choice("strategy", s.strategy, {"dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
@@ -147,6 +148,7 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
   if (s.bucket_bytes < 4) c.problem("bucketSize", "must hold at least one gradient (4 bytes)");
   s.overlap = c.boolean("overlap", s.overlap);
   s.timeout_ms = static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
+  s.transport = c.choice("transport", s.transport, {"auto", "nccl", "gloo"});
   return s;
 }
 
@@ -188,6 +190,8 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
   if (g > 1 && s.model.name == "cnn2d")
     spatial.problem("", "spatial parallelism is available for cosmoflow and unet3d; cnn2d runs data-parallel");
+  if (s.device == "cpu" && s.communication.transport == "nccl")
+    spec.child("communication").problem("transport", "nccl exchanges gradients in GPU memory, but spec.device is cpu");
   if (g > 1 && s.device == "cuda")
     spec.problem("device", "cuda with spatial parallelism: the halo exchange runs on the CPU only so far; set device: cpu "
                            "(or auto, which trains a spatial job on the CPU)");

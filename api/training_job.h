@@ -114,6 +114,9 @@ struct CommunicationSpec {
   int64_t bucket_bytes = 25 << 20;   // gradients are fused into buckets of at most this size
   bool overlap = true;               // buckets are exchanged during the backward pass
   int64_t timeout_ms = 120000;       // deadline of every collective
+  // How a job on the GPU exchanges gradients: nccl (device memory), gloo (staged through host
+  // memory), or auto (nccl where the job trains on CUDA and NCCL was built, gloo otherwise).
+  std::string transport = "auto";
 };
 
 struct CacheSpec {

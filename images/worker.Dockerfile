@@ -5,7 +5,7 @@
 #   BINARIES=source (the default): the binaries are built inside the image build, portable (no
 #     -march=native). BINARIES=prebuilt: they are taken from images/bin/ of the build context, put
 #     there by scripts/images.sh from a build on the same Debian release (how `make images` and the
-#     tests build it).
+#     tests build it; for the cpu variant, a build without CUDA, whose binaries load no CUDA library).
 # From the repository root:
 #   docker build -f images/worker.Dockerfile -t tessera/worker:0.1.0 .
 #   make images    (buildah, no Docker daemon: scripts/images.sh)

@@ -82,6 +82,24 @@ pause() {
   bah rm "$c" >/dev/null
 }
 
+# Binaries built with CUDA load the CUDA runtime, cuDNN, cuBLAS and NCCL, which the cpu variant does
+# not carry: for it the three programs are built once more without CUDA, in build-cpu (ccache gives
+# back every object that does not depend on the CUDA option, so this takes a minute, not a build).
+links_cuda() { ldd "$1" 2>/dev/null | grep -qE 'lib(cudart|cudnn|cublas|nccl)'; }
+cpu_binaries() {
+  local dir=$src/build-cpu
+  mkdir -p "$dir"
+  (
+    flock 9
+    export CCACHE_BASEDIR=$src
+    cmake -S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DTESSERA_WITH_CUDA=OFF -DTESSERA_BUILD_TESTS=OFF \
+      -DTESSERA_BUILD_BENCH=OFF >"$dir/configure.log" 2>&1 || { cat "$dir/configure.log" >&2; exit 1; }
+    cmake --build "$dir" -j"$(nproc)" --target tessera tessera-worker tessera-controller >"$dir/build.log" 2>&1 ||
+      { tail -30 "$dir/build.log" >&2; exit 1; }
+  ) 9>"$dir/.lock" || die "the binaries without CUDA (for the cpu variant) did not build in $dir"
+  echo "$dir/bin"
+}
+
 build() {
   local binaries=$src/build/bin mode=prebuilt variant=cpu
   while (($#)); do
@@ -94,6 +112,9 @@ build() {
   done
   [[ $variant == cpu || $variant == cuda ]] || die "--variant '$variant': cpu or cuda"
   base
+  if [ "$mode" = prebuilt ] && [ "$variant" = cpu ] && links_cuda "$binaries/tessera-worker"; then
+    binaries=$(cpu_binaries)
+  fi
   if [ "$mode" = prebuilt ]; then
     local b
     rm -rf "$src/images/bin"
@@ -111,6 +132,8 @@ build() {
   bah bud --layers --pull=never --network host -q -f "$src/images/controller.Dockerfile" \
     --build-arg BINARIES=$mode -t "$CONTROLLER" "$src" >/dev/null ||
     die "the controller image did not build (images/controller.Dockerfile)"
+  # A multi-stage build leaves the working containers of the stages it copied from, mounted.
+  bah rm --all >/dev/null
   echo "images: built $WORKER ($variant, $mode binaries) and $CONTROLLER in $((SECONDS - t0)) s"
 }
 
@@ -141,7 +164,7 @@ push() {
 }
 
 case "${1:-}" in
-  build) shift; build "$@" ;;
+  build) shift; mkdir -p "$STORE"; exec 8>"$STORE/build.lock"; flock 8; build "$@" ;;  # one build at a time
   archives) archives "${2:-}" ;;
   push) push "${2:-}" ;;
   names) printf '%s\n' "$WORKER" "$CONTROLLER" "$PAUSE" ;;

@@ -43,7 +43,11 @@
 #include <string>
 
 #include "api/training_job.h"
+#include "tessera/config.h"
 #include "worker/comm/gloo/gloo_communicator.h"
+#if TESSERA_HAVE_NCCL
+#include "worker/comm/nccl/nccl_communicator.h"
+#endif
 #include "worker/comm/grpc_store.h"
 #include "common/error.h"
 #include "common/flags.h"
@@ -296,7 +300,8 @@ int run(int argc, char** argv) {
   if (o.threads > 0) job.training.threads = o.threads;
 
   std::unique_ptr<Store> store;
-  std::unique_ptr<CommGroups> groups;
+  std::unique_ptr<CommGroups> groups, device_groups;
+  std::unique_ptr<Store> nccl_store;
   const Millis timeout(job.communication.timeout_ms);
   // The exporter listens before registration, which announces its port; it is destroyed (its
   // thread joined) before the metrics it serves.
@@ -326,10 +331,19 @@ int run(int argc, char** argv) {
       claim_rank(*store, o.rendezvous, o.rank);
     }
     Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
-    groups = std::make_unique<CommGroups>(
-        connect_groups(*store, std::move(topo), o.rank, gloo_factory(timeout), job.model.spatial.size()));
+    groups = std::make_unique<CommGroups>(connect_groups(*store, topo, o.rank, gloo_factory(timeout), job.model.spatial.size()));
+    // Gradients in GPU memory: NCCL groups over the same ranks, met under their own keys.
+    const Device device = resolve_device(job);
+    if (resolve_transport(job, device) == "nccl") {
+#if TESSERA_HAVE_NCCL
+      gpu::set_device(rank_gpu_ordinal());
+      nccl_store = std::make_unique<PrefixStore>("nccl", *store);
+      device_groups = std::make_unique<CommGroups>(
+          connect_groups(*nccl_store, std::move(topo), o.rank, nccl_factory(timeout, gpu::current_device())));
+#endif
+    }
   }
-  Trainer trainer(job, groups.get());
+  Trainer trainer(job, groups.get(), device_groups.get());
   std::unique_ptr<ControlAgent> control;
   if (o.service()) {
     control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token, o.rank,

@@ -7,8 +7,14 @@
 #include <mutex>
 #include <thread>
 
-#include "worker/compress/sparse.h"
 #include "common/error.h"
+#include "tessera/config.h"
+#include "worker/compress/sparse.h"
+#include "worker/core/device.h"
+#include "worker/core/tensor.h"
+#if TESSERA_HAVE_CUDA
+#include "worker/compress/cuda/topk_cuda.h"
+#endif
 
 namespace tessera {
 namespace {
@@ -32,7 +38,7 @@ class DenseAllreduce final : public GradientExchange {
 // the same order on each communicator.
 class TorusAllreduce final : public GradientExchange {
  public:
-  explicit TorusAllreduce(CommGroups& g) : GradientExchange("torus", g) {}
+  TorusAllreduce(CommGroups& g, Device device) : GradientExchange("torus", g), device_(device) {}
   size_t run(int, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
     const bool two_levels = intra.size() > 1 && groups_.inter->size() > 1;
@@ -42,11 +48,12 @@ class TorusAllreduce final : public GradientExchange {
     for (size_t c = 0, offset = 0; c < n; offset += sizes[c++]) {
       chunks_[c].data = grad.subspan(offset, sizes[c]);
       chunks_[c].counts = even_split(sizes[c], intra.size());
-      chunks_[c].shard.resize(chunks_[c].counts[intra.rank()]);
+      const auto len = static_cast<int64_t>(chunks_[c].counts[intra.rank()]);
+      if (chunks_[c].shard.numel() != len) chunks_[c].shard = Tensor({len}, Layout::kPlain, device_);
     }
     if (n == 1) {
       reduce_scatter(chunks_[0]);
-      groups_.inter->allreduce(std::span<float>(chunks_[0].shard));
+      shard_allreduce(chunks_[0]);
       allgather(chunks_[0]);
     } else {
       pipelined();
@@ -59,9 +66,12 @@ class TorusAllreduce final : public GradientExchange {
   struct Chunk {
     std::span<float> data;
     std::vector<size_t> counts;
-    std::vector<float> shard;
+    Tensor shard;  // on the gradient's device
   };
 
+  void shard_allreduce(Chunk& c) {
+    groups_.inter->allreduce(c.shard.data(), static_cast<size_t>(c.shard.numel()), DType::kFloat32, ReduceOp::kSum, Millis(0));
+  }
   void reduce_scatter(Chunk& c) {
     groups_.intra->reduce_scatter(c.data.data(), c.shard.data(), c.counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
   }
@@ -76,15 +86,17 @@ class TorusAllreduce final : public GradientExchange {
     size_t reduced = 0, crossed = 0;
     bool stop = false;
     std::exception_ptr cross_error;
+    const int cuda_device = device_ == Device::kCuda ? gpu::current_device() : -1;
     std::thread cross([&] {
       try {
+        if (cuda_device >= 0) gpu::set_device(cuda_device);  // the shards' device
         for (size_t c = 0; c < n; ++c) {
           {
             std::unique_lock<std::mutex> lock(mu);
             cv.wait(lock, [&] { return reduced > c || stop; });
             if (stop) return;
           }
-          groups_.inter->allreduce(std::span<float>(chunks_[c].shard));
+          shard_allreduce(chunks_[c]);
           std::lock_guard<std::mutex> lock(mu);
           ++crossed;
           cv.notify_all();
@@ -127,6 +139,7 @@ class TorusAllreduce final : public GradientExchange {
     cross.join();
   }
 
+  Device device_;
   std::vector<Chunk> chunks_;
 };
 
@@ -255,6 +268,156 @@ class HierarchicalTopk final : public GradientExchange {
   std::vector<SparseEntry> node_entries_, all_entries_;
 };
 
+#if TESSERA_HAVE_CUDA
+// ---- the sparse strategies on the GPU (gradients in device memory, NCCL communicators) ----
+// The same steps as on the host: error feedback (the residual takes the gradient), CUDA MSTopK of
+// exactly k entries (so both selectors are the same there), the entries packed in the wire format,
+// the sent entries zeroed in the residual; gathered entries are scatter-added into the zeroed bucket.
+// Kernels run on the calling thread's stream, which is idle before each collective (NCCL runs on
+// the communicator's own stream and returns when it is done).
+class DeviceSparseSelector {
+ public:
+  explicit DeviceSparseSelector(double density) : density_(density) {}
+
+  const Tensor& select(int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Tensor& acc = residuals_[bucket];
+    if (acc.numel() != static_cast<int64_t>(grad.size())) {
+      TESSERA_CHECK(acc.empty(), "bucket ", bucket, " changed size from ", acc.numel(), " to ", grad.size());
+      acc = Tensor::zeros({static_cast<int64_t>(grad.size())}, Device::kCuda);
+    }
+    cuda::accumulate(acc.data(), grad.data(), grad.size(), gpu::stream());
+    const size_t k = topk_count(grad.size(), density_);
+    if (idx_.numel() != static_cast<int64_t>(k)) {
+      idx_ = Tensor({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);  // uint32 indices, float-sized
+      val_ = Tensor({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);
+      entries_ = Tensor({static_cast<int64_t>(2 * k)}, Layout::kPlain, Device::kCuda);  // SparseEntry is 8 bytes
+    }
+    auto* idx = reinterpret_cast<uint32_t*>(idx_.data());
+    cuda::mstopk(acc.data(), grad.size(), k, idx, val_.data(), "bucket " + std::to_string(bucket), gpu::stream());
+    cuda::pack_entries(idx, val_.data(), k, offset, entries(), gpu::stream());
+    cuda::zero_at(acc.data(), idx, k, gpu::stream());
+    gpu::synchronize();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return entries_;
+  }
+  SparseEntry* entries() { return reinterpret_cast<SparseEntry*>(entries_.data()); }
+  size_t count() const { return static_cast<size_t>(idx_.numel()); }
+
+  std::map<int, std::vector<float>> residuals() const {
+    std::map<int, std::vector<float>> out;
+    for (const auto& [b, r] : residuals_) {
+      const Tensor h = r.to(Device::kCpu);
+      out[b].assign(h.span().begin(), h.span().end());
+    }
+    return out;
+  }
+  void restore(const std::map<int, std::vector<float>>& r) {
+    for (const auto& [b, v] : r) {
+      Tensor h({static_cast<int64_t>(v.size())});
+      std::copy(v.begin(), v.end(), h.span().begin());
+      residuals_[b] = h.to(Device::kCuda);
+    }
+  }
+  // out[offset + i] += residual[i] (out in device memory).
+  void add_residual(int bucket, std::span<float> out, size_t offset) const {
+    auto it = residuals_.find(bucket);
+    if (it == residuals_.end()) return;
+    cuda::accumulate(out.data() + offset, it->second.data(), static_cast<size_t>(it->second.numel()), gpu::stream());
+    gpu::synchronize();
+  }
+
+ private:
+  double density_;
+  std::map<int, Tensor> residuals_;
+  Tensor idx_, val_, entries_;
+};
+
+// Zeroes the bucket and adds `chunks` runs of `len` gathered entries into it, on the device.
+void scatter_into(std::span<float> grad, const SparseEntry* entries, size_t len, int chunks) {
+  gpu::fill(grad.data(), grad.size(), 0.0f);
+  cuda::scatter_add(grad.data(), grad.size(), entries, len, chunks, gpu::stream());
+}
+
+class DeviceSparseAllgather final : public GradientExchange {
+ public:
+  DeviceSparseAllgather(CommGroups& g, const ExchangeConfig& c) : GradientExchange("topk", g), selector_(c.density) {}
+  size_t run(int bucket, std::span<float> grad) override {
+    selector_.select(bucket, grad, 0, select_seconds_);
+    const size_t k = selector_.count();
+    Communicator& world = *groups_.world;
+    const auto total = static_cast<int64_t>(2 * k * world.size());
+    if (gathered_.numel() != total) gathered_ = Tensor({total}, Layout::kPlain, Device::kCuda);
+    auto* all = reinterpret_cast<SparseEntry*>(gathered_.data());
+    world.allgather(selector_.entries(), all, k * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    scatter_into(grad, all, k, world.size());
+    return k;
+  }
+  void add_residual(int bucket, std::span<float> out) const override { selector_.add_residual(bucket, out, 0); }
+  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
+  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
+
+ private:
+  DeviceSparseSelector selector_;
+  Tensor gathered_;
+};
+
+class DeviceHierarchicalTopk final : public GradientExchange {
+ public:
+  DeviceHierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
+      : GradientExchange("hitopk", g), density_(c.density), selector_(c.density) {}
+  size_t run(int bucket, std::span<float> grad) override {
+    Communicator& intra = *groups_.intra;
+    Communicator& inter = *groups_.inter;
+    const int n = intra.size(), m = inter.size(), me = intra.rank();
+    const auto counts = even_split(grad.size(), n);
+    size_t offset = 0;
+    for (int l = 0; l < me; ++l) offset += counts[l];
+    if (shard_.numel() != static_cast<int64_t>(counts[me])) shard_ = Tensor({static_cast<int64_t>(counts[me])}, Layout::kPlain, Device::kCuda);
+    intra.reduce_scatter(grad.data(), shard_.data(), counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
+    selector_.select(bucket, std::span<const float>(shard_.data(), static_cast<size_t>(shard_.numel())), static_cast<uint32_t>(offset), select_seconds_);
+    const size_t k = selector_.count();
+    const auto node_floats = static_cast<int64_t>(2 * k * m);
+    if (node_entries_.numel() != node_floats) node_entries_ = Tensor({node_floats}, Layout::kPlain, Device::kCuda);
+    inter.allgather(selector_.entries(), node_entries_.data(), k * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    std::vector<size_t> bytes(n), lens(n);
+    size_t total = 0;
+    for (int l = 0; l < n; ++l) {
+      lens[l] = topk_count(counts[l], density_);
+      bytes[l] = lens[l] * m * sizeof(SparseEntry);
+      total += bytes[l];
+    }
+    const auto all_floats = static_cast<int64_t>(total / sizeof(float));
+    if (all_entries_.numel() != all_floats) all_entries_ = Tensor({all_floats}, Layout::kPlain, Device::kCuda);
+    intra.allgatherv(node_entries_.data(), all_entries_.data(), bytes, DType::kUInt8, Millis(0));
+    // Shard l's pairs are m runs (one per node) of lens[l] entries, distinct within a run.
+    gpu::fill(grad.data(), grad.size(), 0.0f);
+    const auto* e = reinterpret_cast<const SparseEntry*>(all_entries_.data());
+    for (int l = 0; l < n; ++l) {
+      cuda::scatter_add(grad.data(), grad.size(), e, lens[l], m, gpu::stream());
+      e += lens[l] * m;
+    }
+    return k;
+  }
+  size_t residual_size(size_t bucket_size) const override {
+    return even_split(bucket_size, groups_.intra->size())[groups_.intra->rank()];
+  }
+  void add_residual(int bucket, std::span<float> out) const override {
+    const auto counts = even_split(out.size(), groups_.intra->size());
+    size_t offset = 0;
+    for (int l = 0; l < groups_.intra->rank(); ++l) offset += counts[l];
+    selector_.add_residual(bucket, out, offset);
+  }
+  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
+  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
+
+ private:
+  double density_;
+  DeviceSparseSelector selector_;
+  Tensor shard_, node_entries_, all_entries_;
+};
+#endif
+
 }  // namespace
 
 ExchangeStats GradientExchange::exchange(int bucket, std::span<float> grad) {
@@ -282,7 +445,15 @@ std::unique_ptr<GradientExchange> make_exchange(const ExchangeConfig& c, CommGro
     throw ConfigError("communication.selector", "unknown selector '" + c.selector + "' (expected mstopk or exact)");
   if (s == "torus" || s == "hitopk") groups.topology.require_uniform("communication.strategy", "'" + s + "'");
   if (s == "dense") return std::make_unique<DenseAllreduce>(groups);
-  if (s == "torus") return std::make_unique<TorusAllreduce>(groups);
+  if (s == "torus") return std::make_unique<TorusAllreduce>(groups, c.device);
+  if (c.device == Device::kCuda) {
+#if TESSERA_HAVE_CUDA
+    if (s == "topk") return std::make_unique<DeviceSparseAllgather>(groups, c);
+    return std::make_unique<DeviceHierarchicalTopk>(groups, c);
+#else
+    throw ConfigError("communication.transport", "gradients on the GPU, but this build of Tessera has no CUDA");
+#endif
+  }
   if (s == "topk") return std::make_unique<SparseAllgather>(groups, c);
   return std::make_unique<HierarchicalTopk>(groups, c);
 }

@@ -12,6 +12,10 @@
 // After exchange() the bucket holds the sum over ranks of what each rank sent: for dense and torus
 // the exact sum; for the sparse strategies at density 1 the same sum (up to summation order).
 // Every rank ends with bitwise identical values. One thread per strategy object.
+//
+// With ExchangeConfig::device kCuda the bucket is device memory and the groups' communicators take
+// device pointers (NCCL): dense and torus run as they are, the sparse strategies run their error
+// feedback, CUDA MSTopK and scatter-add on the device.
 #pragma once
 
 #include <map>
@@ -20,6 +24,7 @@
 #include <string>
 
 #include "worker/comm/topology.h"
+#include "worker/core/device.h"
 #include "worker/compress/error_feedback.h"
 #include "worker/compress/topk.h"
 
@@ -29,6 +34,7 @@ struct ExchangeConfig {
   std::string strategy = "dense";  // dense | torus | topk | hitopk
   double density = 0.001;          // fraction of a bucket (or shard) sparse strategies send, (0, 1]
   std::string selector = "mstopk"; // top-k selector of sparse strategies: mstopk | exact
+  Device device = Device::kCpu;    // where the buckets are (kCuda: the groups are NCCL's)
 };
 
 struct ExchangeStats {

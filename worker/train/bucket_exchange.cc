@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/error.h"
 #include "common/log.h"
 #include "worker/nn/gpu/ops.h"
 
@@ -16,7 +17,7 @@ Fixed ms_between(Clock::time_point a, Clock::time_point b) { return {1e3 * std::
 
 }  // namespace
 
-BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap)
+BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap, bool device_buckets)
     : overlap_(overlap), hook_([this](Layer& l) { ready(l); }) {
   const size_t cap = static_cast<size_t>(bucket_bytes) / sizeof(float);
   size_t used = cap;
@@ -30,10 +31,18 @@ BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket
     buckets_.back().slots.push_back({p, used});
     bucket_of_[p] = buckets_.size() - 1;
     used += n;
-    buckets_.back().data.resize(used);
+    buckets_.back().size = used;
   }
   pending_.resize(buckets_.size());
-  if (!params.empty() && params.front()->grad.on_device()) {
+  const bool on_device = !params.empty() && params.front()->grad.on_device();
+  TESSERA_CHECK(on_device || !device_buckets, "device buckets for gradients on the host");
+  for (Bucket& k : buckets_) {
+    if (device_buckets)
+      k.device_data = Tensor({static_cast<int64_t>(k.size)}, Layout::kPlain, Device::kCuda);
+    else
+      k.data.resize(k.size);
+  }
+  if (on_device) {
     device_ = gpu::current_device();
     for (size_t b = 0; b < buckets_.size(); ++b) ready_events_.push_back(std::make_unique<gpu::Event>());
   }
@@ -87,22 +96,26 @@ void BucketExchange::submit_ready() {
 void BucketExchange::run_bucket(size_t b) {
   const auto t0 = Clock::now();
   Bucket& k = buckets_[b];
+  const bool on_device = !k.device_data.empty();
+  float* fused = on_device ? k.device_data.data() : k.data.data();
   if (device_ >= 0) {
-    // Gradients on the GPU are staged through the bucket's host buffer (the exchange runs on host memory).
-    if (overlap_) ready_events_[b]->sync();
+    // This thread's stream waits for the training stream's work on the bucket's gradients.
+    if (overlap_) ready_events_[b]->wait();
+    const Device to = on_device ? Device::kCuda : Device::kCpu;  // host: staged for Gloo
     for (const Slot& s : k.slots)
-      gpu::copy(k.data.data() + s.offset, Device::kCpu, s.param->grad.data(), Device::kCuda,
-                static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
+      gpu::copy(fused + s.offset, to, s.param->grad.data(), Device::kCuda, static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
+    gpu::synchronize();  // the collectives run on other streams (NCCL's) or the host
   } else {
     for (const Slot& s : k.slots) std::memcpy(k.data.data() + s.offset, s.param->grad.data(), s.param->grad.numel() * sizeof(float));
   }
   const auto t1 = Clock::now();
-  send_(static_cast<int>(b), std::span<float>(k.data));
+  send_(static_cast<int>(b), std::span<float>(fused, k.size));
   const auto t2 = Clock::now();
   if (device_ >= 0) {
     for (const Slot& s : k.slots) {
       const int64_t n = s.param->grad.numel();
-      gpu::copy(s.param->grad.data(), Device::kCuda, k.data.data() + s.offset, Device::kCpu, static_cast<size_t>(n) * sizeof(float));
+      gpu::copy(s.param->grad.data(), Device::kCuda, fused + s.offset, on_device ? Device::kCuda : Device::kCpu,
+                static_cast<size_t>(n) * sizeof(float));
       gpu::scale(s.param->grad.data(), n, scale_);
     }
     gpu::synchronize();  // the bucket is done when its gradients are back on the device
@@ -118,7 +131,7 @@ void BucketExchange::run_bucket(size_t b) {
   // Where a step's communication goes (TESSERA_LOG_LEVEL=debug): the exchange of a bucket includes
   // the wait for the last rank to get there, so the first bucket shows how far the ranks' compute
   // drifted apart.
-  log_debug("bucket ", b, " (", k.data.size(), " floats): fuse ", ms_between(t0, t1), " ms, exchange ", ms_between(t1, t2),
+  log_debug("bucket ", b, " (", k.size, " floats): fuse ", ms_between(t0, t1), " ms, exchange ", ms_between(t1, t2),
             " ms, unfuse ", ms_between(t2, t3), " ms");
 }
 

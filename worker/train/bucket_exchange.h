@@ -11,9 +11,10 @@
 // Threads: begin(), the ready hook and finish() run on the training thread; `send` runs on the
 // communication thread when overlapping (and must only use communicators the backward pass does not).
 //
-// Gradients on the GPU are staged through each bucket's host buffer: the communication thread waits
-// for the point of the training stream where the bucket's gradients were finished (an Event), copies
-// them out, exchanges them, and copies the result back before the bucket counts as done.
+// Gradients on the GPU: the communication thread (with a CUDA stream of its own) waits for the point
+// of the training stream where the bucket's gradients were finished (an Event), fuses them into the
+// bucket, exchanges it, and unfuses the result before the bucket counts as done. The bucket is host
+// memory (Gloo, staged through the host) or device memory (device_buckets: NCCL).
 #pragma once
 
 #include <condition_variable>
@@ -36,13 +37,13 @@ class BucketExchange {
   // Exchanges bucket `b` in place: this rank's gradients on entry, the sum over ranks on return.
   using Send = std::function<void(int b, std::span<float> bucket)>;
 
-  BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap);
+  BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap, bool device_buckets = false);
   ~BucketExchange();
   BucketExchange(const BucketExchange&) = delete;
   BucketExchange& operator=(const BucketExchange&) = delete;
 
   size_t size() const { return buckets_.size(); }
-  size_t bucket_size(size_t b) const { return buckets_[b].data.size(); }
+  size_t bucket_size(size_t b) const { return buckets_[b].size; }
   bool overlap() const { return overlap_; }
 
   // Starts a step. After the exchange, each gradient is the bucket's result times `scale`.
@@ -62,7 +63,9 @@ class BucketExchange {
   };
   struct Bucket {
     std::vector<Slot> slots;
-    std::vector<float> data;
+    size_t size = 0;
+    std::vector<float> data;  // the fused gradients on the host
+    Tensor device_data;       // or on the device (device buckets)
   };
   void ready(Layer& layer);
   void submit_ready();        // hands complete buckets over, in index order

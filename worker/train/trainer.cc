@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "tessera/config.h"
 #include "worker/core/device.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/data/file_dataset.h"
@@ -83,12 +84,23 @@ Device resolve_device(const JobConfig& c) {
                                                   "); set spec.device: cpu to train on the CPU"));
 }
 
+std::string resolve_transport(const JobConfig& c, Device device) {
+  const std::string& t = c.communication.transport;
+  if (t == "gloo" || (t == "auto" && (device != Device::kCuda || !TESSERA_HAVE_NCCL))) return "gloo";
+  if (device != Device::kCuda)
+    throw ConfigError("spec.communication.transport", "nccl exchanges gradients in GPU memory, but this job trains on the CPU");
+  if (!TESSERA_HAVE_NCCL)
+    throw ConfigError("spec.communication.transport", "nccl, but this build of Tessera has no NCCL; set transport: gloo");
+  return "nccl";
+}
+
 int rank_gpu_ordinal() {
   const char* v = std::getenv("TESSERA_GPU_INDEX");
   return v ? std::max(0, std::atoi(v)) : 0;
 }
 
-Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(config)), groups_(groups) {
+Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups)
+    : config_(std::move(config)), groups_(groups), device_groups_(device_groups) {
   const int world = groups_ ? groups_->topology.world_size() : 1;
   const int spatial = config_.model.spatial.size();
   if (groups_) rank_ = groups_->rank;
@@ -107,6 +119,7 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
   device_ = resolve_device(config_);
   if (device_ == Device::kCuda) gpu::set_device(rank_gpu_ordinal());
+  TESSERA_CHECK(!device_groups_ || (groups_ && device_ == Device::kCuda), "NCCL groups for a job that does not train on CUDA");
   try {
     model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
   } catch (const std::bad_alloc&) {
@@ -168,14 +181,17 @@ Trainer::Trainer(JobConfig config, CommGroups* groups) : config_(std::move(confi
   const auto& cc = config_.communication;
   if (groups_) {
     const bool hybrid = cc.strategy == "hybrid";
-    sparse_ = make_exchange(ExchangeConfig{hybrid ? cc.sparse : cc.strategy, cc.density, cc.selector}, *groups_);
+    // In device memory (NCCL) or on the host (the buckets staged there when the model is on the GPU).
+    CommGroups& exchange_groups = device_groups_ ? *device_groups_ : *groups_;
+    const Device buckets_on = device_groups_ ? Device::kCuda : Device::kCpu;
+    sparse_ = make_exchange(ExchangeConfig{hybrid ? cc.sparse : cc.strategy, cc.density, cc.selector, buckets_on}, exchange_groups);
     if (hybrid) {
-      dense_ = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector}, *groups_);
+      dense_ = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on}, exchange_groups);
       switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
     }
   }
   if (groups_) {
-    buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap);
+    buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap, device_groups_ != nullptr);
     stragglers_ = std::make_unique<StragglerWatch>(*groups_);
   }
 }
@@ -459,9 +475,10 @@ TrainSummary Trainer::run() {
              config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
              " steps, global batch ", tr.batch_size, ", strategy ", config_.communication.strategy,
              switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "",
-             device_ == Device::kCuda ? detail::concat(", on CUDA device ", gpu::current_device(),
-                                                       groups_ ? " (gradients exchanged through host memory)" : "")
-                                      : ", on the CPU");
+             device_ == Device::kCuda
+                 ? detail::concat(", on CUDA device ", gpu::current_device(),
+                                  !groups_ ? "" : device_groups_ ? " (gradients exchanged by NCCL)" : " (gradients exchanged through host memory)")
+                 : ", on the CPU");
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
     if (epoch != order_epoch) {

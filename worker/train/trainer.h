@@ -74,14 +74,19 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
 // usable device is a ConfigError at spec.device saying why, and that `device: cpu` trains on the
 // CPU. Spatial jobs train on the CPU under auto (their halo exchange is host-only).
 Device resolve_device(const JobConfig& config);
+// How the gradients of a job training on `device` cross between ranks (spec.communication.transport):
+// "nccl" (device memory) or "gloo" (host memory; staged there from the GPU). ConfigError at
+// spec.communication.transport when nccl is asked for a job on the CPU or a build without NCCL.
+std::string resolve_transport(const JobConfig& config, Device device);
 // The CUDA device of this rank: the TESSERA_GPU_INDEX-th the process sees (its slot's GPU among the
 // pod's), else 0.
 int rank_gpu_ordinal();
 
 class Trainer {
  public:
-  // groups: the rank's communicators, or null for a single process.
-  Trainer(JobConfig config, CommGroups* groups);
+  // groups: the rank's communicators, or null for a single process. device_groups: NCCL's, over
+  // the same ranks, when the gradients are exchanged in device memory (resolve_transport).
+  Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups = nullptr);
   ~Trainer();
 
   TrainSummary run();
@@ -114,6 +119,7 @@ class Trainer {
 
   JobConfig config_;
   CommGroups* groups_;
+  CommGroups* device_groups_;  // null: gradients exchanged in host memory
   int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
   Device device_ = Device::kCpu;  // of the model, its gradients and the optimiser's state
   std::unique_ptr<Model> model_;

@@ -61,6 +61,20 @@ __global__ void scatter_chunk(float* __restrict dense, size_t n, const SparseEnt
   }
 }
 
+__global__ void pack_kernel(const uint32_t* __restrict idx, const float* __restrict val, size_t k, uint32_t offset,
+                            SparseEntry* __restrict out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = SparseEntry{idx[i] + offset, val[i]};
+}
+
+__global__ void accumulate_kernel(float* __restrict acc, const float* __restrict x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc[i] += x[i];
+}
+
+__global__ void zero_kernel(float* __restrict x, const uint32_t* __restrict idx, size_t k) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x) x[idx[i]] = 0.0f;
+}
+
 int grid_for(size_t n) {
   size_t blocks = (n + 255) / 256;
   return (int)(blocks < 1024 ? (blocks ? blocks : 1) : 1024);
@@ -129,6 +143,25 @@ void scatter_add(float* d_dense, size_t n, const SparseEntry* d_entries, size_t 
     check(cudaGetLastError(), "scatter_add");
   }
   check(cudaStreamSynchronize(stream), "sync");
+}
+
+void pack_entries(const uint32_t* d_idx, const float* d_val, size_t k, uint32_t offset, SparseEntry* d_out,
+                  void* stream_ptr) {
+  if (k == 0) return;
+  pack_kernel<<<grid_for(k), 256, 0, static_cast<cudaStream_t>(stream_ptr)>>>(d_idx, d_val, k, offset, d_out);
+  check(cudaGetLastError(), "pack_entries");
+}
+
+void accumulate(float* d_acc, const float* d_x, size_t n, void* stream_ptr) {
+  if (n == 0) return;
+  accumulate_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream_ptr)>>>(d_acc, d_x, n);
+  check(cudaGetLastError(), "accumulate");
+}
+
+void zero_at(float* d_x, const uint32_t* d_idx, size_t k, void* stream_ptr) {
+  if (k == 0) return;
+  zero_kernel<<<grid_for(k), 256, 0, static_cast<cudaStream_t>(stream_ptr)>>>(d_x, d_idx, k);
+  check(cudaGetLastError(), "zero_at");
 }
 
 }  // namespace tessera::cuda
