@@ -190,6 +190,8 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
   if (g > 1 && s.model.name == "cnn2d")
     spatial.problem("", "spatial parallelism is available for cosmoflow and unet3d; cnn2d runs data-parallel");
+  if (s.device == "cpu" && s.cache.device_bytes > 0)
+    spec.child("cache").problem("device", "a cache in GPU memory, but spec.device is cpu");
   if (s.device == "cpu" && s.communication.transport == "nccl")
     spec.child("communication").problem("transport", "nccl exchanges gradients in GPU memory, but spec.device is cpu");
   if (g > 1 && s.device == "cuda")
@@ -322,8 +324,9 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.communication = parse_communication(spec.child("communication"));
 
   ConfigNode cache = spec.child("cache");
-  cache.allow_only({"memory", "localSSD", "remote"});
+  cache.allow_only({"memory", "device", "localSSD", "remote"});
   s.cache.memory_bytes = cache.bytes("memory", s.cache.memory_bytes);
+  s.cache.device_bytes = cache.bytes("device", s.cache.device_bytes);
   ConfigNode ssd = cache.child("localSSD");
   ssd.allow_only({"path", "sizeLimit", "volume"});
   s.cache.ssd_path = ssd.str("path", "");

@@ -121,6 +121,7 @@ struct CommunicationSpec {
 
 struct CacheSpec {
   int64_t memory_bytes = int64_t{1} << 30;  // tier 0; 0: none
+  int64_t device_bytes = 0;                 // whole samples in GPU memory, before tier 0 (jobs on CUDA); 0: none
   std::string ssd_path;                     // tier 1 directory; empty: none
   std::string ssd_volume = "hostPath";      // in a cluster: hostPath | emptyDir
   int64_t ssd_bytes = int64_t{10} << 30;

@@ -375,7 +375,7 @@ int run(int argc, char** argv) {
     if (!metrics) throw Error("cannot open metrics file '" + o.metrics + "'");
   }
   trainer.on_step = [&](const StepRecord& r) {
-    if (exported) exported->observe(r, rank_samples, trainer.cache());
+    if (exported) exported->observe(r, rank_samples, trainer.cache(), trainer.sample_cache());
     if (!metrics.is_open()) return;
     char line[512];
     std::snprintf(line, sizeof(line),

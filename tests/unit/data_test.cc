@@ -11,6 +11,7 @@
 #include "testing/fork_ranks.h"
 #include "worker/data/file_dataset.h"
 #include "worker/data/loader.h"
+#include "worker/data/sample_cache.h"
 
 namespace tessera {
 namespace {
@@ -261,6 +262,33 @@ TEST(LoaderTest, LoadErrorsReachTheConsumer) {
     EXPECT_NE(std::string(e.what()).find(ds.file(1)), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(dir);
+}
+
+// The device cache's policy, on the host (on the GPU it holds the same entries in device memory).
+TEST(SampleCacheTest, HoldsSamplesLeastRecentlyUsedFirstOutWithinItsBudget) {
+  auto sample = [](float v) { return Sample{Tensor::filled({4, 2}, v), Tensor::filled({1}, v)}; };  // 36 bytes
+  SampleCache cache(100, Device::kCpu);
+  EXPECT_FALSE(cache.get(1).has_value());
+  cache.put(1, sample(1));
+  cache.put(2, sample(2));
+  ASSERT_TRUE(cache.get(1).has_value());  // 1 is now the most recent
+  cache.put(3, sample(3));                // 108 bytes > 100: 2, the least recent, goes
+  EXPECT_EQ(cache.indices(), (std::vector<uint64_t>{3, 1}));
+  EXPECT_EQ(cache.bytes_used(), 72);
+  EXPECT_FALSE(cache.get(2).has_value());
+  const auto c = cache.counters();
+  EXPECT_EQ(c.hits, 1u);
+  EXPECT_EQ(c.misses, 2u);
+  EXPECT_EQ(c.evictions, 1u);
+  // What it holds is its own copy: the loader's buffers can be reused.
+  Sample s = sample(7);
+  cache.put(7, s);
+  s.input.fill(0.0f);
+  EXPECT_EQ(cache.get(7)->input[0], 7.0f);
+  // A sample larger than the whole budget is not held (and evicts nothing).
+  cache.put(9, Sample{Tensor::filled({64}, 9.0f), Tensor::filled({1}, 9.0f)});
+  EXPECT_FALSE(cache.get(9).has_value());
+  EXPECT_EQ(cache.indices().size(), 2u);
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 
 #include "common/error.h"
 #include "worker/core/device.h"
+#include "worker/data/loader.h"
+#include "worker/data/sample_cache.h"
 #include "worker/models/model.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
@@ -161,6 +163,28 @@ TEST_F(NnCudaTest, CosmoFlowStepMatchesTheCpu) {
   a->step(pc, 1e-3);
   b->step(pd, 1e-3);
   for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pd[i]->value, pc[i]->value), 1e-4) << pc[i]->name;
+}
+
+// Batches the loader moves to the GPU (through pinned memory, and the device cache on the second
+// pass) hold the same values as the batches it stacks on the host.
+TEST_F(NnCudaTest, LoaderBatchesOnTheDeviceEqualTheHostsAndTheCacheServesTheSecondPass) {
+  SyntheticConfig sc;
+  sc.size = 16;
+  sc.samples = 8;
+  const auto data = make_synthetic(sc);
+  const std::vector<std::vector<uint64_t>> schedule = {{0, 1, 2, 3}, {4, 5, 6, 7}, {3, 2, 1, 0}};
+  SampleCache cache(int64_t{1} << 30, Device::kCuda);
+  PrefetchLoader host(*data, 2, 2), device(*data, 2, 2, {}, Device::kCuda, 0, &cache);
+  host.start(schedule);
+  device.start(schedule);
+  for (size_t b = 0; b < schedule.size(); ++b) {
+    const Batch h = host.next(), d = device.next();
+    ASSERT_TRUE(d.inputs.on_device());
+    EXPECT_EQ(rel_error(d.inputs, h.inputs), 0.0);
+    EXPECT_EQ(rel_error(d.targets, h.targets), 0.0);
+  }
+  EXPECT_EQ(cache.counters().hits, 4u) << "the third batch's samples were all held on the device";
+  EXPECT_EQ(cache.counters().misses, 8u);
 }
 
 }  // namespace

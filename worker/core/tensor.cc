@@ -87,6 +87,17 @@ Tensor Tensor::filled(Shape shape, float value, Device device) {
   return t;
 }
 
+Tensor Tensor::pinned(Shape shape) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  t.shape_ = std::move(shape);
+  if (t.numel_ > 0 && !t_shape_only) {
+    float* p = static_cast<float*>(gpu::alloc_pinned(static_cast<size_t>(t.numel_) * sizeof(float)));
+    t.data_ = std::shared_ptr<float[]>(p, [](float* q) { gpu::free_pinned(q); });
+  }
+  return t;
+}
+
 void Tensor::check_host() const {
   TESSERA_CHECK(device_ == Device::kCpu, "host access to a tensor ", shape_str(shape_), " on the CUDA device");
 }

@@ -24,6 +24,8 @@ prometheus::Histogram::BucketBoundaries seconds_buckets() { return doubling_buck
 
 struct WorkerMetrics::Families {
   prometheus::Family<prometheus::Counter>* comm;
+  prometheus::Family<prometheus::Counter>* hits, *misses;
+  prometheus::Family<prometheus::Gauge>* held;
   Labels base;
   std::mutex mu;  // comm series are added on the first step of each strategy
 };
@@ -78,6 +80,9 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& who)
     misses_[t] = &misses.Add(with({{"tier", tiers[t]}}));
     held_bytes_[t] = &held.Add(with({{"tier", tiers[t]}}));
   }
+  families_->hits = &hits;
+  families_->misses = &misses;
+  families_->held = &held;
 }
 
 WorkerMetrics::~WorkerMetrics() = default;
@@ -122,10 +127,24 @@ void WorkerMetrics::observe_cache(const TieredCache::Counters& c, int64_t memory
   held_bytes_[1]->Set(static_cast<double>(ssd_bytes));
 }
 
-void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache) {
+void WorkerMetrics::observe_device_cache(const SampleCache::Counters& c, int64_t bytes) {
+  if (!device_hits_) {  // the series appear with the cache (jobs on the GPU with spec.cache.device)
+    Labels l = families_->base;
+    l["tier"] = "device";
+    device_hits_ = &families_->hits->Add(l);
+    device_misses_ = &families_->misses->Add(l);
+    device_held_ = &families_->held->Add(l);
+  }
+  device_hits_->Increment(std::max(0.0, static_cast<double>(c.hits) - device_hits_->Value()));
+  device_misses_->Increment(std::max(0.0, static_cast<double>(c.misses) - device_misses_->Value()));
+  device_held_->Set(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache, const SampleCache* device_cache) {
   observe_step(step, samples);
   if (step.checkpoint_s > 0) observe_checkpoint(step.checkpoint_s);
   if (cache) observe_cache(cache->counters(), cache->memory_bytes_used(), cache->ssd_bytes_used());
+  if (device_cache) observe_device_cache(device_cache->counters(), device_cache->bytes_used());
 }
 
 std::string WorkerMetrics::text() const {

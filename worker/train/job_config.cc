@@ -41,6 +41,7 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.data.remote_mbps = s.dataset.remote_mbps;
   j.data.remote_latency_ms = s.dataset.remote_latency_ms;
   j.data.cache.memory_bytes = s.cache.memory_bytes;
+  j.data.device_cache_bytes = s.cache.device_bytes;
   j.data.cache.ssd_dir = s.cache.ssd_path;
   j.data.cache.ssd_bytes = s.cache.ssd_bytes;
   j.data.loader_threads = s.training.loader_threads;

@@ -38,6 +38,7 @@ struct DataConfig {
   bool crop = false;                 // samples: sub-volumes of the model's input size tiling each file's volume
   std::string input_key, target_key; // the array names the job expects the index to record; empty: any
   CacheOptions cache;                // spec.cache: memory, localSSD.{path, sizeLimit}
+  int64_t device_cache_bytes = 0;    // spec.cache.device: whole samples in GPU memory
   double remote_mbps = 0;            // emulate a slow remote tier (dataset.remoteThrottle.mbps); 0: off
   double remote_latency_ms = 0;
   int loader_threads = 2;            // training.loaderThreads

@@ -162,7 +162,12 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
     vc.seed = config_.dataset.seed + 1000003;  // disjoint from the training samples
     val_ = make_synthetic(vc);
   }
-  loader_ = std::make_unique<PrefetchLoader>(*train_, dc.loader_threads, dc.prefetch_batches, box_);
+  if (dc.device_cache_bytes > 0 && device_ == Device::kCuda)
+    sample_cache_ = std::make_unique<SampleCache>(dc.device_cache_bytes, Device::kCuda);
+  else if (dc.device_cache_bytes > 0 && rank_ == 0)
+    log_warn("spec.cache.device has no effect: this job trains on the CPU");
+  loader_ = std::make_unique<PrefetchLoader>(*train_, dc.loader_threads, dc.prefetch_batches, box_, device_,
+                                             device_ == Device::kCuda ? gpu::current_device() : -1, sample_cache_.get());
   if (train_->input_shape() != model_->sample_shape())
     throw ConfigError("spec.dataset", detail::concat("samples of shape ", shape_str(train_->input_shape()),
                                                      " do not fit model input ", shape_str(model_->sample_shape())));

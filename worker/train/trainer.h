@@ -101,6 +101,8 @@ class Trainer {
   int64_t switch_step() const { return switch_step_; }
   // The data cache of an hdf5 dataset (null for synthetic data): its counters feed the metrics.
   const TieredCache* cache() const { return cache_.get(); }
+  // The cache of whole samples in GPU memory (spec.cache.device), or null.
+  const SampleCache* sample_cache() const { return sample_cache_.get(); }
   Device device() const { return device_; }
   // Bytes read from the remote dataset directory (file chunks, before decompression).
   uint64_t remote_bytes_read() const;
@@ -125,6 +127,7 @@ class Trainer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<FileSystem> posix_, remote_fs_;
   std::unique_ptr<TieredCache> cache_;
+  std::unique_ptr<SampleCache> sample_cache_;
   std::unique_ptr<Dataset> train_, val_;
   std::vector<const FileDataset*> files_;  // the file datasets under train_ and val_
   std::unique_ptr<PrefetchLoader> loader_;
