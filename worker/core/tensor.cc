@@ -61,7 +61,8 @@ Tensor::Tensor(Shape shape, Layout layout, Device device)
   const int64_t bytes = numel_ * static_cast<int64_t>(sizeof(float));
   if (device == Device::kCuda) {
     float* p = static_cast<float*>(gpu::alloc(static_cast<size_t>(bytes)));
-    data_ = std::shared_ptr<float[]>(p, [stream = gpu::stream()](float* q) { gpu::free(q, stream); });
+    free_stream_ = std::make_shared<void*>(gpu::stream());
+    data_ = std::shared_ptr<float[]>(p, [stream = free_stream_](float* q) { gpu::free(q, *stream); });
     return;
   }
   // 64-byte aligned for vector loads.
@@ -96,6 +97,10 @@ Tensor Tensor::pinned(Shape shape) {
     t.data_ = std::shared_ptr<float[]>(p, [](float* q) { gpu::free_pinned(q); });
   }
   return t;
+}
+
+void Tensor::adopt_stream() {
+  if (free_stream_) *free_stream_ = gpu::stream();
 }
 
 void Tensor::check_host() const {

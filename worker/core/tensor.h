@@ -100,6 +100,11 @@ class Tensor {
   Tensor to(Device device) const;
   // Copies src's entries into this tensor's storage (equal element counts; any devices).
   void copy_from(const Tensor& src);
+  // Device storage is freed in order with one stream: the allocating thread's, until a tensor
+  // handed to another thread (a batch from the loader's) is adopted by it, whose stream then uses
+  // it last. Without this its block could go back to the pool while the new user's kernels still
+  // read it. No effect on host tensors.
+  void adopt_stream();
   void fill(float value);
   void zero() { fill(0.0f); }
 
@@ -109,6 +114,7 @@ class Tensor {
   int64_t numel_ = 0;
   Layout layout_ = Layout::kPlain;
   Device device_ = Device::kCpu;
+  std::shared_ptr<void*> free_stream_;  // device storage: the stream its deleter frees it on
   std::shared_ptr<float[]> data_;
 };
 

@@ -505,6 +505,8 @@ TrainSummary Trainer::run() {
     rec.step = step_;
     rec.epoch = epoch;
     Batch batch = select_held(loader_->next(&rec.data_s));
+    batch.inputs.adopt_stream();  // on the GPU: made on a loader thread's stream, used last on this one
+    batch.targets.adopt_stream();
     auto t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
     Tensor out = model_->forward(batch.inputs.to(device_), true);
