@@ -194,9 +194,7 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     spec.child("cache").problem("device", "a cache in GPU memory, but spec.device is cpu");
   if (s.device == "cpu" && s.communication.transport == "nccl")
     spec.child("communication").problem("transport", "nccl exchanges gradients in GPU memory, but spec.device is cpu");
-  if (g > 1 && s.device == "cuda")
-    spec.problem("device", "cuda with spatial parallelism: the halo exchange runs on the CPU only so far; set device: cpu "
-                           "(or auto, which trains a spatial job on the CPU)");
+
   for (auto [key, parts] : {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
     if (parts > s.model.input_size)
       spatial.problem(key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));

@@ -12,6 +12,8 @@
 #   scripts/gpu-check.sh run [--build-dir DIR]      on the GPU machine: unpack and run them there
 #   scripts/gpu-check.sh --dry-run [--build-dir DIR]  bundle, then start every bundled binary here the
 #                                                   way `run` does (without a GPU their cases skip)
+# DIR defaults to build-gpu-check, configured here for any x86-64 CPU (no -march=native: the GPU
+# machine's CPU is not this one); the unit test passes the main build, which is the same code.
 #
 # The GPU machine has no Debian packages: the bundle carries its own C library and dynamic loader,
 # and takes cuDNN and cuBLAS from the Python wheels (nvidia-cudnn-cu13, nvidia-cublas) of the
@@ -21,10 +23,11 @@ set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 [ $# -gt 0 ] && shift
-build=$src/build
+build=$src/build-gpu-check
+portable=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --build-dir) build=$(cd "$2" && pwd); shift 2 ;;
+    --build-dir) build=$(cd "$2" && pwd); portable=0; shift 2 ;;
     *) echo "gpu-check: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +39,11 @@ limit_mib=48  # of the 64 MiB a call may carry, what is left after the working t
 json() { python3 -c 'import json,sys; print(json.dumps(dict(a.split("=",1) for a in sys.argv[1:])))' "$@"; }
 
 bundle() {
+  if [ "$portable" = 1 ]; then
+    mkdir -p "$build"
+    CCACHE_BASEDIR=$src cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTESSERA_NATIVE_ARCH=OFF >"$build/configure.log" 2>&1 ||
+      { cat "$build/configure.log" >&2; exit 1; }
+  fi
   grep -q "TESSERA_HAVE_CUDA 1" "$build/generated/tessera/config.h" 2>/dev/null ||
     { echo "gpu-check: $build was configured without CUDA (nvcc and cuDNN are needed to build the GPU tests)" >&2; exit 1; }
   cmake --build "$build" -j"$(nproc)" --target "${tests[@]}" "$bench" >/dev/null
@@ -50,7 +58,7 @@ bundle() {
   # GPU machine. The loader and C library go along, so that the binaries run whatever the machine's.
   for b in "${binaries[@]}"; do ldd "$b"; done |
     awk '/=> \// {print $3} /^\t\/.*ld-linux/ {print $1}' | sort -u |
-    grep -Ev '/lib(cuda|cudnn[^/]*|cublas(Lt)?|nvidia-[^/]*)\.so' |
+    grep -Ev '/lib(cuda|cudnn[^/]*|cublas(Lt)?|nccl|nvidia-[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" "$stage/gpu-check/lib/"; done
   tar -C "$stage" -cJf "$archive" gpu-check
   local mib
@@ -71,6 +79,8 @@ PY
 )
   fi
   for d in /usr/local/cuda/lib64 /usr/local/cuda/lib; do [ -d "$d" ] && dirs="$dirs${dirs:+:}$d"; done
+  # Where the machine says its driver is, when not in the loader's default directories.
+  [ -n "${LD_LIBRARY_PATH:-}" ] && dirs="$dirs${dirs:+:}$LD_LIBRARY_PATH"
   echo "$dirs"
 }
 

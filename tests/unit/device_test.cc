@@ -36,9 +36,6 @@ TEST(DeviceTest, CpuAndJobsWithoutGpusTrainOnTheCpu) {
   EXPECT_EQ(resolve_device(job("cpu", 0)), Device::kCpu);
   EXPECT_EQ(resolve_device(job("cpu", 8)), Device::kCpu) << "device: cpu is honoured whatever the pod was given";
   EXPECT_EQ(resolve_device(job("auto", 0)), Device::kCpu);
-  JobConfig spatial = job("auto", 2);
-  spatial.model.spatial = SpatialGrid{2, 1, 1};
-  EXPECT_EQ(resolve_device(spatial), Device::kCpu) << "spatial jobs train on the CPU under auto";
 }
 
 TEST(DeviceTest, WantingCudaWithoutADeviceIsAConfigurationError) {

@@ -4,6 +4,7 @@
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/elementwise.h"
+#include "worker/nn/gpu/ops.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/pool.h"
 #include "worker/spatial/layers.h"
@@ -325,7 +326,12 @@ class UNet3D final : public Model {
 
  private:
   static void add_into(Tensor& a, const Tensor& b) {
-    TESSERA_CHECK(a.shape() == b.shape(), "skip gradient ", shape_str(a.shape()), " vs ", shape_str(b.shape()));
+    TESSERA_CHECK(a.shape() == b.shape() && a.device() == b.device(), "skip gradient ", shape_str(a.shape()), " vs ",
+                  shape_str(b.shape()));
+    if (a.on_device()) {
+      gpu::add_into(a.data(), b.data(), a.numel());
+      return;
+    }
     for (int64_t i = 0; i < a.numel(); ++i) a[i] += b[i];
   }
   std::vector<Sequential*> parts() { return {&enc1_, &pool1_, &enc2_, &pool2_, &bottom_, &up2_, &dec2_, &up1_, &dec1_, &head_}; }

@@ -33,7 +33,6 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
   output_shape(x.shape());
   const int64_t n = x.dim(0), c = channels_, inner = x.numel() / std::max<int64_t>(1, n * c);
   if (x.on_device()) {
-    TESSERA_CHECK(!reducer_, "layer ", name(), ": statistics shared across ranks are not kept on the GPU");
     TESSERA_CHECK(gamma_.value.on_device() && running_mean_.on_device(), "layer ", name(),
                   ": input on the GPU, parameters on the host");
     Tensor y(x.shape(), Layout::kPlain, Device::kCuda);
@@ -45,6 +44,17 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
     xhat_ = Tensor(x.shape(), Layout::kPlain, Device::kCuda);
     Tensor mean({c}, Layout::kPlain, Device::kCuda);
     device_inv_std_ = Tensor({c}, Layout::kPlain, Device::kCuda);
+    if (reducer_) {  // statistics of the whole spatial group: the sums cross through the host
+      std::vector<double> stats = gpu::channel_sums(x.data(), nullptr, n, c, inner);
+      stats.push_back(static_cast<double>(n * inner));
+      reducer_(stats);
+      count_ = stats.back();
+      stats.pop_back();
+      gpu::batchnorm_forward_with_sums(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(), mean.data(),
+                                       device_inv_std_.data(), running_mean_.data(), running_var_.data(), n, c, inner, stats,
+                                       count_, momentum_, eps_);
+      return y;
+    }
     gpu::batchnorm_forward_train(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(), mean.data(),
                                  device_inv_std_.data(), running_mean_.data(), running_var_.data(), n, c, inner,
                                  momentum_, eps_);
@@ -99,6 +109,16 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   const int64_t n = dy.dim(0), c = channels_, inner = dy.numel() / std::max<int64_t>(1, n * c);
   if (dy.on_device()) {
     Tensor dx(dy.shape(), Layout::kPlain, Device::kCuda);
+    if (reducer_) {
+      const std::vector<double> local = gpu::channel_sums(dy.data(), xhat_.data(), n, c, inner);
+      std::vector<double> reduced = local;
+      reduced.push_back(0.0);  // the count slot of the forward statistics' layout
+      reducer_(reduced);
+      reduced.pop_back();
+      gpu::batchnorm_backward_with_sums(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(), gamma_.grad.data(),
+                                        beta_.grad.data(), dx.data(), n, c, inner, local, reduced, count_);
+      return dx;
+    }
     gpu::batchnorm_backward(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(), gamma_.grad.data(),
                             beta_.grad.data(), dx.data(), n, c, inner);
     return dx;

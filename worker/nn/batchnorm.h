@@ -3,7 +3,8 @@
 // A StatsReducer, when set, sums the per-channel partial statistics across ranks (spatial
 // parallelism: a sample split over ranks still normalises with global statistics).
 // On the GPU the statistics, running averages and normalisation are CUDA kernels (gpu::batchnorm_*)
-// that keep everything on the device; the reducer is not supported there yet.
+// that keep everything on the device but, with a reducer, the per-channel sums, which cross through
+// the host to be reduced.
 #pragma once
 
 #include <functional>

@@ -266,10 +266,18 @@ void conv3d_k3_weight_grad(const Tensor& x, const Tensor& dy, float* dw, float* 
 
 }  // namespace
 
+namespace {
+gpu::Dims5 dims5(const Shape& s) { return {s[0], s[1], s[2], s[3], s[4]}; }
+}  // namespace
+
+// cuDNN pads both sides of a dimension alike. A spatial block at the volume's edge is padded on one
+// side only: there the convolution pads its input explicitly (zeros around a copy) and runs
+// unpadded, and the transposed convolution runs uncropped and crops its output.
 template <class T>
 gpu::Conv& ConvLayer<T>::device_plan_for(const Shape& in) {
-  if (device_plan_ && device_plan_->shape().in == in) return *device_plan_;
+  if (device_plan_ && device_in_ == in) return *device_plan_;
   const auto& o = options_;
+  constexpr bool transposed = std::is_same_v<T, detail::DeconvTraits>;
   gpu::ConvShape s;
   s.in = in;
   s.out = output_shape(in);
@@ -277,14 +285,21 @@ gpu::Conv& ConvLayer<T>::device_plan_for(const Shape& in) {
   s.out_channels = o.out_channels;
   s.kernel = o.kernel;
   s.stride = o.stride;
-  s.transposed = std::is_same_v<T, detail::DeconvTraits>;
+  s.transposed = transposed;
+  device_explicit_pad_ = false;
+  for (int i = 0; i < o.spatial_dims; ++i) device_explicit_pad_ |= pad_before(o, i) != pad_after(o, i);
+  if (device_explicit_pad_ && o.spatial_dims != 3)
+    shape_error("uneven padding of a 2D convolution is not supported on the GPU");
   for (int i = 0; i < o.spatial_dims; ++i) {
-    if (pad_before(o, i) != pad_after(o, i))
-      shape_error(detail::concat("uneven padding ", pad_before(o, i), "+", pad_after(o, i),
-                                 " (a spatial block at the volume's edge) is not supported on the GPU"));
-    s.pad.push_back(pad_before(o, i));
+    s.pad.push_back(device_explicit_pad_ ? 0 : pad_before(o, i));
+    if (!device_explicit_pad_) continue;
+    if (transposed)
+      s.out[2 + i] = (in[2 + i] - 1) * o.stride + o.kernel;  // uncropped
+    else
+      s.in[2 + i] = in[2 + i] + pad_before(o, i) + pad_after(o, i);  // padded
   }
   device_plan_ = std::make_unique<gpu::Conv>(s);
+  device_in_ = in;
   return *device_plan_;
 }
 
@@ -292,14 +307,29 @@ template <class T>
 Tensor ConvLayer<T>::forward_device(const Tensor& x, bool training) {
   TESSERA_CHECK(weight_.value.on_device(), "layer ", name(), ": input on the GPU, weights on the host");
   gpu::Conv& p = device_plan_for(x.shape());
-  const Shape& out = p.shape().out;
-  Tensor y(out, Layout::kPlain, Device::kCuda);
-  p.forward(x.data(), weight_.value.data(), y.data());
+  const gpu::ConvShape& s = p.shape();
+  gpu::Dims5 lo = {0, 0, 0, 0, 0};
+  if (device_explicit_pad_)
+    for (int i = 0; i < 3; ++i) lo[2 + i] = pad_before(options_, i);
+  Tensor xin = x;
+  if (device_explicit_pad_ && !s.transposed) {
+    xin = Tensor::zeros(s.in, Device::kCuda);
+    gpu::copy_box(x.data(), dims5(x.shape()), {0, 0, 0, 0, 0}, xin.data(), dims5(s.in), lo, dims5(x.shape()), false);
+  }
+  Tensor y(s.out, Layout::kPlain, Device::kCuda);
+  p.forward(xin.data(), weight_.value.data(), y.data());
+  if (device_explicit_pad_ && s.transposed) {
+    Tensor cropped(output_shape(x.shape()), Layout::kPlain, Device::kCuda);
+    gpu::copy_box(y.data(), dims5(s.out), lo, cropped.data(), dims5(cropped.shape()), {0, 0, 0, 0, 0}, dims5(cropped.shape()),
+                  false);
+    y = cropped;
+  }
+  const Shape& out = y.shape();
   const int64_t inner = y.numel() / std::max<int64_t>(1, out[0] * out[1]);
   if (options_.bias) gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
   if (options_.activation) gpu::leaky_relu(y.data(), y.data(), y.numel(), options_.activation_slope);
   if (training) {
-    x_ = x;
+    x_ = xin;  // padded where the convolution padded it
     if (options_.activation) y_ = y;
   }
   return y;
@@ -309,19 +339,32 @@ template <class T>
 Tensor ConvLayer<T>::backward_device(const Tensor& dy) {
   TESSERA_CHECK(device_plan_ && !x_.empty(), "layer ", name(), ": backward without a training forward");
   gpu::Conv& p = *device_plan_;
-  TESSERA_CHECK(dy.shape() == p.shape().out && dy.on_device(), "layer ", name(), ": gradient shape ",
-                shape_str(dy.shape()), " vs output ", shape_str(p.shape().out));
+  const gpu::ConvShape& s = p.shape();
+  const Shape out = output_shape(device_in_);
+  TESSERA_CHECK(dy.shape() == out && dy.on_device(), "layer ", name(), ": gradient shape ", shape_str(dy.shape()),
+                " vs output ", shape_str(out));
   const Tensor dz = options_.activation ? leaky_relu_grad(y_, dy, options_.activation_slope) : dy;
+  gpu::Dims5 lo = {0, 0, 0, 0, 0};
+  if (device_explicit_pad_)
+    for (int i = 0; i < 3; ++i) lo[2 + i] = pad_before(options_, i);
+  Tensor dz_full = dz;  // the gradient of the convolution's own output
+  if (device_explicit_pad_ && s.transposed) {
+    dz_full = Tensor::zeros(s.out, Device::kCuda);
+    gpu::copy_box(dz.data(), dims5(out), {0, 0, 0, 0, 0}, dz_full.data(), dims5(s.out), lo, dims5(out), false);
+  }
   Tensor dx;
   if (input_grad()) {
-    dx = Tensor(p.shape().in, Layout::kPlain, Device::kCuda);
-    p.backward_data(dz.data(), weight_.value.data(), dx.data());
+    dx = Tensor(s.in, Layout::kPlain, Device::kCuda);
+    p.backward_data(dz_full.data(), weight_.value.data(), dx.data());
+    if (device_explicit_pad_ && !s.transposed) {
+      Tensor inner(device_in_, Layout::kPlain, Device::kCuda);
+      gpu::copy_box(dx.data(), dims5(s.in), lo, inner.data(), dims5(device_in_), {0, 0, 0, 0, 0}, dims5(device_in_), false);
+      dx = inner;
+    }
   }
-  p.backward_weights(x_.data(), dz.data(), weight_.grad.data());
-  if (options_.bias) {
-    const Shape& out = p.shape().out;
+  p.backward_weights(x_.data(), dz_full.data(), weight_.grad.data());
+  if (options_.bias)
     gpu::bias_grad(dz.data(), bias_.grad.data(), out[0], out[1], dz.numel() / std::max<int64_t>(1, out[0] * out[1]));
-  }
   return dx;
 }
 

@@ -4,7 +4,8 @@
 // computed channels-last: a channels-last input needs no reorder, a plain one is reordered (and the
 // output returned plain). Primitives are built once per input shape.
 // On the GPU (an input on the device) the layer runs cuDNN (gpu::Conv) on plain activations, with
-// the bias and the fused activation as kernels after it.
+// the bias and the fused activation as kernels after it; uneven padding (a spatial block at the
+// volume's edge) is done by explicit padding or cropping around it.
 #pragma once
 
 #include <memory>
@@ -72,6 +73,8 @@ class ConvLayer : public Layer {
   Param weight_, bias_;
   std::unique_ptr<detail::ConvPlan<Traits>> plan_;
   std::unique_ptr<gpu::Conv> device_plan_;
+  Shape device_in_;                   // the input shape device_plan_ is for
+  bool device_explicit_pad_ = false;  // uneven padding, done by copies around cuDNN
   Tensor x_;  // the last training input, for backward-weights
   Tensor y_;  // the last training output, for the fused activation's gradient
 };

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "worker/nn/gpu/ops.h"
 
 namespace tessera {
 
@@ -11,8 +12,14 @@ void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst
   for (int i = 0; i < 5; ++i)
     if (extent[i] <= 0) return;
   TESSERA_CHECK(src.layout() == dst.layout(), "copy_box between layouts: ", shape_str(src.shape()), " and ", shape_str(dst.shape()));
+  TESSERA_CHECK(src.device() == dst.device(), "copy_box between devices: ", shape_str(src.shape()), " and ", shape_str(dst.shape()));
   const Shape& ss = src.shape();
   const Shape& ds = dst.shape();
+  if (src.on_device()) {  // plain, as every activation on the device
+    gpu::copy_box(src.data(), {ss[0], ss[1], ss[2], ss[3], ss[4]}, from, dst.data(), {ds[0], ds[1], ds[2], ds[3], ds[4]}, to,
+                  extent, add);
+    return;
+  }
   // A run of `len` contiguous floats.
   auto run = [add](const float* s, float* o, int64_t len) {
     if (add) {
@@ -55,16 +62,37 @@ Range HaloExchange::neighbor_need(int dim, int step) const {
   return needed_input(out_.owned_by(dim, in_.coord(dim) + step), in_.extent()[dim], window_[dim]).input;
 }
 
+float* HaloExchange::staging(Tensor& buffer, size_t floats) {
+  if (static_cast<size_t>(buffer.numel()) < floats) buffer = Tensor::pinned({static_cast<int64_t>(floats)});
+  return buffer.data();
+}
+
 void HaloExchange::exchange(const Tensor& send, int to, Tensor& recv, int from) {
   const size_t sb = to >= 0 ? send.numel() * sizeof(float) : 0;
   const size_t rb = from >= 0 ? recv.numel() * sizeof(float) : 0;
   if (!sb && !rb) return;
+  // Faces on the GPU cross through pinned host buffers (the spatial group's communicator is Gloo's).
+  const bool on_device = (sb && send.on_device()) || (rb && recv.on_device());
+  const float* out = send.data();
+  float* in = recv.data();
+  if (on_device) {
+    if (sb) {
+      float* stage = staging(send_stage_, send.numel());
+      gpu::copy(stage, Device::kCpu, send.data(), Device::kCuda, sb);  // returns when the bytes are there
+      out = stage;
+    }
+    if (rb) in = staging(recv_stage_, recv.numel());
+  }
   if (sb && rb) {
-    comm_.sendrecv(send.data(), sb, to, recv.data(), rb, from, 11, Millis(0));
+    comm_.sendrecv(out, sb, to, in, rb, from, 11, Millis(0));
   } else if (sb) {
-    comm_.send(send.data(), sb, to, 11, Millis(0));
+    comm_.send(out, sb, to, 11, Millis(0));
   } else {
-    comm_.recv(recv.data(), rb, from, 11, Millis(0));
+    comm_.recv(in, rb, from, 11, Millis(0));
+  }
+  if (on_device && rb) {
+    gpu::copy(recv.data(), Device::kCuda, in, Device::kCpu, rb);
+    gpu::synchronize();  // the staging buffer is reused by the next message
   }
   bytes_ += sb;
 }
@@ -79,7 +107,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
     if (in_.grid()[d] == 1 && need == own) continue;  // nothing to exchange or crop along d
     Shape s = block.shape();
     s[2 + d] = need.size();
-    Tensor next(s, block.layout());
+    Tensor next(s, block.layout(), block.device());
     std::array<int64_t, 5> ext = {s[0], s[1], s[2], s[3], s[4]}, zero = {0, 0, 0, 0, 0};
     // My own part of what I need.
     auto slab = [&](int64_t begin_in_block, int64_t len) {
@@ -107,7 +135,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
         const int64_t e = phase == 0 ? own.end : std::min(own.end, theirs.end);
         Shape bs = block.shape();
         bs[2 + d] = std::max<int64_t>(0, e - b);
-        out_buf = Tensor(bs, block.layout());
+        out_buf = Tensor(bs, block.layout(), block.device());
         if (e > b) {
           auto [from_off, len] = slab(b - own.begin, e - b);
           copy_box(block, from_off, out_buf, zero, len, false);
@@ -121,7 +149,7 @@ Tensor HaloExchange::forward(const Tensor& owned) {
         if (phase == 1) rb = std::min(rb, re);
         Shape bs = s;
         bs[2 + d] = std::max<int64_t>(0, re - rb);
-        in_buf = Tensor(bs, block.layout());
+        in_buf = Tensor(bs, block.layout(), block.device());
       }
       exchange(out_buf, out_buf.numel() ? to : -1, in_buf, in_buf.numel() ? from : -1);
       if (in_buf.numel()) {
@@ -146,7 +174,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
     TESSERA_CHECK_EQ(block.dim(2 + d), need.size(), "gradient extent along dimension ", d);
     Shape s = block.shape();
     s[2 + d] = own.size();
-    Tensor next(s, block.layout());
+    Tensor next(s, block.layout(), block.device());
     next.zero();
     std::array<int64_t, 5> zero = {0, 0, 0, 0, 0};
     auto box = [&](const Shape& shape, int64_t begin, int64_t len) {
@@ -177,7 +205,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
           auto [from_off, len] = box(block.shape(), b - need.begin, e - b);
           Shape bs = block.shape();
           bs[2 + d] = e - b;
-          out_buf = Tensor(bs, block.layout());
+          out_buf = Tensor(bs, block.layout(), block.device());
           copy_box(block, from_off, out_buf, zero, len, false);
         }
       }
@@ -189,7 +217,7 @@ Tensor HaloExchange::reverse(const Tensor& needed) {
         if (re > rb) {
           Shape bs = s;
           bs[2 + d] = re - rb;
-          in_buf = Tensor(bs, block.layout());
+          in_buf = Tensor(bs, block.layout(), block.device());
         }
       }
       exchange(out_buf, out_buf.numel() ? to : -1, in_buf, in_buf.numel() ? from : -1);

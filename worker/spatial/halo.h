@@ -4,7 +4,8 @@
 // forward() exchanges faces one dimension at a time (D, then H, then W), each time over the block
 // already extended in the earlier dimensions, so corners and edges propagate without diagonal
 // messages. reverse() undoes it in the opposite order, summing every halo gradient into the block
-// that owns those voxels. Tensors are (N, C, D, H, W). Used by one thread; every member of the
+// that owns those voxels. Tensors are (N, C, D, H, W), on the host or the GPU (faces are cut and
+// placed there, and cross through pinned host buffers). Used by one thread; every member of the
 // group calls the same sequence.
 #pragma once
 
@@ -40,12 +41,15 @@ class HaloExchange {
   // Along dim: the range the neighbour at `step` needs of the input.
   Range neighbor_need(int dim, int step) const;
   void exchange(const Tensor& send, int to, Tensor& recv, int from);
+  // A pinned host buffer of at least `floats`, kept for the next message.
+  float* staging(Tensor& buffer, size_t floats);
 
   Communicator& comm_;
   Partition in_, out_;
   std::array<Window, 3> window_;
   std::array<Need, 3> need_;
   uint64_t bytes_ = 0;
+  Tensor send_stage_, recv_stage_;  // faces of device blocks, on their way through the host
 };
 
 }  // namespace tessera

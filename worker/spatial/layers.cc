@@ -115,8 +115,10 @@ Shape Shuffle::output_shape(const Shape& in) const {
   return {static_cast<int64_t>(held(in[0]).size()), in[1], e[0], e[1], e[2]};
 }
 
-// Every rank's block, gathered, assembled into full maps; this rank keeps its samples.
-Tensor Shuffle::forward(const Tensor& x, bool) {
+// Every rank's block, gathered, assembled into full maps; this rank keeps its samples. On the GPU
+// the (small: the maps at the end of the convolutions) blocks cross through the host.
+Tensor Shuffle::forward(const Tensor& x, bool training) {
+  if (x.on_device()) return forward(x.to(Device::kCpu), training).to(Device::kCuda);
   in_shape_ = x.shape();
   const int S = ctx_.grid.size();
   const int64_t n = x.dim(0), c = x.dim(1);
@@ -150,6 +152,7 @@ Tensor Shuffle::forward(const Tensor& x, bool) {
 
 // Every rank's sample gradients, gathered into the full batch; this rank keeps its block.
 Tensor Shuffle::backward(const Tensor& dy) {
+  if (dy.on_device()) return backward(dy.to(Device::kCpu)).to(Device::kCuda);
   const int S = ctx_.grid.size();
   const int64_t n = in_shape_[0], c = in_shape_[1];
   const auto& e = part_.extent();

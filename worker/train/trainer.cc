@@ -12,6 +12,7 @@
 #include "tessera/config.h"
 #include "worker/core/device.h"
 #include "worker/nn/batchnorm.h"
+#include "worker/nn/gpu/ops.h"
 #include "worker/data/file_dataset.h"
 #include "worker/train/checkpoint.h"
 
@@ -74,7 +75,7 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
 Device resolve_device(const JobConfig& c) {
   if (c.device == "cpu") return Device::kCpu;
   const bool given_gpus = c.gpus_per_pod > 0 || std::getenv("TESSERA_GPU") != nullptr;
-  if (c.device == "auto" && (!given_gpus || c.model.spatial.size() > 1)) return Device::kCpu;
+  if (c.device == "auto" && !given_gpus) return Device::kCpu;
   std::string why;
   if (gpu::device_count(&why) > 0) return Device::kCuda;
   const std::string asked = c.device == "cuda" ? std::string("cuda")
@@ -214,10 +215,15 @@ Batch Trainer::select_held(Batch b) const {
   if (static_cast<int64_t>(held.size()) == b.targets.dim(0)) return b;
   Shape ts = b.targets.shape();
   ts[0] = static_cast<int64_t>(held.size());
-  Tensor t(ts);
+  Tensor t(ts, Layout::kPlain, b.targets.device());
   const int64_t per = b.targets.numel() / std::max<int64_t>(1, b.targets.dim(0));
-  for (size_t i = 0; i < held.size(); ++i)
-    std::memcpy(t.data() + i * per, b.targets.data() + held[i] * per, per * sizeof(float));
+  const size_t bytes = static_cast<size_t>(per) * sizeof(float);
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (t.on_device())
+      gpu::copy(t.data() + i * per, Device::kCuda, b.targets.data() + held[i] * per, Device::kCuda, bytes);
+    else
+      std::memcpy(t.data() + i * per, b.targets.data() + held[i] * per, bytes);
+  }
   b.targets = t;
   return b;
 }
@@ -514,8 +520,10 @@ TrainSummary Trainer::run() {
     // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
     // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
     const double share = model_->loss_share(local_batch);
-    if (share != 1.0)
-      for (float& g : loss.grad.span()) g *= static_cast<float>(share);  // spatial parallelism: on the CPU
+    if (share != 1.0 && loss.grad.on_device())
+      gpu::scale(loss.grad.data(), loss.grad.numel(), static_cast<float>(share));
+    else if (share != 1.0)
+      for (float& g : loss.grad.span()) g *= static_cast<float>(share);
     rec.forward_s = seconds_since(t0);
     t0 = Clock::now();
     begin_exchange(rec);

@@ -72,7 +72,7 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
 // Where this rank trains (spec.device): cpu, or cuda where the job says cuda, or says auto and the pod
 // was given GPUs (spec.resources.gpu, TESSERA_GPU). A job that wants CUDA on a worker that sees no
 // usable device is a ConfigError at spec.device saying why, and that `device: cpu` trains on the
-// CPU. Spatial jobs train on the CPU under auto (their halo exchange is host-only).
+// CPU.
 Device resolve_device(const JobConfig& config);
 // How the gradients of a job training on `device` cross between ranks (spec.communication.transport):
 // "nccl" (device memory) or "gloo" (host memory; staged there from the GPU). ConfigError at

@@ -172,6 +172,24 @@ __global__ void k_swap_leading(const float* __restrict src, float* __restrict ds
     dst[o] = accumulate ? dst[o] + src[i] : src[i];
   }
 }
+struct Box {  // plain arrays: std::array's members are host functions
+  int64_t src_shape[5], from[5], dst_shape[5], to[5], extent[5];
+};
+__global__ void k_copy_box(const float* __restrict src, float* __restrict dst, Box b, int64_t total, bool add) {
+  TESSERA_GRID_STRIDE(i, total) {
+    int64_t rest = i, s = 0, d = 0;
+    int64_t idx[5];
+    for (int k = 4; k >= 0; --k) {
+      idx[k] = rest % b.extent[k];
+      rest /= b.extent[k];
+    }
+    for (int k = 0; k < 5; ++k) {
+      s = s * b.src_shape[k] + b.from[k] + idx[k];
+      d = d * b.dst_shape[k] + b.to[k] + idx[k];
+    }
+    dst[d] = add ? dst[d] + src[s] : src[s];
+  }
+}
 __global__ void k_bn_backward(const float* __restrict dy, const float* __restrict xhat, const float* __restrict gamma,
                               const float* __restrict inv, const double* __restrict sums, float* __restrict dx,
                               int64_t total, int64_t c, int64_t inner, double count) {
@@ -250,6 +268,23 @@ void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner) 
   check_launch("bias_grad");
 }
 
+void copy_box(const float* src, const Dims5& src_shape, const Dims5& from, float* dst, const Dims5& dst_shape,
+              const Dims5& to, const Dims5& extent, bool add) {
+  int64_t total = 1;
+  for (int64_t e : extent) total *= std::max<int64_t>(0, e);
+  if (total <= 0) return;
+  Box b;
+  for (int k = 0; k < 5; ++k) {
+    b.src_shape[k] = src_shape[k];
+    b.from[k] = from[k];
+    b.dst_shape[k] = dst_shape[k];
+    b.to[k] = to[k];
+    b.extent[k] = extent[k];
+  }
+  k_copy_box<<<blocks_for(total), kThreads, 0, cur()>>>(src, dst, b, total, add);
+  check_launch("copy_box");
+}
+
 void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate) {
   const int64_t total = a * b * inner;
   if (total <= 0) return;
@@ -326,6 +361,55 @@ void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const 
   k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, nullptr, y, gamma, beta, stats, stats + c, total, c, inner);
   check_launch("batchnorm_forward_eval");
   cudaFreeAsync(stats, cur());
+}
+
+std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner) {
+  if (n * c * inner <= 0) return std::vector<double>(2 * c, 0.0);
+  Scratch sums(2 * c);
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(a, b, n, c, inner, sums.get());
+  check_launch("channel_sums");
+  return sums.read();
+}
+
+namespace {
+// A device copy of host sums, for the kernels that take them.
+class Uploaded {
+ public:
+  explicit Uploaded(const std::vector<double>& v) : n_(v.size()) {
+    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), std::max<size_t>(1, n_) * sizeof(double), cur()), "cudaMallocAsync");
+    if (n_) check(cudaMemcpyAsync(d_, v.data(), n_ * sizeof(double), cudaMemcpyHostToDevice, cur()), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(cur()), "cudaStreamSynchronize");  // `v` may go once this returns
+  }
+  ~Uploaded() { cudaFreeAsync(d_, cur()); }
+  const double* get() const { return d_; }
+
+ private:
+  size_t n_;
+  double* d_ = nullptr;
+};
+}  // namespace
+
+void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
+                                 float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
+                                 const std::vector<double>& sums, double count, float momentum, float eps) {
+  const int64_t total = n * c * inner;
+  const Uploaded s(sums);
+  k_bn_finalize<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(
+      s.get(), mean, inv_std, running_mean, running_var, c, count, momentum, eps);
+  if (total > 0)
+    k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, xhat, y, gamma, beta, mean, inv_std, total, c, inner);
+  check_launch("batchnorm_forward_with_sums");
+}
+
+void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
+                                  float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner, const std::vector<double>& local,
+                                  const std::vector<double>& reduced, double count) {
+  const int64_t total = n * c * inner;
+  const Uploaded l(local), r(reduced);
+  k_bn_param_grads<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(l.get(), dgamma, dbeta, c);
+  if (total > 0)
+    k_bn_backward<<<blocks_for(total), kThreads, 0, cur()>>>(dy, xhat, gamma, inv_std, r.get(), dx, total, c, inner, count);
+  check_launch("batchnorm_backward_with_sums");
 }
 
 void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,

@@ -7,6 +7,7 @@
 // Device activations are plain (N, C, spatial...), the layout cuDNN's NCDHW descriptors describe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -26,6 +27,11 @@ void scale(float* x, int64_t n, float s);                           // x *= s
 void add_into(float* acc, const float* x, int64_t n);               // acc += x
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner);  // y(n, c, inner) += bias(c)
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);   // db(c) += sum over n, inner
+// The box `extent` at offset `from` of src (5-D, plain) into dst at offset `to` (+= when adding):
+// halos, explicit padding and crops on the device.
+using Dims5 = std::array<int64_t, 5>;
+void copy_box(const float* src, const Dims5& src_shape, const Dims5& from, float* dst, const Dims5& dst_shape,
+              const Dims5& to, const Dims5& extent, bool add);
 // dst (b, a, inner) = src (a, b, inner) with the first two dimensions swapped (+= when accumulating).
 void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate);
 
@@ -50,6 +56,17 @@ void batchnorm_forward_train(const float* x, float* xhat, float* y, const float*
                              int64_t c, int64_t inner, float momentum, float eps);
 void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, int64_t n, int64_t c, int64_t inner, float eps);
+// With statistics shared across ranks (spatial parallelism) the per-channel sums go through the host:
+// channel_sums() reads back the sums over (n, inner) of a and of a * b (b null: a * a), 2c values;
+// the _with_sums variants take them reduced (sums: 2c; count: the entries they cover). Backward's
+// parameter gradients take this rank's `local` sums, its input gradient the reduced ones.
+std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner);
+void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
+                                 float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
+                                 const std::vector<double>& sums, double count, float momentum, float eps);
+void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
+                                  float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner, const std::vector<double>& local,
+                                  const std::vector<double>& reduced, double count);
 // dgamma, dbeta accumulate (+=); dx written.
 void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
                         float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner);

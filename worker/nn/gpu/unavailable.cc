@@ -16,6 +16,16 @@ void scale(float*, int64_t, float) { no_cuda(); }
 void add_into(float*, const float*, int64_t) { no_cuda(); }
 void add_bias(float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void bias_grad(const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void copy_box(const float*, const Dims5&, const Dims5&, float*, const Dims5&, const Dims5&, const Dims5&, bool) { no_cuda(); }
+std::vector<double> channel_sums(const float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void batchnorm_forward_with_sums(const float*, float*, float*, const float*, const float*, float*, float*, float*, float*,
+                                 int64_t, int64_t, int64_t, const std::vector<double>&, double, float, float) {
+  no_cuda();
+}
+void batchnorm_backward_with_sums(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
+                                  int64_t, int64_t, const std::vector<double>&, const std::vector<double>&, double) {
+  no_cuda();
+}
 void swap_leading_dims(const float*, float*, int64_t, int64_t, int64_t, bool) { no_cuda(); }
 double sum_squares(const float*, int64_t) { no_cuda(); }
 double mse(const float*, const float*, float*, int64_t) { no_cuda(); }
