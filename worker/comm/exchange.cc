@@ -214,6 +214,15 @@ class SparseAllgather final : public GradientExchange {
   std::vector<SparseEntry> gathered_;
 };
 
+// This rank's shard (offset, length) of a bucket of `size` split over the ranks of its node: what
+// hitopk selects from and keeps the residual of.
+std::pair<size_t, size_t> node_shard(size_t size, const Communicator& intra) {
+  const auto counts = even_split(size, intra.size());
+  size_t offset = 0;
+  for (int l = 0; l < intra.rank(); ++l) offset += counts[l];
+  return {offset, counts[intra.rank()]};
+}
+
 // ---- hitopk: hierarchical top-k ----
 class HierarchicalTopk final : public GradientExchange {
  public:
@@ -249,14 +258,9 @@ class HierarchicalTopk final : public GradientExchange {
     scatter_add(grad, all_entries_);
     return mine.size();
   }
-  size_t residual_size(size_t bucket_size) const override {
-    return even_split(bucket_size, groups_.intra->size())[groups_.intra->rank()];
-  }
+  size_t residual_size(size_t bucket_size) const override { return node_shard(bucket_size, *groups_.intra).second; }
   void add_residual(int bucket, std::span<float> out) const override {
-    const auto counts = even_split(out.size(), groups_.intra->size());
-    size_t offset = 0;
-    for (int l = 0; l < groups_.intra->rank(); ++l) offset += counts[l];
-    selector_.add_residual(bucket, out, offset);
+    selector_.add_residual(bucket, out, node_shard(out.size(), *groups_.intra).first);
   }
   std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
   void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
@@ -399,14 +403,9 @@ class DeviceHierarchicalTopk final : public GradientExchange {
     }
     return k;
   }
-  size_t residual_size(size_t bucket_size) const override {
-    return even_split(bucket_size, groups_.intra->size())[groups_.intra->rank()];
-  }
+  size_t residual_size(size_t bucket_size) const override { return node_shard(bucket_size, *groups_.intra).second; }
   void add_residual(int bucket, std::span<float> out) const override {
-    const auto counts = even_split(out.size(), groups_.intra->size());
-    size_t offset = 0;
-    for (int l = 0; l < groups_.intra->rank(); ++l) offset += counts[l];
-    selector_.add_residual(bucket, out, offset);
+    selector_.add_residual(bucket, out, node_shard(out.size(), *groups_.intra).first);
   }
   std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
   void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
