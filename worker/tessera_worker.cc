@@ -339,7 +339,8 @@ int run(int argc, char** argv) {
       gpu::set_device(rank_gpu_ordinal());
       nccl_store = std::make_unique<PrefixStore>("nccl", *store);
       device_groups = std::make_unique<CommGroups>(
-          connect_groups(*nccl_store, std::move(topo), o.rank, nccl_factory(timeout, gpu::current_device())));
+          connect_groups(*nccl_store, std::move(topo), o.rank, nccl_factory(timeout, gpu::current_device()),
+                         job.model.spatial.size()));
 #endif
     }
   }

@@ -71,8 +71,19 @@ void HaloExchange::exchange(const Tensor& send, int to, Tensor& recv, int from) 
   const size_t sb = to >= 0 ? send.numel() * sizeof(float) : 0;
   const size_t rb = from >= 0 ? recv.numel() * sizeof(float) : 0;
   if (!sb && !rb) return;
-  // Faces on the GPU cross through pinned host buffers (the spatial group's communicator is Gloo's).
   const bool on_device = (sb && send.on_device()) || (rb && recv.on_device());
+  if (on_device && device_comm_) {  // NCCL, between the GPUs' memories
+    if (sb && rb) {
+      device_comm_->sendrecv(send.data(), sb, to, recv.data(), rb, from, 11, Millis(0));
+    } else if (sb) {
+      device_comm_->send(send.data(), sb, to, 11, Millis(0));
+    } else {
+      device_comm_->recv(recv.data(), rb, from, 11, Millis(0));
+    }
+    bytes_ += sb;
+    return;
+  }
+  // Faces on the GPU otherwise cross through pinned host buffers (the group's communicator is Gloo's).
   const float* out = send.data();
   float* in = recv.data();
   if (on_device) {

@@ -5,8 +5,8 @@
 // already extended in the earlier dimensions, so corners and edges propagate without diagonal
 // messages. reverse() undoes it in the opposite order, summing every halo gradient into the block
 // that owns those voxels. Tensors are (N, C, D, H, W), on the host or the GPU (faces are cut and
-// placed there, and cross through pinned host buffers). Used by one thread; every member of the
-// group calls the same sequence.
+// placed there, and cross by NCCL or through pinned host buffers). Used by one thread; every member
+// of the group calls the same sequence.
 #pragma once
 
 #include <array>
@@ -23,6 +23,15 @@ namespace tessera {
 void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst, const std::array<int64_t, 5>& to,
               const std::array<int64_t, 5>& extent, bool add);
 
+class HaloExchange;
+
+// A layer that exchanges halos (so that the trainer can hand it the GPU's communicator).
+class HaloLayer {
+ public:
+  virtual ~HaloLayer() = default;
+  virtual HaloExchange& halo() = 0;
+};
+
 class HaloExchange {
  public:
   // `in`: the partition of the layer's input, `out` of its output, `window` the layer per dimension.
@@ -34,6 +43,9 @@ class HaloExchange {
   Tensor reverse(const Tensor& needed);
 
   const Need& need(int dim) const { return need_[dim]; }
+  // Blocks on the GPU exchange their faces through `comm` (NCCL's spatial group, device pointers)
+  // instead of staging them through the host for the group's Gloo communicator. Null: staged.
+  void set_device_comm(Communicator* comm) { device_comm_ = comm; }
   // Bytes this rank sent in halo messages since construction.
   uint64_t bytes_sent() const { return bytes_; }
 
@@ -45,6 +57,7 @@ class HaloExchange {
   float* staging(Tensor& buffer, size_t floats);
 
   Communicator& comm_;
+  Communicator* device_comm_ = nullptr;
   Partition in_, out_;
   std::array<Window, 3> window_;
   std::array<Need, 3> need_;

@@ -30,7 +30,7 @@ struct SpatialContext {
 // at the volume's edges (for a transposed convolution the "padding" crops its output to the block),
 // and in backward return the halo gradients to their owners.
 template <class Local, class Options>
-class DistWindowLayer : public Layer {
+class DistWindowLayer : public Layer, public HaloLayer {
  public:
   // `in_extent`: the global (D, H, W) of the input; `window`: the layer along each dimension.
   DistWindowLayer(std::string name, const char* kind, Options options, const SpatialContext& ctx,
@@ -45,6 +45,7 @@ class DistWindowLayer : public Layer {
   double forward_flops(const Shape& in) const override { return local_->forward_flops(extended(in)); }
   const Partition& out_partition() const { return out_; }
   uint64_t halo_bytes() const { return halo_->bytes_sent(); }
+  HaloExchange& halo() override { return *halo_; }
 
  private:
   Shape extended(const Shape& block) const;  // the block's shape with its halos

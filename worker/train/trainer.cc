@@ -13,6 +13,7 @@
 #include "worker/core/device.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/gpu/ops.h"
+#include "worker/spatial/halo.h"
 #include "worker/data/file_dataset.h"
 #include "worker/train/checkpoint.h"
 
@@ -128,6 +129,12 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
                                                    " GB with their gradients) do not fit in this worker's memory"));
   }
   if (device_ == Device::kCuda) model_->to(Device::kCuda);
+  // With NCCL, halos of blocks on the GPU cross between the GPUs' memories; not while buckets are
+  // exchanged during the backward pass (which also has halos to exchange): two NCCL communicators in
+  // use at once on different threads can deadlock when ranks issue their calls in different orders.
+  if (device_groups_ && device_groups_->spatial && !config_.communication.overlap)
+    for (Layer* l : model_->layers())
+      if (auto* h = dynamic_cast<HaloLayer*>(l)) h->halo().set_device_comm(device_groups_->spatial.get());
   if (const Partition* p = model_->input_partition())
     for (int d = 0; d < 3; ++d) {
       box_.begin[d] = p->owned(d).begin;
