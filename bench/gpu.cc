@@ -56,7 +56,10 @@ Tensor random_tensor(Shape s, uint64_t seed) {
   return t;
 }
 
-void print(const nlohmann::json& j) { std::printf("%s\n", j.dump().c_str()), std::fflush(stdout); }
+void print(const nlohmann::json& j) {
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
 
 void mstopk(int repeat) {
   const size_t d = 25600000;

@@ -191,29 +191,6 @@ class SparseSelector {
   std::vector<SparseEntry> entries_;
 };
 
-// ---- topk: TopK-SGD with a sparse all-gather ----
-class SparseAllgather final : public GradientExchange {
- public:
-  SparseAllgather(CommGroups& g, const ExchangeConfig& c)
-      : GradientExchange("topk", g), selector_(c.density, c.selector == "exact") {}
-  size_t run(int bucket, std::span<float> grad) override {
-    const auto& mine = selector_.select(bucket, grad, 0, select_seconds_);
-    Communicator& world = *groups_.world;
-    gathered_.resize(mine.size() * world.size());
-    world.allgather(mine.data(), gathered_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
-    std::fill(grad.begin(), grad.end(), 0.0f);
-    scatter_add(grad, gathered_);
-    return mine.size();
-  }
-  void add_residual(int bucket, std::span<float> out) const override { selector_.add_residual(bucket, out, 0); }
-  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
-  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
-
- private:
-  SparseSelector selector_;
-  std::vector<SparseEntry> gathered_;
-};
-
 // This rank's shard (offset, length) of a bucket of `size` split over the ranks of its node: what
 // hitopk selects from and keeps the residual of.
 std::pair<size_t, size_t> node_shard(size_t size, const Communicator& intra) {
@@ -223,11 +200,52 @@ std::pair<size_t, size_t> node_shard(size_t size, const Communicator& intra) {
   return {offset, counts[intra.rank()]};
 }
 
+// What the sparse strategies share, on the host (SparseSelector) and the GPU: the selector that keeps
+// the error-feedback residuals, and where in a bucket they lie (the whole bucket, or this rank's
+// shard of it under hitopk).
+template <class Selector>
+class SparseStrategy : public GradientExchange {
+ public:
+  size_t residual_size(size_t bucket_size) const override {
+    return sharded_ ? node_shard(bucket_size, *groups_.intra).second : bucket_size;
+  }
+  void add_residual(int bucket, std::span<float> out) const override {
+    selector_.add_residual(bucket, out, sharded_ ? node_shard(out.size(), *groups_.intra).first : 0);
+  }
+  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
+  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
+
+ protected:
+  SparseStrategy(std::string name, CommGroups& g, Selector selector, bool sharded)
+      : GradientExchange(std::move(name), g), selector_(std::move(selector)), sharded_(sharded) {}
+  Selector selector_;
+  bool sharded_;
+};
+
+// ---- topk: TopK-SGD with a sparse all-gather ----
+class SparseAllgather final : public SparseStrategy<SparseSelector> {
+ public:
+  SparseAllgather(CommGroups& g, const ExchangeConfig& c)
+      : SparseStrategy("topk", g, SparseSelector(c.density, c.selector == "exact"), false) {}
+  size_t run(int bucket, std::span<float> grad) override {
+    const auto& mine = selector_.select(bucket, grad, 0, select_seconds_);
+    Communicator& world = *groups_.world;
+    gathered_.resize(mine.size() * world.size());
+    world.allgather(mine.data(), gathered_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    scatter_add(grad, gathered_);
+    return mine.size();
+  }
+
+ private:
+  std::vector<SparseEntry> gathered_;
+};
+
 // ---- hitopk: hierarchical top-k ----
-class HierarchicalTopk final : public GradientExchange {
+class HierarchicalTopk final : public SparseStrategy<SparseSelector> {
  public:
   HierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
-      : GradientExchange("hitopk", g), density_(c.density), selector_(c.density, c.selector == "exact") {}
+      : SparseStrategy("hitopk", g, SparseSelector(c.density, c.selector == "exact"), true), density_(c.density) {}
   size_t run(int bucket, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
     Communicator& inter = *groups_.inter;
@@ -258,16 +276,9 @@ class HierarchicalTopk final : public GradientExchange {
     scatter_add(grad, all_entries_);
     return mine.size();
   }
-  size_t residual_size(size_t bucket_size) const override { return node_shard(bucket_size, *groups_.intra).second; }
-  void add_residual(int bucket, std::span<float> out) const override {
-    selector_.add_residual(bucket, out, node_shard(out.size(), *groups_.intra).first);
-  }
-  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
-  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  private:
   double density_;
-  SparseSelector selector_;
   std::vector<float> shard_;
   std::vector<SparseEntry> node_entries_, all_entries_;
 };
@@ -290,7 +301,7 @@ class DeviceSparseSelector {
       TESSERA_CHECK(acc.empty(), "bucket ", bucket, " changed size from ", acc.numel(), " to ", grad.size());
       acc = Tensor::zeros({static_cast<int64_t>(grad.size())}, Device::kCuda);
     }
-    cuda::accumulate(acc.data(), grad.data(), grad.size(), gpu::stream());
+    gpu::add_into(acc.data(), grad.data(), grad.size());
     const size_t k = topk_count(grad.size(), density_);
     if (idx_.numel() != static_cast<int64_t>(k)) {
       idx_ = Tensor({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);  // uint32 indices, float-sized
@@ -327,7 +338,7 @@ class DeviceSparseSelector {
   void add_residual(int bucket, std::span<float> out, size_t offset) const {
     auto it = residuals_.find(bucket);
     if (it == residuals_.end()) return;
-    cuda::accumulate(out.data() + offset, it->second.data(), static_cast<size_t>(it->second.numel()), gpu::stream());
+    gpu::add_into(out.data() + offset, it->second.data(), static_cast<size_t>(it->second.numel()));
     gpu::synchronize();
   }
 
@@ -343,9 +354,10 @@ void scatter_into(std::span<float> grad, const SparseEntry* entries, size_t len,
   cuda::scatter_add(grad.data(), grad.size(), entries, len, chunks, gpu::stream());
 }
 
-class DeviceSparseAllgather final : public GradientExchange {
+class DeviceSparseAllgather final : public SparseStrategy<DeviceSparseSelector> {
  public:
-  DeviceSparseAllgather(CommGroups& g, const ExchangeConfig& c) : GradientExchange("topk", g), selector_(c.density) {}
+  DeviceSparseAllgather(CommGroups& g, const ExchangeConfig& c)
+      : SparseStrategy("topk", g, DeviceSparseSelector(c.density), false) {}
   size_t run(int bucket, std::span<float> grad) override {
     selector_.select(bucket, grad, 0, select_seconds_);
     const size_t k = selector_.count();
@@ -357,19 +369,15 @@ class DeviceSparseAllgather final : public GradientExchange {
     scatter_into(grad, all, k, world.size());
     return k;
   }
-  void add_residual(int bucket, std::span<float> out) const override { selector_.add_residual(bucket, out, 0); }
-  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
-  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  private:
-  DeviceSparseSelector selector_;
   Tensor gathered_;
 };
 
-class DeviceHierarchicalTopk final : public GradientExchange {
+class DeviceHierarchicalTopk final : public SparseStrategy<DeviceSparseSelector> {
  public:
   DeviceHierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
-      : GradientExchange("hitopk", g), density_(c.density), selector_(c.density) {}
+      : SparseStrategy("hitopk", g, DeviceSparseSelector(c.density), true), density_(c.density) {}
   size_t run(int bucket, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
     Communicator& inter = *groups_.inter;
@@ -403,16 +411,9 @@ class DeviceHierarchicalTopk final : public GradientExchange {
     }
     return k;
   }
-  size_t residual_size(size_t bucket_size) const override { return node_shard(bucket_size, *groups_.intra).second; }
-  void add_residual(int bucket, std::span<float> out) const override {
-    selector_.add_residual(bucket, out, node_shard(out.size(), *groups_.intra).first);
-  }
-  std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
-  void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  private:
   double density_;
-  DeviceSparseSelector selector_;
   Tensor shard_, node_entries_, all_entries_;
 };
 #endif

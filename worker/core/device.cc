@@ -34,6 +34,8 @@ void* alloc_pinned(size_t) { no_cuda("pinned memory"); }
 void free_pinned(void*) { no_cuda("pinned memory"); }
 void copy(void*, Device, const void*, Device, size_t) { no_cuda("copy"); }
 void fill(float*, size_t, float) { no_cuda("fill"); }
+void add_into(float*, const float*, size_t) { no_cuda("add_into"); }
+void scale(float*, size_t, float) { no_cuda("scale"); }
 Event::Event() { no_cuda("event"); }
 Event::~Event() = default;
 void Event::record() {}

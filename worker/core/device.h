@@ -41,8 +41,10 @@ void free_pinned(void* p);
 // Copies `bytes` between host and device memory on the calling thread's stream. A copy to pageable
 // host memory returns when the bytes are there; the others are asynchronous.
 void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
-// dst[0..n) = value, on the calling thread's stream.
+// dst[0..n) = value; acc[i] += x[i]; x[i] *= s (device memory, on the calling thread's stream).
 void fill(float* dst, size_t n, float value);
+void add_into(float* acc, const float* x, size_t n);
+void scale(float* x, size_t n, float s);
 
 // A point in one stream's work that another stream (or the host) can wait for.
 class Event {

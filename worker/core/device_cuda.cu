@@ -1,6 +1,7 @@
 // The gpu:: functions of a CUDA build (see device.h).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -29,6 +30,15 @@ ThreadState& state() {
 __global__ void fill_kernel(float* __restrict p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
 }
+__global__ void add_kernel(float* __restrict acc, const float* __restrict x, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc[i] += x[i];
+}
+__global__ void scale_kernel(float* __restrict x, size_t n, float s) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
+}
+
+constexpr int kThreads = 256;
+int blocks_for(size_t n) { return static_cast<int>(std::min<size_t>((n + kThreads - 1) / kThreads, 4096)); }
 
 cudaMemcpyKind kind(Device dst, Device src) {
   if (dst == Device::kCuda) return src == Device::kCuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
@@ -105,10 +115,20 @@ void fill(float* dst, size_t n, float value) {
     check(cudaMemsetAsync(dst, 0, n * sizeof(float), s), "cudaMemsetAsync");
     return;
   }
-  const int threads = 256;
-  const int blocks = static_cast<int>(std::min<size_t>((n + threads - 1) / threads, 4096));
-  fill_kernel<<<blocks, threads, 0, s>>>(dst, n, value);
+  fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, n, value);
   check(cudaGetLastError(), "fill");
+}
+
+void add_into(float* acc, const float* x, size_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, state().stream>>>(acc, x, n);
+  check(cudaGetLastError(), "add_into");
+}
+
+void scale(float* x, size_t n, float s) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, state().stream>>>(x, n, s);
+  check(cudaGetLastError(), "scale");
 }
 
 Event::Event() {

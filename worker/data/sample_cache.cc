@@ -23,10 +23,10 @@ void SampleCache::put(uint64_t index, const Sample& sample) {
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.count(index)) return;  // another loader thread was first
   }
-  // The copy to the device runs outside the lock (the other threads go on meanwhile).
-  Sample held{sample.input.to(device_), sample.target.to(device_)};
-  if (held.input.data() == sample.input.data()) held.input = sample.input.clone();  // on the same device: own storage
-  if (held.target.data() == sample.target.data()) held.target = sample.target.clone();
+  // The copy to the device runs outside the lock (the other threads go on meanwhile); on the cache's
+  // own device it is a clone, so that the cache never shares the loader's buffers.
+  auto own = [this](const Tensor& t) { return t.device() == device_ ? t.clone() : t.to(device_); };
+  Sample held{own(sample.input), own(sample.target)};
   std::lock_guard<std::mutex> lock(mu_);
   if (entries_.count(index)) return;
   while (used_ + bytes > budget_ && !lru_.empty()) {

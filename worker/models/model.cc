@@ -4,7 +4,6 @@
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/elementwise.h"
-#include "worker/nn/gpu/ops.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/pool.h"
 #include "worker/spatial/layers.h"
@@ -329,7 +328,7 @@ class UNet3D final : public Model {
     TESSERA_CHECK(a.shape() == b.shape() && a.device() == b.device(), "skip gradient ", shape_str(a.shape()), " vs ",
                   shape_str(b.shape()));
     if (a.on_device()) {
-      gpu::add_into(a.data(), b.data(), a.numel());
+      gpu::add_into(a.data(), b.data(), static_cast<size_t>(a.numel()));
       return;
     }
     for (int64_t i = 0; i < a.numel(); ++i) a[i] += b[i];

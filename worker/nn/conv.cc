@@ -304,13 +304,19 @@ gpu::Conv& ConvLayer<T>::device_plan_for(const Shape& in) {
 }
 
 template <class T>
+std::array<int64_t, 5> ConvLayer<T>::device_pad_lo() const {
+  std::array<int64_t, 5> lo = {0, 0, 0, 0, 0};
+  if (device_explicit_pad_)
+    for (int i = 0; i < 3; ++i) lo[2 + i] = pad_before(options_, i);
+  return lo;
+}
+
+template <class T>
 Tensor ConvLayer<T>::forward_device(const Tensor& x, bool training) {
   TESSERA_CHECK(weight_.value.on_device(), "layer ", name(), ": input on the GPU, weights on the host");
   gpu::Conv& p = device_plan_for(x.shape());
   const gpu::ConvShape& s = p.shape();
-  gpu::Dims5 lo = {0, 0, 0, 0, 0};
-  if (device_explicit_pad_)
-    for (int i = 0; i < 3; ++i) lo[2 + i] = pad_before(options_, i);
+  const gpu::Dims5 lo = device_pad_lo();
   Tensor xin = x;
   if (device_explicit_pad_ && !s.transposed) {
     xin = Tensor::zeros(s.in, Device::kCuda);
@@ -344,9 +350,7 @@ Tensor ConvLayer<T>::backward_device(const Tensor& dy) {
   TESSERA_CHECK(dy.shape() == out && dy.on_device(), "layer ", name(), ": gradient shape ", shape_str(dy.shape()),
                 " vs output ", shape_str(out));
   const Tensor dz = options_.activation ? leaky_relu_grad(y_, dy, options_.activation_slope) : dy;
-  gpu::Dims5 lo = {0, 0, 0, 0, 0};
-  if (device_explicit_pad_)
-    for (int i = 0; i < 3; ++i) lo[2 + i] = pad_before(options_, i);
+  const gpu::Dims5 lo = device_pad_lo();
   Tensor dz_full = dz;  // the gradient of the convolution's own output
   if (device_explicit_pad_ && s.transposed) {
     dz_full = Tensor::zeros(s.out, Device::kCuda);

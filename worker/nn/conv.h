@@ -8,6 +8,7 @@
 // volume's edge) is done by explicit padding or cropping around it.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -69,6 +70,8 @@ class ConvLayer : public Layer {
   gpu::Conv& device_plan_for(const Shape& in);
   Tensor forward_device(const Tensor& x, bool training);
   Tensor backward_device(const Tensor& dy);
+  // Where the explicitly padded (or uncropped) block starts: (0, 0, pad before each dimension).
+  std::array<int64_t, 5> device_pad_lo() const;
   ConvOptions options_;
   Param weight_, bias_;
   std::unique_ptr<detail::ConvPlan<Traits>> plan_;

@@ -172,7 +172,7 @@ double clip_grad_norm(const std::vector<Param*>& params, double max_norm) {
     const float scale = static_cast<float>(max_norm / (norm + 1e-12));
     for (Param* p : params) {
       if (p->grad.on_device()) {
-        gpu::scale(p->grad.data(), p->grad.numel(), scale);
+        gpu::scale(p->grad.data(), static_cast<size_t>(p->grad.numel()), scale);
         continue;
       }
       for (float& g : p->grad.span()) g *= scale;

@@ -116,7 +116,7 @@ void BucketExchange::run_bucket(size_t b) {
       const int64_t n = s.param->grad.numel();
       gpu::copy(s.param->grad.data(), Device::kCuda, fused + s.offset, on_device ? Device::kCuda : Device::kCpu,
                 static_cast<size_t>(n) * sizeof(float));
-      gpu::scale(s.param->grad.data(), n, scale_);
+      gpu::scale(s.param->grad.data(), static_cast<size_t>(n), scale_);
     }
     gpu::synchronize();  // the bucket is done when its gradients are back on the device
   } else {

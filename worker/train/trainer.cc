@@ -528,7 +528,7 @@ TrainSummary Trainer::run() {
     // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
     const double share = model_->loss_share(local_batch);
     if (share != 1.0 && loss.grad.on_device())
-      gpu::scale(loss.grad.data(), loss.grad.numel(), static_cast<float>(share));
+      gpu::scale(loss.grad.data(), static_cast<size_t>(loss.grad.numel()), static_cast<float>(share));
     else if (share != 1.0)
       for (float& g : loss.grad.span()) g *= static_cast<float>(share);
     rec.forward_s = seconds_since(t0);

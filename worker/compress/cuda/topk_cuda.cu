@@ -67,10 +67,6 @@ __global__ void pack_kernel(const uint32_t* __restrict idx, const float* __restr
     out[i] = SparseEntry{idx[i] + offset, val[i]};
 }
 
-__global__ void accumulate_kernel(float* __restrict acc, const float* __restrict x, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc[i] += x[i];
-}
-
 __global__ void zero_kernel(float* __restrict x, const uint32_t* __restrict idx, size_t k) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x) x[idx[i]] = 0.0f;
 }
@@ -81,16 +77,6 @@ int grid_for(size_t n) {
 }
 
 }  // namespace
-
-bool device_available(std::string* why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess || n == 0) {
-    if (why) *why = e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device";
-    return false;
-  }
-  return true;
-}
 
 void mstopk(const float* d_x, size_t d, size_t k, uint32_t* d_idx, float* d_val, const std::string& bucket,
             void* stream_ptr) {
@@ -150,12 +136,6 @@ void pack_entries(const uint32_t* d_idx, const float* d_val, size_t k, uint32_t 
   if (k == 0) return;
   pack_kernel<<<grid_for(k), 256, 0, static_cast<cudaStream_t>(stream_ptr)>>>(d_idx, d_val, k, offset, d_out);
   check(cudaGetLastError(), "pack_entries");
-}
-
-void accumulate(float* d_acc, const float* d_x, size_t n, void* stream_ptr) {
-  if (n == 0) return;
-  accumulate_kernel<<<grid_for(n), 256, 0, static_cast<cudaStream_t>(stream_ptr)>>>(d_acc, d_x, n);
-  check(cudaGetLastError(), "accumulate");
 }
 
 void zero_at(float* d_x, const uint32_t* d_idx, size_t k, void* stream_ptr) {

@@ -17,9 +17,6 @@
 
 namespace tessera::cuda {
 
-// True when at least one CUDA device can be used; `why` explains when not.
-bool device_available(std::string* why);
-
 // d_idx[k], d_val[k] := the k entries of largest |d_x[i]| (device pointers). Requires k <= d.
 void mstopk(const float* d_x, size_t d, size_t k, uint32_t* d_idx, float* d_val, const std::string& bucket,
             void* stream = nullptr);
@@ -32,8 +29,6 @@ void scatter_add(float* d_dense, size_t n, const SparseEntry* d_entries, size_t 
 // their indices made bucket-global.
 void pack_entries(const uint32_t* d_idx, const float* d_val, size_t k, uint32_t offset, SparseEntry* d_out,
                   void* stream = nullptr);
-// d_acc[i] += d_x[i] for i < n (error feedback: the residual takes the new gradient).
-void accumulate(float* d_acc, const float* d_x, size_t n, void* stream = nullptr);
 // d_x[d_idx[i]] = 0 for i < k (error feedback: what was sent leaves the residual).
 void zero_at(float* d_x, const uint32_t* d_idx, size_t k, void* stream = nullptr);
 

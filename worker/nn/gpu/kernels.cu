@@ -48,10 +48,6 @@ __global__ void k_dropout(const float* __restrict x, float* __restrict y, float*
 __global__ void k_multiply(const float* __restrict a, const float* __restrict b, float* __restrict y, int64_t n) {
   TESSERA_GRID_STRIDE(i, n) y[i] = a[i] * b[i];
 }
-__global__ void k_scale(float* __restrict x, int64_t n, float s) { TESSERA_GRID_STRIDE(i, n) x[i] *= s; }
-__global__ void k_add_into(float* __restrict acc, const float* __restrict x, int64_t n) {
-  TESSERA_GRID_STRIDE(i, n) acc[i] += x[i];
-}
 __global__ void k_add_bias(float* __restrict y, const float* __restrict b, int64_t total, int64_t c, int64_t inner) {
   TESSERA_GRID_STRIDE(i, total) y[i] += b[(i / inner) % c];
 }
@@ -112,9 +108,10 @@ __global__ void k_lars(float* __restrict w, float* __restrict v, const float* __
   TESSERA_GRID_STRIDE(i, n) kernels::lars_update(w[i], v[i], g[i], rate, mu, wd);
 }
 
-// Per channel (one block each): sums over (n, inner) of a and of a * b (b null: a * a) into out[ch], out[c + ch].
+// Per channel (one block each): sums over (n, inner) of a into out[ch] and, with `second`, of a * b
+// (b null: a * a) into out[c + ch].
 __global__ void k_channel_sums(const float* __restrict a, const float* __restrict b, int64_t n, int64_t c, int64_t inner,
-                               double* out) {
+                               double* out, bool second) {
   const int64_t ch = blockIdx.x;
   double s = 0, q = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -122,10 +119,11 @@ __global__ void k_channel_sums(const float* __restrict a, const float* __restric
     for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
       const float v = a[off + j];
       s += v;
-      q += double(v) * (b ? b[off + j] : v);
+      if (second) q += double(v) * (b ? b[off + j] : v);
     }
   }
   block_sum_into(s, &out[ch]);
+  if (!second) return;
   __syncthreads();
   block_sum_into(q, &out[c + ch]);
 }
@@ -201,15 +199,20 @@ __global__ void k_bn_backward(const float* __restrict dy, const float* __restric
   }
 }
 
-// A device scratch of doubles, zeroed, and the host copy of it.
+// Doubles in device memory on the calling thread's stream: zeroed, or a copy of host values (the
+// host vector may go once the constructor returns); read() copies them back.
 class Scratch {
  public:
   explicit Scratch(size_t n) : n_(n) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), n * sizeof(double), cur()), "cudaMallocAsync");
+    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), std::max<size_t>(1, n) * sizeof(double), cur()), "cudaMallocAsync");
     check(cudaMemsetAsync(d_, 0, n * sizeof(double), cur()), "cudaMemsetAsync");
   }
+  explicit Scratch(const std::vector<double>& v) : Scratch(v.size()) {
+    if (n_) check(cudaMemcpyAsync(d_, v.data(), n_ * sizeof(double), cudaMemcpyHostToDevice, cur()), "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(cur()), "cudaStreamSynchronize");
+  }
   ~Scratch() { cudaFreeAsync(d_, cur()); }
-  double* get() { return d_; }
+  double* get() const { return d_; }
   std::vector<double> read() {
     std::vector<double> h(n_);
     check(cudaMemcpyAsync(h.data(), d_, n_ * sizeof(double), cudaMemcpyDeviceToHost, cur()), "cudaMemcpyAsync");
@@ -244,16 +247,6 @@ void multiply(const float* a, const float* b, float* y, int64_t n) {
   k_multiply<<<blocks_for(n), kThreads, 0, cur()>>>(a, b, y, n);
   check_launch("multiply");
 }
-void scale(float* x, int64_t n, float s) {
-  if (n <= 0) return;
-  k_scale<<<blocks_for(n), kThreads, 0, cur()>>>(x, n, s);
-  check_launch("scale");
-}
-void add_into(float* acc, const float* x, int64_t n) {
-  if (n <= 0) return;
-  k_add_into<<<blocks_for(n), kThreads, 0, cur()>>>(acc, x, n);
-  check_launch("add_into");
-}
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) {
   const int64_t total = n * c * inner;
   if (total <= 0) return;
@@ -262,8 +255,8 @@ void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) 
 }
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner) {
   if (n * c * inner <= 0) return;
-  Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, nullptr, n, c, inner, sums.get());
+  Scratch sums(c);
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, nullptr, n, c, inner, sums.get(), false);
   k_add_sums<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), db, c);
   check_launch("bias_grad");
 }
@@ -343,7 +336,7 @@ void batchnorm_forward_train(const float* x, float* xhat, float* y, const float*
   const int64_t total = n * c * inner;
   if (total <= 0) return;
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(x, nullptr, n, c, inner, sums.get());
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(x, nullptr, n, c, inner, sums.get(), true);
   k_bn_finalize<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(
       sums.get(), mean, inv_std, running_mean, running_var, c, static_cast<double>(n * inner), momentum, eps);
   k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, xhat, y, gamma, beta, mean, inv_std, total, c, inner);
@@ -366,34 +359,16 @@ void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const 
 std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner) {
   if (n * c * inner <= 0) return std::vector<double>(2 * c, 0.0);
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(a, b, n, c, inner, sums.get());
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(a, b, n, c, inner, sums.get(), true);
   check_launch("channel_sums");
   return sums.read();
 }
-
-namespace {
-// A device copy of host sums, for the kernels that take them.
-class Uploaded {
- public:
-  explicit Uploaded(const std::vector<double>& v) : n_(v.size()) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), std::max<size_t>(1, n_) * sizeof(double), cur()), "cudaMallocAsync");
-    if (n_) check(cudaMemcpyAsync(d_, v.data(), n_ * sizeof(double), cudaMemcpyHostToDevice, cur()), "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(cur()), "cudaStreamSynchronize");  // `v` may go once this returns
-  }
-  ~Uploaded() { cudaFreeAsync(d_, cur()); }
-  const double* get() const { return d_; }
-
- private:
-  size_t n_;
-  double* d_ = nullptr;
-};
-}  // namespace
 
 void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
                                  float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
                                  const std::vector<double>& sums, double count, float momentum, float eps) {
   const int64_t total = n * c * inner;
-  const Uploaded s(sums);
+  const Scratch s(sums);
   k_bn_finalize<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(
       s.get(), mean, inv_std, running_mean, running_var, c, count, momentum, eps);
   if (total > 0)
@@ -405,7 +380,7 @@ void batchnorm_backward_with_sums(const float* dy, const float* xhat, const floa
                                   float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner, const std::vector<double>& local,
                                   const std::vector<double>& reduced, double count) {
   const int64_t total = n * c * inner;
-  const Uploaded l(local), r(reduced);
+  const Scratch l(local), r(reduced);
   k_bn_param_grads<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(l.get(), dgamma, dbeta, c);
   if (total > 0)
     k_bn_backward<<<blocks_for(total), kThreads, 0, cur()>>>(dy, xhat, gamma, inv_std, r.get(), dx, total, c, inner, count);
@@ -417,7 +392,7 @@ void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, 
   const int64_t total = n * c * inner;
   if (total <= 0) return;
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, xhat, n, c, inner, sums.get());
+  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, xhat, n, c, inner, sums.get(), true);
   k_bn_param_grads<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), dgamma, dbeta, c);
   k_bn_backward<<<blocks_for(total), kThreads, 0, cur()>>>(dy, xhat, gamma, inv_std, sums.get(), dx, total, c, inner,
                                                             static_cast<double>(n * inner));

@@ -23,8 +23,6 @@ void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, f
 // y = x * mask with mask[i] = kernels::dropout_scale(seed, call, i, rate).
 void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call);
 void multiply(const float* a, const float* b, float* y, int64_t n);  // y = a * b
-void scale(float* x, int64_t n, float s);                           // x *= s
-void add_into(float* acc, const float* x, int64_t n);               // acc += x
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner);  // y(n, c, inner) += bias(c)
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);   // db(c) += sum over n, inner
 // The box `extent` at offset `from` of src (5-D, plain) into dst at offset `to` (+= when adding):

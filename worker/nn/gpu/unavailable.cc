@@ -12,8 +12,6 @@ void leaky_relu(const float*, float*, int64_t, float) { no_cuda(); }
 void leaky_relu_grad(const float*, const float*, float*, int64_t, float) { no_cuda(); }
 void dropout(const float*, float*, float*, int64_t, float, uint64_t, uint64_t) { no_cuda(); }
 void multiply(const float*, const float*, float*, int64_t) { no_cuda(); }
-void scale(float*, int64_t, float) { no_cuda(); }
-void add_into(float*, const float*, int64_t) { no_cuda(); }
 void add_bias(float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void bias_grad(const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void copy_box(const float*, const Dims5&, const Dims5&, float*, const Dims5&, const Dims5&, const Dims5&, bool) { no_cuda(); }
