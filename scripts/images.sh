@@ -85,7 +85,12 @@ pause() {
 # Binaries built with CUDA load the CUDA runtime, cuDNN, cuBLAS and NCCL, which the cpu variant does
 # not carry: for it the three programs are built once more without CUDA, in build-cpu (ccache gives
 # back every object that does not depend on the CUDA option, so this takes a minute, not a build).
-links_cuda() { ldd "$1" 2>/dev/null | grep -qE 'lib(cudart|cudnn|cublas|nccl)'; }
+# (The dynamic section is read whole: `ldd | grep -q` under pipefail fails when grep stops reading early.)
+links_cuda() {
+  local dynamic
+  dynamic=$(readelf -d "$1" 2>/dev/null) || return 1
+  [[ $dynamic =~ \[lib(cudart|cudnn|cublas|nccl)[^]]*\] ]]
+}
 cpu_binaries() {
   local dir=$src/build-cpu
   mkdir -p "$dir"
@@ -122,6 +127,9 @@ build() {
     for b in tessera tessera-worker tessera-controller; do
       [ -x "$binaries/$b" ] || die "$binaries/$b is missing: build first (make build), or pass --binaries DIR"
       cp "$binaries/$b" "$src/images/bin/$b"
+      if [ "$variant" = cpu ] && links_cuda "$src/images/bin/$b"; then
+        die "$binaries/$b links CUDA libraries, which the cpu variant does not carry"
+      fi
       strip "$src/images/bin/$b"
     done
   fi
