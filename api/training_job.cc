@@ -352,12 +352,15 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   if (s.checkpoint.volume.given() && s.checkpoint.path.empty()) ck.problem("path", "required when a volume is given");
 
   ConfigNode rp = spec.child("runPolicy");
-  rp.allow_only({"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend", "startTimeoutSeconds"});
+  rp.allow_only({"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend", "startTimeoutSeconds",
+                 "terminationGracePeriodSeconds"});
   s.run_policy.backoff_limit = static_cast<int>(rp.integer("backoffLimit", s.run_policy.backoff_limit, 0, 1000));
   s.run_policy.active_deadline_seconds = rp.integer("activeDeadlineSeconds", 0, 1, INT64_MAX);
   s.run_policy.ttl_seconds_after_finished = rp.integer("ttlSecondsAfterFinished", -1, 0, INT64_MAX);
   s.run_policy.suspend = rp.boolean("suspend", false);
   s.run_policy.start_timeout_seconds = rp.integer("startTimeoutSeconds", s.run_policy.start_timeout_seconds, 1, INT64_MAX);
+  s.run_policy.termination_grace_period_seconds =
+      rp.integer("terminationGracePeriodSeconds", s.run_policy.termination_grace_period_seconds, 1, 86400);
 
   ConfigNode local = spec.child("local");
   local.allow_only({"nodes", "gpusPerNode", "workDir", "network"});

@@ -150,6 +150,7 @@ struct RunPolicy {
   int64_t active_deadline_seconds = 0;     // 0: none
   int64_t ttl_seconds_after_finished = -1; // -1: kept
   int64_t start_timeout_seconds = 300;     // how long a pod's containers may wait to start (image pull, creation)
+  int64_t termination_grace_period_seconds = 30;  // the pods' grace period: SIGTERM to SIGKILL
   bool suspend = false;
 };
 

@@ -26,13 +26,13 @@ int run_command(const char* program, const std::function<int()>& body) {
     return body();
   } catch (const ConfigError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 2;
+    return kExitConfigError;
   } catch (const NumericError& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 3;
+    return kExitDiverged;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", program, e.what());
-    return 1;
+    return kExitFailure;
   }
 }
 

@@ -71,9 +71,17 @@ class NumericError : public Error {
   using Error::Error;
 };
 
+// A worker's exit statuses, which the controller acts on: a configuration error and a diverged run
+// are not retried; a stopped worker (SIGTERM: the gang agreed on a step, checkpointed it and
+// stopped) is placed again without counting a failure.
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitConfigError = 2;
+inline constexpr int kExitDiverged = 3;
+inline constexpr int kExitStopped = 4;
+
 // The body of a command's main(): runs `body` and returns its exit status; a ConfigError that
-// escapes it is printed as "<program>: <message>" and exits with 2, a NumericError (training
-// diverged) with 3, any other exception with 1.
+// escapes it is printed as "<program>: <message>" and exits with kExitConfigError, a NumericError
+// (training diverged) with kExitDiverged, any other exception with kExitFailure.
 int run_command(const char* program, const std::function<int()>& body);
 
 namespace detail {

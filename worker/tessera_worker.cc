@@ -16,7 +16,8 @@
 // --metrics-addr (or TESSERA_METRICS_ADDR) serves the rank's Prometheus metrics at /metrics there
 // (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
 // at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
-// configuration, 3 training diverged (the controller does not retry it), 1 any other failure.
+// configuration, 3 training diverged (the controller does not retry it), 4 stopped on SIGTERM (the
+// gang checkpointed the step it agreed on), 1 any other failure.
 #include <fcntl.h>
 #include <omp.h>
 #include <spawn.h>
@@ -84,7 +85,8 @@ constexpr const char* kUsage =
     "  --metrics FILE        append one JSON line per step and per epoch\n"
     "  --metrics-addr H:P    serve Prometheus metrics at /metrics (port 0: a free one)\n"
     "  --threads T           compute threads (default: spec.training.threads, else the cores)\n"
-    "Exit status: 0 done, 2 bad configuration, 3 training diverged (not retried), 1 any other failure.\n";
+    "Exit status: 0 done, 2 bad configuration, 3 training diverged (not retried), 4 stopped on SIGTERM\n"
+    "after the gang checkpointed one agreed step, 1 any other failure.\n";
 
 constexpr int kMaxRanks = 65536;
 
@@ -148,6 +150,21 @@ nlohmann::ordered_json validation_fields(const EpochRecord& e) {
 }
 
 std::atomic<int> g_forward_signal{0};
+// A rank's stop request (SIGTERM or SIGINT once it trains): the gang agrees on a step, checkpoints
+// it and exits with kExitStopped.
+std::atomic<bool> g_stop{false};
+void on_rank_signal(int) { g_stop = true; }
+
+// A rank of a pod tells its supervisor why it ended (see run_slots), at most 4 KiB of it; false when
+// it has no supervisor.
+bool tell_supervisor(const std::string& why) {
+  const auto supervisor = parse_int(env_value("TESSERA_SUPERVISOR_PID").value_or(""));
+  const auto fd = parse_int(env_value("TESSERA_ERROR_FD").value_or(""));
+  if (!fd || !supervisor || *supervisor != getppid()) return false;
+  const std::string line = why.substr(0, 4096) + "\n";
+  [[maybe_unused]] const ssize_t n = write(static_cast<int>(*fd), line.data(), line.size());
+  return true;
+}
 
 // The descriptor a rank of a pod writes why it failed to (see run_slots).
 constexpr int kErrorFd = 3;
@@ -232,16 +249,23 @@ int run_slots(const char* argv0, const Options& o) {
     for (pid_t p : pids)
       if (p > 0) kill(p, sig);
   };
+  // The ranks' exit statuses decide the pod's: the first failure's; else kExitStopped when the ranks
+  // stopped on request (each checkpointed the step the gang agreed on); else 0.
   int result = 0, failed_slot = -1;
   size_t running = pids.size();
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  using SteadyClock = std::chrono::steady_clock;
+  auto stop_deadline = SteadyClock::time_point::max();
+  // A stop (SIGTERM) gives the ranks the pod's grace period to agree on a step and checkpoint it; the
+  // kubelet's SIGKILL ends it in any case.
+  const auto grace = std::chrono::seconds(env_int("TESSERA_GRACE_SECONDS", 30, 1, 86400));
+  bool forwarded = false;
   while (running > 0) {
-    if (g_forward_signal && stop_deadline == std::chrono::steady_clock::time_point::max()) {
+    if (g_forward_signal && !forwarded) {
+      forwarded = true;
       stop_all(g_forward_signal);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      if (result == 0) result = 128 + g_forward_signal;
+      stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
     }
-    if (std::chrono::steady_clock::now() > stop_deadline) stop_all(SIGKILL);
+    if (SteadyClock::now() > stop_deadline) stop_all(SIGKILL);
     int status = 0;
     const pid_t done = waitpid(-1, &status, WNOHANG);
     if (done <= 0) {
@@ -252,13 +276,18 @@ int run_slots(const char* argv0, const Options& o) {
     for (size_t i = 0; i < pids.size(); ++i)
       if (pids[i] == done) pids[i] = -1, --running, slot = static_cast<int>(i);
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code != 0 && result == 0) {
+    if (code == kExitStopped && result == 0) {
+      // The gang agreed to stop: the other ranks stop at the same step, after their checkpoints.
+      result = code;
+      failed_slot = slot;
+      stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
+    } else if (code != 0 && code != kExitStopped && (result == 0 || result == kExitStopped)) {
       // The first failure decides the pod's exit status; the other ranks are stopped.
       result = code;
       failed_slot = slot;
       std::fprintf(stderr, "tessera-worker: slot %d of this pod ended with status %d; stopping the others\n", slot, code);
       stop_all(SIGTERM);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      stop_deadline = std::min(stop_deadline, SteadyClock::now() + std::chrono::seconds(10));
     }
   }
   if (failed_slot >= 0) {
@@ -394,7 +423,23 @@ int run(int argc, char** argv) {
     line.update(validation_fields(e));
     metrics << line.dump() << "\n" << std::flush;
   };
+  // From here a SIGTERM (a drained or reclaimed node, a deleted pod) asks the gang to checkpoint and
+  // stop; before, it ends the process, which holds nothing to save.
+  trainer.set_stop_flag(&g_stop);
+  std::signal(SIGTERM, on_rank_signal);
+  std::signal(SIGINT, on_rank_signal);
   TrainSummary s = trainer.run();
+  if (s.stopped) {
+    // Why the pod ended: its supervisor's (or this process's) termination message, which the
+    // controller records with the restart.
+    const std::string why = detail::concat(
+        "stopped at step ", s.steps, " on SIGTERM, every rank at the same step; ",
+        s.checkpointed ? detail::concat("the checkpoint of step ", s.steps, " is written")
+                       : std::string("no checkpoint (spec.checkpoint.path is not set): the next run starts at step 0"));
+    log_info(why);
+    if (!tell_supervisor(why) && !o.termination_log.empty()) std::ofstream(o.termination_log) << why << "\n";
+    return kExitStopped;
+  }
   if (o.rank == 0) {
     nlohmann::ordered_json summary = {{"type", "summary"},      {"job", job.name},
                                       {"steps", s.steps},        {"first_step", s.first_step},
@@ -418,13 +463,7 @@ int main(int argc, char** argv) {
     try {
       return tessera::run(argc, argv);
     } catch (const std::exception& e) {
-      // A rank of a pod tells its supervisor why it failed (see run_slots), at most 4 KiB of it.
-      const auto supervisor = tessera::parse_int(tessera::env_value("TESSERA_SUPERVISOR_PID").value_or(""));
-      const auto fd = tessera::env_value("TESSERA_ERROR_FD");
-      if (fd && supervisor && *supervisor == getppid()) {
-        const std::string why = std::string(e.what()).substr(0, 4096) + "\n";
-        [[maybe_unused]] const ssize_t n = write(static_cast<int>(tessera::parse_int(*fd).value_or(-1)), why.data(), why.size());
-      }
+      tessera::tell_supervisor(e.what());
       throw;
     }
   });

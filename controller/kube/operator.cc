@@ -63,6 +63,10 @@ struct KubeOperator::Impl {
     return nullptr;
   }
 
+  // What each node's handler last saw of its readiness, cordon and taints.
+  std::mutex node_states_mu;
+  std::map<std::string, std::string> node_states;  // GUARDED_BY(node_states_mu)
+
   // Nodes with the requests of the pods bound to them, rebuilt only when nodes or pods changed.
   mutable std::mutex nodes_mu;
   mutable std::pair<uint64_t, uint64_t> nodes_seen{~uint64_t{0}, 0};
@@ -129,14 +133,20 @@ struct KubeOperator::Impl {
     o.token = derive_job_token(opt.token_key, job["metadata"].value("uid", ""));
     o.has_service = services->get(key).has_value();
     o.config_map = configmaps->get(key + "-config");
-    if (with_nodes) o.nodes = node_infos();
+    if (with_nodes) {
+      o.nodes = node_infos();
+    } else if (const auto plan = o.config_map ? reconcile::plan_nodes(*o.config_map) : std::vector<std::string>{}; !plan.empty()) {
+      // A placed gang: the state of its nodes alone (one leaving or lost moves the gang).
+      for (const auto& n : plan)
+        if (const auto node = nodes->get(n)) o.nodes.push_back(reconcile::node_info(*node));
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
       o.has_secret = secrets_made.count(key) > 0;
       auto it = served.find(key);
       if (it != served.end() && it->second.first == o.token) {
         o.served_attempt = it->second.second;
-        if (job.contains("status") && it->second.second == job["status"].value("restarts", 0)) o.progress = rendezvous->progress(key);
+        if (job.contains("status") && it->second.second == reconcile::attempt_of(job["status"])) o.progress = rendezvous->progress(key);
       }
     }
     return o;
@@ -265,7 +275,7 @@ struct KubeOperator::Impl {
           }
           break;
         case Action::Kind::kDelete:
-          client.remove(path(plural(a.resource), ns, a.name));
+          client.remove(path(plural(a.resource), ns, a.name), a.object.is_object() ? a.object : json::object());
           log_info(key, ": ", a.describe());
           break;
         case Action::Kind::kEvent:
@@ -501,8 +511,22 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   });
   m.services->set_handler(child);
   m.configmaps->set_handler(child);
-  m.nodes->set_handler([&m](const std::string& type, const json&) {
+  m.nodes->set_handler([&m](const std::string& type, const json& n) {
     if (type != "MODIFIED") m.enqueue_unplaced();
+    // A node that becomes ready, not ready, cordoned or tainted: the gangs placed there may have to
+    // move, and waiting ones may fit. Its other changes (a status heartbeat) wake nothing.
+    const placement::NodeInfo info = reconcile::node_info(n);
+    std::string state = detail::concat(info.ready, info.unschedulable);
+    for (const auto& t : info.taints) state += t.key + "=" + t.value + ":" + t.effect + ";";
+    std::lock_guard<std::mutex> lock(m.node_states_mu);
+    std::string& seen = m.node_states[info.name];
+    if (type == "DELETED") m.node_states.erase(info.name);
+    else if (seen == state) return;
+    else seen = state;
+    m.jobs->for_each([&](const json& j) {
+      const std::string phase = j.contains("status") ? j["status"].value("phase", "") : "";
+      if (phase != "Succeeded" && phase != "Failed") m.queue.add(object_key(j));
+    });
   });
   for (Informer* i : {m.nodes.get(), m.pods.get(), m.services.get(), m.configmaps.get(), m.jobs.get()}) i->start();
   for (Informer* i : {m.nodes.get(), m.pods.get(), m.services.get(), m.configmaps.get(), m.jobs.get()})

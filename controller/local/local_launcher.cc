@@ -171,11 +171,11 @@ class Launch {
         for (auto& n : o.nodes)
           if (n.name == p.node) n.used.gpu += spec_.ranks_per_replica;
     if (served_attempt_ >= 0) o.served_attempt = served_attempt_;
-    if (served_attempt_ >= 0 && served_attempt_ == status().value("restarts", 0)) {
+    if (served_attempt_ >= 0 && served_attempt_ == reconcile::attempt_of(status())) {
       const RendezvousProgress p = service_->progress(key());
       o.progress = p;
       if (p.step >= 0) last_progress_ = p;
-      if (p.step >= 0 && p.first_step > 0 && !resume_told_ && status().value("restarts", 0) == 0) {
+      if (p.step >= 0 && p.first_step > 0 && !resume_told_ && reconcile::attempt_of(status()) == 0) {
         resume_told_ = true;  // said as the gang starts, so a user sees at once where it went on from
         say(detail::concat("the job resumed from its checkpoint at step ", p.first_step, " in ", checkpoint_dir_,
                            " (tessera run --fresh starts it over)"));
@@ -294,7 +294,7 @@ class Launch {
       if (s.is_null()) return finish_local("Failed", "NoSummary", "rank 0 ended without a summary; see " + log);
       result_.steps = status().value("step", int64_t{0});
       const int64_t first = s.value("first_step", int64_t{0});
-      if (first > 0 && first == result_.steps && status().value("restarts", 0) == 0)
+      if (first > 0 && first == result_.steps && reconcile::attempt_of(status()) == 0)
         say(detail::concat("the job's checkpoint in ", checkpoint_dir_, " is at its last step (", first,
                            "): it had already finished (tessera run --fresh starts it over)"));
       result_.samples_per_second = status().value("samplesPerSecond", 0.0);
@@ -327,7 +327,7 @@ class Launch {
 
   LocalResult done() {
     result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
-    result_.restarts = status().value("restarts", 0);
+    result_.restarts = reconcile::attempt_of(status());
     for (const auto& r : status().value("restartHistory", json::array()))
       result_.restart_history.push_back({r.value("reason", ""), r.value("failedAtStep", int64_t{-1}), r.value("resumedAtStep", int64_t{-1})});
     write_status();

@@ -180,7 +180,7 @@ std::optional<RendezvousTarget> target_of(const std::string& token, const json& 
                                           const std::optional<std::pair<int, std::vector<placement::RankAssignment>>>& plan) {
   const std::string phase = status.is_object() ? status.value("phase", "") : "";
   if (token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
-  if (!plan || plan->first != status.value("restarts", 0)) return std::nullopt;
+  if (!plan || plan->first != attempt_of(status)) return std::nullopt;
   RendezvousTarget t;
   t.token = token;
   t.attempt = plan->first;
@@ -219,6 +219,7 @@ const char* name(Reason r) {
     case Reason::kTTLExpired: return "TTLExpired";
     case Reason::kFailedCreate: return "FailedCreate";
     case Reason::kPodNotStarting: return "PodNotStarting";
+    case Reason::kPreempted: return "Preempted";
     case Reason::kStartFailed: return "StartFailed";
     case Reason::kInvalidSpec: return "InvalidSpec";
     case Reason::kInvalidConfiguration: return "InvalidConfiguration";
@@ -237,7 +238,8 @@ std::string Action::describe() const {
       if (resource == Resource::kPod) return detail::concat("create pod ", name, " on ", object["spec"].value("nodeName", ""));
       return detail::concat("create ", singular, " ", name);
     case Kind::kUpdate: return detail::concat("update ", singular, " ", name);
-    case Kind::kDelete: return detail::concat("delete ", singular, " ", name);
+    case Kind::kDelete:
+      return detail::concat("delete ", singular, " ", name, object.is_object() && object.value("gracePeriodSeconds", -1) == 0 ? " now" : "");
     case Kind::kPatchStatus: {
       std::string s = "status";
       for (const char* k : {"phase", "reason", "restarts"})
@@ -250,6 +252,18 @@ std::string Action::describe() const {
     case Kind::kStopRendezvous: return "stop rendezvous";
   }
   return "";
+}
+
+std::vector<std::string> plan_nodes(const json& config_map) {
+  std::set<std::string> nodes;
+  if (const auto plan = read_plan(config_map))
+    for (const auto& a : plan->second) nodes.insert(a.node);
+  return {nodes.begin(), nodes.end()};
+}
+
+int attempt_of(const json& status) {
+  if (!status.is_object()) return 0;
+  return status.value("restarts", 0) + status.value("preemptions", 0);
 }
 
 std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
@@ -304,7 +318,7 @@ class Reconciler {
   Decision run() {
     observe();
     const bool decided = finish() || validate() || (create_base_children(), suspend()) || enforce_deadline() || clear_old_gang() ||
-                         restart() || complete() || place();
+                         evacuate() || restart() || complete() || place();
     if (!decided && !starting()) {
       create_pods();
       progress();
@@ -345,7 +359,8 @@ class Reconciler {
                       {"spec", spec}};
     parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
     plan = read_plan(o.config_map);
-    attempt = status.s.value("restarts", 0);
+    attempt = attempt_of(status.s);
+    restarts = status.s.value("restarts", 0);
     for (const auto& p : o.pods) (p.attempt == attempt ? current : old_pods).push_back(&p);
   }
   const api::TrainingJobSpec& s() const { return parsed.job.spec; }
@@ -478,6 +493,7 @@ class Reconciler {
   // ---- restart: a failed pod restarts the gang from its checkpoints, or fails the job ----
   bool restart() {
     const PodInfo* failed = nullptr;
+    const PodInfo* stopped = nullptr;  // a pod whose ranks stopped on SIGTERM, after their checkpoint
     bool rejected = false;
     for (const PodInfo* p : current) {
       if (p->phase != "Failed") continue;
@@ -485,9 +501,19 @@ class Reconciler {
         rejected = true;
         continue;
       }
+      if (p->exit_code == kExitStopped) {
+        if (!stopped) stopped = p;
+        continue;
+      }
       // The cause of a gang failure: a worker killed by a signal rather than its peers, which fail
       // when it disappears.
       if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
+    }
+    // Stopped on SIGTERM (someone deleted or evicted a pod): the gang checkpointed and stops as one.
+    // A real failure among its pods outranks it.
+    if (stopped && !failed) {
+      preempt(stopped->name, stopped->node, "PodStopped", detail::concat("pod ", stopped->name, " on ", stopped->node, " was stopped (SIGTERM)"));
+      return true;
     }
     // A peer that failed because one worker was killed often ends first: wait a moment for the killed
     // one to be reported, so that the restart names the cause.
@@ -529,36 +555,123 @@ class Reconciler {
     if (!failed.reason.empty()) why += " (" + failed.reason + ")";
     // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
     if (!failed.message.empty()) why += ": " + last_chars(failed.message, kMessageChars);
-    if (failed.exit_code == 2) return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
+    if (failed.exit_code == kExitConfigError) return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
     // The runtime could not start the container at all (a command missing from the image, say):
     // every new gang would meet the same, so the restarts are not spent on it.
     if (failed.reason == "StartError" || failed.reason == "ContainerCannotRun")
       return fail(Reason::kStartFailed, why + "; a container that cannot start is not retried (spec.image: " + s().image + ")");
-    if (failed.exit_code == 3) {
+    if (failed.exit_code == kExitDiverged) {
       const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
       return fail(Reason::kTrainingDiverged, why + "; a diverged run would diverge again, so it is not retried" +
                                                  (why.find(hint) == std::string::npos ? " (" + hint + ")" : ""));
     }
-    if (attempt >= rp.backoff_limit)
-      return fail(Reason::kBackoffLimitExceeded, detail::concat(why, "; the gang was restarted ", attempt,
+    if (restarts >= rp.backoff_limit)
+      return fail(Reason::kBackoffLimitExceeded, detail::concat(why, "; the gang was restarted ", restarts,
                                                                 " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));
+    const int64_t at = record_restart(failed.name, failed.node, failed.exit_code, why, false);
+    status.set("restarts", restarts + 1);
+    status.condition("Restarting", true, "PodFailed", why);
+    event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
+                                                     restarts + 1, " of at most ", rp.backoff_limit, ")"));
+    delete_pods(current);
+  }
+
+  // The restart's entry in restartHistory, the phase and the Running condition; the step it failed at.
+  int64_t record_restart(const std::string& pod, const std::string& node, int exit_code, const std::string& why, bool preempted) {
     const int64_t at = o.progress ? o.progress->step : status.s.value("step", int64_t{-1});
     json history = status.s.value("restartHistory", json::array());
-    json entry = {{"reason", why}, {"pod", failed.name}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
-    if (failed.exit_code >= 0) entry["exitCode"] = failed.exit_code;
+    json entry = {{"reason", why}, {"pod", pod}, {"node", node}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
+    if (exit_code >= 0) entry["exitCode"] = exit_code;
+    if (preempted) entry["preempted"] = true;
     history.push_back(entry);
     if (history.size() > kRestartHistory) history.erase(history.begin(), history.end() - kRestartHistory);
     status.set("restartHistory", history);
-    status.set("restarts", attempt + 1);
     status.set("phase", "Restarting");
-    status.condition("Restarting", true, "PodFailed", why);
     status.condition("Running", false, "Restarting", "");
-    if (status.s.contains("slowRanks")) {  // the next gang measures afresh
-      status.erase("slowRanks");
-      status.condition("Straggler", false, "GangRestarted", "");
+    return at;
+  }
+
+  // ---- evacuate: a gang with a node that is leaving (cordoned: a drain; tainted NoExecute) or lost
+  // (not ready, deleted) moves. Its pods there are stopped: their ranks tell the gang, which agrees on
+  // a step, checkpoints it and stops (exit status 4). Pods on a lost node are deleted at once (no
+  // kubelet is left to confirm), and the gang, whose ranks lost peers, restarts from its newest
+  // checkpoint. Either way a preemption, placed again away from the node. ----
+  bool evacuate() {
+    if (!plan || plan->first != attempt) return false;
+    std::map<std::string, const placement::NodeInfo*> by_name;
+    for (const auto& n : o.nodes) by_name[n.name] = &n;
+    std::string lost, lost_why, leaving, leaving_why;
+    std::set<std::string> planned;
+    for (const auto& a : plan->second) planned.insert(a.node);
+    for (const auto& node : planned) {
+      auto it = by_name.find(node);
+      if (it == by_name.end()) {
+        if (lost.empty()) lost = node, lost_why = "was deleted";
+      } else if (!it->second->ready) {
+        if (lost.empty()) lost = node, lost_why = "is not ready (its kubelet stopped reporting)";
+      } else if (leaving.empty()) {
+        if (it->second->unschedulable) leaving = node, leaving_why = "was cordoned (a drain)";
+        for (const auto& t : it->second->taints)
+          if (leaving.empty() && t.effect == "NoExecute" && !placement::tolerates(s().placement.tolerations, t))
+            leaving = node, leaving_why = detail::concat("is tainted ", t.key, t.value.empty() ? "" : "=" + t.value, ":NoExecute");
+      }
     }
-    event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
-                                                     attempt + 1, " of at most ", rp.backoff_limit, ")"));
+    if (lost.empty() && leaving.empty()) return false;
+    // The pod of the gang on the node (by the plan: it may be gone already).
+    const std::string& node = lost.empty() ? leaving : lost;
+    std::string pod;
+    for (const auto& a : plan->second)
+      if (a.node == node && pod.empty()) pod = pod_name(name, attempt, a.replica);
+    if (!lost.empty()) {
+      for (const PodInfo* p : current)
+        if (p->node == lost) child(Action::Kind::kDelete, Resource::kPod, p->name, {{"gracePeriodSeconds", 0}});
+      preempt(pod, lost, "NodeLost", detail::concat("node ", lost, " ", lost_why));
+      return true;
+    }
+    // Leaving: its pods are stopped (SIGTERM), and the gang moves once they have ended.
+    bool live = false;
+    for (const PodInfo* p : current)
+      if (p->node == leaving && p->phase != "Succeeded" && p->phase != "Failed") {
+        live = true;
+        if (!p->terminating) child(Action::Kind::kDelete, Resource::kPod, p->name);
+      }
+    if (live) {
+      if (!status.is("Preempted") || status.find("Preempted")->value("message", "").find(leaving) == std::string::npos)
+        status.condition("Preempted", true, "NodeLeaving",
+                         detail::concat("node ", leaving, " ", leaving_why, ": the gang checkpoints and moves"));
+      requeue(milliseconds(1000));
+      return true;
+    }
+    preempt(pod, leaving, "NodeLeaving", detail::concat("node ", leaving, " ", leaving_why));
+    return true;
+  }
+
+  // A new gang after a preemption (`cause`: PodStopped, NodeLeaving, NodeLost): a restart-history
+  // entry, the Preempted condition and an Event that say which node was left and why, and how much of
+  // the run the checkpoint kept; not counted against backoffLimit.
+  void preempt(const std::string& pod, const std::string& node, const std::string& cause, std::string why) {
+    // The stopped ranks' own account (their termination message): the step they agreed on and checkpointed.
+    const PodInfo* stopped = nullptr;
+    for (const PodInfo* p : current)
+      if (p->exit_code == kExitStopped && !p->message.empty() && !stopped) stopped = p;
+    if (stopped) {
+      why += ": " + last_chars(stopped->message, kMessageChars);
+    } else if (cause == "NodeLost") {
+      why += ": its ranks could not checkpoint; the gang resumes from its newest checkpoint";
+    } else {
+      why += detail::concat(": the gang did not checkpoint on SIGTERM within spec.runPolicy.terminationGracePeriodSeconds (",
+                            s().run_policy.termination_grace_period_seconds, " s); it resumes from its newest periodic checkpoint");
+    }
+    int exit_code = -1;  // the named pod's, if it has ended and is still there
+    for (const PodInfo* p : current)
+      if (p->name == pod) exit_code = p->exit_code;
+    const int64_t at = record_restart(pod, node, exit_code, why, true);
+    const int preemptions = status.s.value("preemptions", 0) + 1;
+    status.set("preemptions", preemptions);
+    status.condition("Preempted", true, cause, why);
+    status.condition("Restarting", true, cause, why);
+    event(true, Reason::kPreempted, detail::concat(why, " (step ", at, "); placing the gang again away from node ", node,
+                                                   " (preemption ", preemptions, ", not counted against backoffLimit)"));
     delete_pods(current);
   }
 
@@ -640,7 +753,25 @@ class Reconciler {
     request.node_selector = s().placement.node_selector;
     request.tolerations = s().placement.tolerations;
     request.topology_keys = s().placement.topology_keys;
-    const placement::PlacementResult placed = placement::GangPlacer().place(request, o.nodes);
+    // The nodes of the ranks the last gang found slow are avoided while other room exists.
+    std::set<std::string> slow;
+    if (const auto last = read_plan(o.config_map); last && status.s.contains("slowRanks"))
+      for (const auto& r : status.s["slowRanks"])
+        for (const auto& a : last->second)
+          if (r.is_number_integer() && a.rank == r.get<int>()) slow.insert(a.node);
+    placement::PlacementResult placed;
+    std::string avoided;
+    if (!slow.empty()) {
+      std::vector<placement::NodeInfo> fast = o.nodes;
+      for (auto& n : fast)
+        if (slow.count(n.name)) n.unschedulable = true;
+      placed = placement::GangPlacer().place(request, fast);
+      for (const auto& n : slow) avoided += (avoided.empty() ? "" : ", ") + n;
+    }
+    if (!placed.placed) {
+      placed = placement::GangPlacer().place(request, o.nodes);
+      avoided.clear();
+    }
     if (!placed.placed) {
       const json* c = status.find("Placed");
       if (!c || c->value("message", "") != placed.reason) event(true, Reason::kUnschedulable, placed.reason);
@@ -678,8 +809,13 @@ class Reconciler {
       where += (where.empty() ? "" : ", ") + placed.nodes[r];
     }
     status.set("placement", placement);
-    const std::string message = detail::concat(s().replicas, " pods of ", s().ranks_per_replica, " ranks on ", where);
+    const std::string message = detail::concat(s().replicas, " pods of ", s().ranks_per_replica, " ranks on ", where,
+                                               avoided.empty() ? "" : " (avoiding the slow node(s) " + avoided + ")");
     status.condition("Placed", true, "GangFits", message);
+    if (status.s.contains("slowRanks")) {  // the new gang measures afresh
+      status.erase("slowRanks");
+      status.condition("Straggler", false, "GangRestarted", "");
+    }
     event(false, Reason::kPlaced, message);
     if (!status.s.contains("startTime")) status.set("startTime", format_time(o.now));
     if (status.phase().empty() || status.phase() == "Pending") status.set("phase", "Placing");
@@ -716,7 +852,9 @@ class Reconciler {
                             {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
                             // The address the ranks' peers connect to (another pod is another network).
                             {{"name", "TESSERA_POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-                            {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}}});
+                            {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}},
+                            // How long the ranks may take to agree on a step and checkpoint it on SIGTERM.
+                            {{"name", "TESSERA_GRACE_SECONDS"}, {"value", std::to_string(sp.run_policy.termination_grace_period_seconds)}}});
     json ports = json::array();
     if (opt.metrics_port > 0) {
       env.push_back({{"name", "TESSERA_METRICS_ADDR"}, {"value", "0.0.0.0:" + std::to_string(opt.metrics_port)}});
@@ -794,7 +932,7 @@ class Reconciler {
                      {"hostname", pod},
                      {"subdomain", name},
                      {"automountServiceAccountToken", false},
-                     {"terminationGracePeriodSeconds", 30},
+                     {"terminationGracePeriodSeconds", sp.run_policy.termination_grace_period_seconds},
                      {"containers", json::array({container})},
                      {"volumes", volumes}};
     if (!tolerations.empty()) pod_spec["tolerations"] = tolerations;
@@ -830,6 +968,7 @@ class Reconciler {
       status.set("phase", "Running");
       status.condition("Running", true, "GangRunning", detail::concat("all ", sp.replicas, " pods are running"));
       if (status.is("Restarting")) status.condition("Restarting", false, "GangRunning", "");
+      if (status.is("Preempted")) status.condition("Preempted", false, "GangRunning", "");
     }
     if (o.progress && o.progress->step >= 0) {
       const Progress& p = *o.progress;
@@ -940,7 +1079,13 @@ class Reconciler {
   }
   void delete_pods(const std::vector<const PodInfo*>& pods) {
     for (const PodInfo* p : pods)
-      if (!p->terminating) child(Action::Kind::kDelete, Resource::kPod, p->name);
+      if (!p->terminating && !deleting(p->name)) child(Action::Kind::kDelete, Resource::kPod, p->name);
+  }
+  // The decision deletes the pod already.
+  bool deleting(const std::string& pod) const {
+    return std::any_of(d.actions.begin(), d.actions.end(), [&](const Action& a) {
+      return a.kind == Action::Kind::kDelete && a.resource == Resource::kPod && a.name == pod;
+    });
   }
   std::vector<const PodInfo*> live_pods() const {
     std::vector<const PodInfo*> out;
@@ -971,7 +1116,8 @@ class Reconciler {
   json spec;                   // the spec to run
   api::ParsedJob parsed;
   std::optional<std::pair<int, std::vector<placement::RankAssignment>>> plan;  // the ring plan, if placed
-  int attempt = 0;
+  int attempt = 0;   // of the current gang: restarts + preemptions
+  int restarts = 0;  // gang restarts after failures, counted against backoffLimit
   std::vector<const PodInfo*> current, old_pods;  // pods of this attempt, and of earlier ones
 };
 

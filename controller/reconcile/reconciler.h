@@ -7,10 +7,15 @@
 // it again on the same world gives the same actions, and a restarted controller carries on.
 //
 // The gang: pods are created only when GangPlacer fits all of them; they are named
-// <job>-<attempt>-<replica> (attempt = status.restarts), so a retried create can never make a
-// second pod for a replica. One failed pod restarts the whole gang from its checkpoints (a new
-// attempt), up to runPolicy.backoffLimit; a worker exit status 2 (a configuration error) fails the
-// job at once; a pod the node refused at admission is placed again, which is not a restart.
+// <job>-<attempt>-<replica> (attempt = status.restarts + status.preemptions), so a retried create
+// can never make a second pod for a replica. One failed pod restarts the whole gang from its
+// checkpoints (a new attempt), up to runPolicy.backoffLimit; a worker exit status 2 (a configuration
+// error) fails the job at once; a pod the node refused at admission is placed again, which is not a
+// restart. A preemption is not a failure either: a gang whose node is leaving (cordoned, drained,
+// tainted NoExecute) is stopped there, checkpoints the step its ranks agree on (worker exit status 4)
+// and is placed again on other nodes; a gang whose node is lost (NotReady, deleted) is placed again
+// at once, from its newest checkpoint; neither counts against backoffLimit (status.preemptions).
+// A new gang avoids the nodes of the ranks the last one reported slow when other room exists.
 // Thread-compatible.
 #pragma once
 
@@ -84,7 +89,7 @@ const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
 // Why an Event is recorded (its reason), and why a job failed (status.reason).
 enum class Reason {
   kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
-  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting,
+  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting, kPreempted,
   // the job failed:
   kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded, kStartFailed,
 };
@@ -92,7 +97,7 @@ const char* name(Reason r);  // "Placed", "GangRestart", ...
 
 struct Action {
   enum class Kind {
-    kCreate, kUpdate, kDelete,  // a child: resource, name, object
+    kCreate, kUpdate, kDelete,  // a child: resource, name, object (a delete's: its DeleteOptions, if any)
     kPatchStatus,               // object: the merge patch of the job's status
     kEvent,                     // warning, reason, message
     kDeleteJob,                 // ttlSecondsAfterFinished
@@ -107,7 +112,8 @@ struct Action {
   Reason reason = Reason::kPlaced;
   std::string message;
   RendezvousTarget rendezvous;
-  // One line for tests and logs: "create pod j-0-1 on n2", "delete pod j-0-1", "status phase=Running",
+  // One line for tests and logs: "create pod j-0-1 on n2", "delete pod j-0-1", "delete pod j-0-1 now"
+  // (grace period 0: its node is lost), "status phase=Running",
   // "event Warning GangRestart", "delete job", "serve rendezvous attempt 0", "stop rendezvous".
   std::string describe() const;
 };
@@ -151,6 +157,13 @@ json apply_status_patch(json status, const json& patch);
 // The gang the rendezvous must serve for the job as observed (its Secret, ConfigMap and status);
 // none when the job has no gang (finished, suspended, not placed).
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
+
+// The attempt of the job's current gang, which its pods' names carry: status.restarts (failures) +
+// status.preemptions.
+int attempt_of(const json& status);
+
+// The nodes of the ring plan in the job's ConfigMap (none before its gang is placed).
+std::vector<std::string> plan_nodes(const json& config_map);
 
 // Names of the job's children.
 std::string pod_name(const std::string& job, int attempt, int replica);

@@ -12,6 +12,7 @@
 #include <map>
 #include <thread>
 
+#include "common/error.h"
 #include "testing/fork_ranks.h"
 #include "testing/process.h"
 #include "controller/rendezvous/rendezvous_service.h"
@@ -466,6 +467,58 @@ TEST(TrainingTest, KilledGangResumesOnTheUninterruptedTrajectory) {
   for (const auto& r : resumed) {
     const int64_t s = r["step"];
     EXPECT_EQ(r["loss"].get<double>(), full[s]["loss"].get<double>()) << "step " << s;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// SIGTERM to one rank (a drained node): every rank stops after the same step, checkpoints it and
+// exits with status 4 (kExitStopped); the next gang resumes at that step, so no step is trained
+// twice, on the uninterrupted loss trajectory.
+TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
+  const std::string dir = make_temp_dir("tessera-sigterm");
+  const std::string straight = dir + "/straight", stopped = dir + "/stopped";
+  std::filesystem::create_directories(straight);
+  std::filesystem::create_directories(stopped);
+  const std::string comm = "{strategy: topk, density: 0.1, timeoutSeconds: 10}";
+  // Periodic checkpoints only at the end: the one the stop writes is the only one to resume from.
+  auto cs = write_config(straight, small_job(2, 1, comm, "  checkpoint: {path: " + straight + "/ckpt}\n", 2));
+  auto ck = write_config(stopped, small_job(2, 1, comm, "  checkpoint: {path: " + stopped + "/ckpt}\n", 2));
+  Gang a = start(straight, cs, 2, 1, "s");
+  expect_success(a, "s", std::chrono::seconds(180));
+
+  Gang b = start(stopped, ck, 2, 1, "t1");
+  const std::string m1 = stopped + "/metrics-t1-1.jsonl";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
+  while (std::chrono::steady_clock::now() < deadline && records(m1, "step").size() < 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(records(m1, "step").size(), 5u);
+  kill(b.pids[1], SIGTERM);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(b.pids[r], std::chrono::seconds(60)), kExitStopped) << read_file(stopped + "/log-t1-" + std::to_string(r) + ".txt");
+  const auto last0 = records(stopped + "/metrics-t1-0.jsonl", "step"), last1 = records(m1, "step");
+  ASSERT_FALSE(last0.empty());
+  ASSERT_FALSE(last1.empty());
+  const int64_t at = last0.back()["step"].get<int64_t>() + 1;  // steps done
+  EXPECT_EQ(last1.back()["step"].get<int64_t>() + 1, at) << "the ranks stopped at different steps";
+  EXPECT_LT(at, 20) << "the run ended before the stop";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(checkpoint_steps(stopped + "/ckpt", r), std::vector<int64_t>{at}) << "rank " << r;
+    const std::string log = read_file(stopped + "/log-t1-" + std::to_string(r) + ".txt");
+    EXPECT_NE(log.find("stopped at step " + std::to_string(at) + " on SIGTERM, every rank at the same step; the checkpoint of step " +
+                       std::to_string(at) + " is written"), std::string::npos) << log;
+  }
+
+  Gang c = start(stopped, ck, 2, 1, "t2");
+  expect_success(c, "t2", std::chrono::seconds(180));
+  const auto resumed = records(stopped + "/metrics-t2-0.jsonl", "step");
+  const auto full = records(straight + "/metrics-s-0.jsonl", "step");
+  ASSERT_EQ(full.size(), 20u);
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_EQ(resumed.front()["step"], at) << "steps retrained or skipped";
+  EXPECT_EQ(resumed.back()["step"], 19);
+  for (const auto& r : resumed) {
+    const int64_t step = r["step"];
+    EXPECT_EQ(r["loss"].get<double>(), full[step]["loss"].get<double>()) << "step " << step;
   }
   std::filesystem::remove_all(dir);
 }

@@ -2,6 +2,8 @@
 // expected list of actions out.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
 #include "common/config_node.h"
@@ -576,12 +578,148 @@ TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
   const Decision gone = reconcile(o, options());
   EXPECT_EQ(describe(gone), (std::vector<std::string>{"status", "event Normal StragglerGone"}));
   EXPECT_TRUE(gone.actions[0].object["slowRanks"].is_null());
-  // A gang restart clears them: the new gang measures afresh.
-  o.job["status"]["slowRanks"] = json::array({2});
+  // After a gang restart the new gang avoids the slow ranks' node while other room exists, and
+  // measures afresh.
+  o.job["status"]["slowRanks"] = json::array({2, 3});  // n1's ranks in the plan
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
   const Decision restart = reconcile(o, options());
   ASSERT_FALSE(restart.actions.empty());
-  EXPECT_TRUE(restart.actions[0].object["slowRanks"].is_null());
+  o.job["status"] = apply_status_patch(o.job["status"], restart.actions[0].object);
+  o.pods.clear();
+  o.served_attempt.reset();
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2)};
+  const Decision placed = reconcile(o, options());
+  EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n2"}));
+  EXPECT_TRUE(placed.actions[0].object["slowRanks"].is_null());
+  EXPECT_NE(find(placed, Action::Kind::kEvent)->message.find("avoiding the slow node(s) n1"), std::string::npos);
+  // Without other room the slow node is used.
+  o.nodes = {node("n0", "a", 2), node("n1", "a", 2)};
+  EXPECT_EQ(describe(reconcile(o, options())),
+            (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed", "serve rendezvous attempt 1",
+                                      "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+}
+
+// A preemption: the pods' ranks stopped on SIGTERM after checkpointing the step they agreed on
+// (exit status 4). The gang is placed again and the failure budget is untouched (backoffLimit 0
+// would fail the job on a failure).
+TEST(ReconcileTest, AStoppedGangIsPlacedAgainWithoutCountingAFailure) {
+  Observed o = running(0, {{"runPolicy", {{"backoffLimit", 0}}}});
+  o.pods = {pod(0, 0, "Failed", kExitStopped), pod(0, 1, "Failed", kExitStopped)};
+  o.pods[1].message = "slot 0: stopped at step 30 on SIGTERM, every rank at the same step; the checkpoint of step 30 is written";
+  o.progress = Progress{30, 0, 0, 0.5, 10, -1, {}, ""};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
+                                                   "delete pod j-0-1", "stop rendezvous"}));
+  const json& status = d.actions[0].object;
+  EXPECT_FALSE(status.contains("restarts"));
+  EXPECT_EQ(status["preemptions"], 1);
+  const json& entry = status["restartHistory"][0];
+  EXPECT_EQ(entry["preempted"], true);
+  EXPECT_EQ(entry["exitCode"], kExitStopped);
+  EXPECT_EQ(entry["failedAtStep"], 30);
+  EXPECT_NE(entry["reason"].get<std::string>().find("the checkpoint of step 30 is written"), std::string::npos) << entry;
+  EXPECT_NE(d.actions[1].message.find("not counted against backoffLimit"), std::string::npos) << d.actions[1].message;
+  // The next gang is attempt 1 (restarts 0 + preemptions 1).
+  Observed next = o;
+  next.job["status"] = apply_status_patch(next.job["status"], status);
+  EXPECT_EQ(attempt_of(next.job["status"]), 1);
+  next.pods.clear();
+  next.served_attempt.reset();
+  next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
+  EXPECT_EQ(describe(reconcile(next, options())),
+            (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed", "serve rendezvous attempt 1",
+                                      "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+  // A real failure among stopped pods is a failure.
+  o.pods[0] = pod(0, 0, "Failed", 137);
+  EXPECT_EQ(describe(reconcile(o, options()))[0], "status phase=Failed reason=BackoffLimitExceeded");
+}
+
+// kubectl drain: the node is cordoned, then its pods evicted. The controller stops the gang's pod
+// there (SIGTERM: the ranks agree on a step and checkpoint it), waits for it, and places the gang
+// away from the node.
+TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
+  Observed o = running();
+  o.nodes[1].unschedulable = true;
+  o.nodes.push_back(node("n2", "b", 2));
+  o.progress = Progress{41, 0, 0, 0.5, 10, -1, {}, ""};
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "delete pod j-0-1"}));
+  EXPECT_EQ(d.actions[0].object["conditions"].back()["type"], "Preempted");
+  EXPECT_EQ(d.actions[0].object["conditions"].back()["reason"], "NodeLeaving");
+  EXPECT_GT(d.requeue_after.count(), 0);
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
+  // Stopping: the pod there terminating, the other one stopped after the checkpoint. Waited for.
+  o.pods[1].terminating = true;
+  o.pods[0] = pod(0, 0, "Failed", kExitStopped);
+  o.pods[0].message = "slot 1: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
+  EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{}));
+  // Gone: a preemption naming the node, and the new gang away from it.
+  o.pods.pop_back();
+  const Decision moved = reconcile(o, options());
+  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
+                                                       "stop rendezvous"}));
+  const json& entry = moved.actions[0].object["restartHistory"][0];
+  EXPECT_EQ(entry["node"], "n1");
+  EXPECT_EQ(entry["pod"], "j-0-1");
+  const std::string why = entry["reason"];
+  EXPECT_NE(why.find("node n1 was cordoned"), std::string::npos) << why;
+  EXPECT_NE(why.find("the checkpoint of step 42 is written"), std::string::npos) << why;
+  o.job["status"] = apply_status_patch(o.job["status"], moved.actions[0].object);
+  o.pods.clear();
+  o.served_attempt.reset();
+  o.nodes = {node("n0", "a", 2), node("n1", "b", 2), node("n2", "b", 2)};
+  o.nodes[1].unschedulable = true;
+  const Decision placed = reconcile(o, options());
+  EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n2"}));
+  // A drain that outlasts the grace period: the closing message says the periodic checkpoint stands.
+  Observed late = running();
+  late.nodes[1].unschedulable = true;
+  late.pods = {pod(0, 0, "Failed", 1)};
+  const Decision stood = reconcile(late, options());
+  ASSERT_FALSE(stood.actions.empty());
+  const std::string message = stood.actions[0].object["restartHistory"][0]["reason"];
+  EXPECT_NE(message.find("did not checkpoint on SIGTERM within spec.runPolicy.terminationGracePeriodSeconds (30 s)"),
+            std::string::npos) << message;
+}
+
+// A node lost (its kubelet stopped reporting, or the node deleted): its pods are deleted at once (no
+// kubelet is left to confirm a graceful delete) and the gang is placed elsewhere.
+TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
+  for (const bool deleted : {false, true}) {
+    Observed o = running();
+    if (deleted) o.nodes.pop_back();
+    else o.nodes[1].ready = false;
+    o.nodes.push_back(node("n2", "b", 2));
+    const Decision d = reconcile(o, options());
+    EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "delete pod j-0-1 now", "event Warning Preempted",
+                                                     "delete pod j-0-0", "stop rendezvous"}));
+    EXPECT_EQ(d.actions[0].object["preemptions"], 1);
+    EXPECT_EQ(d.actions[0].object["restartHistory"][0]["node"], "n1");
+    const std::string why = d.actions[0].object["restartHistory"][0]["reason"];
+    EXPECT_NE(why.find(deleted ? "node n1 was deleted" : "node n1 is not ready"), std::string::npos) << why;
+    o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
+    o.pods.clear();
+    o.served_attempt.reset();
+    o.nodes[0].used.gpu = 0;
+    const std::vector<std::string> placed = describe(reconcile(o, options()));
+    EXPECT_EQ(std::count_if(placed.begin(), placed.end(), [](const std::string& a) { return a.rfind("create pod j-1-", 0) == 0; }), 2);
+    EXPECT_EQ(std::count_if(placed.begin(), placed.end(), [](const std::string& a) { return a.find(" on n1") != std::string::npos; }), 0)
+        << ::testing::PrintToString(placed);
+  }
+}
+
+TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
+  Observed o = running(0, {{"runPolicy", {{"terminationGracePeriodSeconds", 120}}}});
+  o.pods = {pod(0, 1, "Running")};
+  const Decision d = reconcile(o, options());
+  const Action* p = find(d, Action::Kind::kCreate, "pods");
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->object["spec"]["terminationGracePeriodSeconds"], 120);
+  bool env = false;
+  for (const auto& e : p->object["spec"]["containers"][0]["env"]) env = env || (e["name"] == "TESSERA_GRACE_SECONDS" && e["value"] == "120");
+  EXPECT_TRUE(env);
 }
 
 TEST(ReconcileTest, TheRestartRecordsWhereTheNewGangResumed) {

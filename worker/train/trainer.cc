@@ -248,9 +248,10 @@ void Trainer::set_control(ControlAgent* agent) {
   if (control_ && dense_) switch_step_ = -1;  // the controller chooses the switch step
 }
 
-double Trainer::allreduce_mean(double value, double weight) {
-  double v[2] = {value * weight, weight};
-  if (groups_) groups_->world->allreduce(std::span<double>(v, 2));
+double Trainer::allreduce_mean(double value, double weight, bool* stop) {
+  double v[3] = {value * weight, weight, stop && *stop ? 1.0 : 0.0};
+  if (groups_) groups_->world->allreduce(std::span<double>(v, 3));
+  if (stop) *stop = v[2] > 0;
   return v[1] > 0 ? v[0] / v[1] : 0.0;
 }
 
@@ -539,7 +540,8 @@ TrainSummary Trainer::run() {
 
     t0 = Clock::now();
     const double waited = buckets_ ? buckets_->finish() : 0.0;
-    rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch);
+    bool stop = stop_flag_ && stop_flag_->load();
+    rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch, &stop);
     rec.comm_s = seconds_since(t0);
     // All of the step's communication: the buckets' work on the communication thread, or what the step
     // waited for them if that was longer (the thread waiting for a core), plus the loss all-reduce.
@@ -593,13 +595,24 @@ TrainSummary Trainer::run() {
       window_steps = 0;
     }
     const bool epoch_end = step_ % steps_per_epoch_ == 0;
+    // Asked to stop (SIGTERM): the last step of the run is this one, which every rank checkpoints.
+    summary.stopped = stop && step_ < total_steps_;
     if (!config_.checkpoint.path.empty() &&
-        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_)) {
+        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_ ||
+         summary.stopped)) {
       const auto t_save = Clock::now();
       save(step_);
       rec.checkpoint_s = seconds_since(t_save);
+      summary.checkpointed = summary.stopped;
     }
     if (on_step) on_step(rec);
+    if (summary.stopped) {
+      if (rank_ == 0)
+        log_info("stopping at step ", step_, " of ", total_steps_, " on request (SIGTERM), agreed by every rank",
+                 summary.checkpointed ? detail::concat("; checkpoint of step ", step_, " written in ", Fixed{rec.checkpoint_s, 2}, " s")
+                                      : std::string("; no checkpoint: spec.checkpoint.path is not set"));
+      break;
+    }
     if (epoch_end) {
       summary.last_epoch = validate(epoch + 1);
       if (on_epoch) on_epoch(summary.last_epoch);

@@ -13,6 +13,7 @@
 // A Trainer is driven by one thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,10 @@ struct TrainSummary {
   double samples_per_second = 0;
   int64_t switch_step = -1;    // hybrid: the first dense step
   EpochRecord last_epoch;
+  // The run stopped on request (set_stop_flag) before its last step: every rank stopped after step
+  // `steps` - 1, and checkpointed that step unless the job has no spec.checkpoint.path.
+  bool stopped = false;
+  bool checkpointed = false;
 };
 
 // Opens an indexed dataset directory (spec.dataset.<field>) for the job's model, as every rank does:
@@ -93,6 +98,10 @@ class Trainer {
 
   // Lets the controller decide (the hybrid switch step) and see progress; not owned.
   void set_control(ControlAgent* agent);
+  // A flag that asks the run to stop (a signal handler sets it; not owned). The ranks agree on it
+  // with the step's loss all-reduce: after the first step whose all-reduce one rank entered with the
+  // flag set, every rank checkpoints that step and run() returns with `stopped`.
+  void set_stop_flag(const std::atomic<bool>* flag) { stop_flag_ = flag; }
 
   // Called after each step (and its checkpoint, if one was written).
   std::function<void(const StepRecord&)> on_step;
@@ -113,7 +122,9 @@ class Trainer {
   // Starts the step's exchange: which strategy, and what each bucket's send does.
   void begin_exchange(StepRecord& rec);
   EpochRecord validate(int epoch);
-  double allreduce_mean(double value, double weight);
+  // The mean of `value` over the ranks, weighted; *stop: whether any rank asked to stop (in: this
+  // rank's flag, out: the gang's).
+  double allreduce_mean(double value, double weight, bool* stop = nullptr);
   // Keeps the targets of the samples whose outputs this rank produces (spatial parallelism).
   Batch select_held(Batch batch) const;
   // The replica's batches of `epoch` from in-epoch step `from` on.
@@ -139,6 +150,7 @@ class Trainer {
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
   bool flushed_residuals_ = false;
   ControlAgent* control_ = nullptr;
+  const std::atomic<bool>* stop_flag_ = nullptr;
 };
 
 }  // namespace tessera
