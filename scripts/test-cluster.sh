@@ -17,6 +17,8 @@
 #                                        stops and starts kube-apiserver alone (same port, same etcd)
 #   scripts/test-cluster.sh stop-apiserver DIR / start-apiserver DIR
 #                                        the same in two steps (the API server gone meanwhile)
+#   scripts/test-cluster.sh lose-node DIR K  kills node-K's kubelet, containerd and containers and
+#                                        removes its network, as a lost machine (its Node object stays)
 #   scripts/test-cluster.sh account-kubeconfig DIR NAMESPACE ACCOUNT
 #                                        prints a kubeconfig that authenticates as service account
 #                                        NAMESPACE/ACCOUNT (its token, not the admin's)
@@ -298,7 +300,8 @@ wait_nodes() {
 # Stops node K's processes and everything its containers left: processes, cgroups, network. (Its
 # mounts live in its own mount namespace and go with its last process.)
 stop_node() {
-  local dir=$1 k=$2 n=$dir/nodes/node-$2
+  local dir=$1 k=$2
+  local n=$dir/nodes/node-$k
   stop_one "$dir" "node-$k-device-plugin"
   stop_one "$dir" "node-$k-kubelet"
   stop_one "$dir" "node-$k-proxy"
@@ -392,10 +395,13 @@ KC
   start_apiserver "$dir" || { stop "$dir"; exit 1; }
   # Garbage collection (owner references), namespace deletion and service-account tokens; with real
   # nodes also what a Deployment and a Service need, and the node lifecycle (taints, eviction).
-  local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
+  local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token node_monitor=()
   ((real)) && controllers+=,deployment,replicaset,endpoint,endpointslice,nodelifecycle
+  # A node whose kubelet stopped is NotReady after 20 s (40 s by default; the kubelets here report
+  # every 4 s), so that the tests of a lost node are short.
+  ((real)) && node_monitor=(--node-monitor-grace-period=20s --node-monitor-period=2s)
   setsid "$CACHE/kube-controller-manager-$VERSION" --kubeconfig="$dir/kubeconfig" --bind-address=127.0.0.1 --secure-port=0 --port=0 \
-    --controllers=$controllers \
+    --controllers=$controllers "${node_monitor[@]}" \
     --service-account-private-key-file="$dir/sa.key" --root-ca-file="$dir/certs/apiserver.crt" \
     --leader-elect=false >"$dir/controller-manager.log" 2>&1 &
   echo $! >"$dir/controller-manager.pid"
@@ -503,8 +509,9 @@ case "${1:-}" in
     start_apiserver "$2"
     ;;
   add-node) add_node "${2:?add-node needs a directory}" ;;
+  lose-node) stop_node "${2:?lose-node needs a directory}" "${3:?and a node index}" ;;
   stop-apiserver) stop_one "${2:?stop-apiserver needs a directory}" apiserver ;;
   start-apiserver) start_apiserver "${2:?start-apiserver needs a directory}" ;;
   account-kubeconfig) account_kubeconfig "${2:?account-kubeconfig needs a directory}" "${3:?and a namespace}" "${4:?and an account}" ;;
-  *) sed -n '2,22p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/{/^set -euo/!p}' "$0" >&2; exit 2 ;;
 esac

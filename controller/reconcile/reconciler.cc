@@ -161,6 +161,9 @@ constexpr size_t kMaxSpecBytes = size_t{512} << 10;
 // (status.restarts counts them all): the status stays small whatever the spec or the run.
 constexpr size_t kMaxProblems = 10;
 constexpr size_t kRestartHistory = 20;
+// How long a gang restart waits for a pod that is still Running after its peers failed: long enough
+// for the node monitor to call a lost node NotReady (40 s by default).
+constexpr std::chrono::seconds kLostNodeWait{60};
 
 // The last n characters of s (its end says why), marked when cut; never splits a UTF-8 character.
 std::string last_chars(const std::string& s, size_t n) {
@@ -485,6 +488,10 @@ class Reconciler {
   // ---- pods of earlier attempts go first; the new gang starts when they are gone ----
   bool clear_old_gang() {
     if (old_pods.empty()) return false;
+    // A pod on a lost node never ends on its own (no kubelet is left to confirm): deleted at once.
+    for (const PodInfo* p : old_pods)
+      if (!lost_node_reason(p->node).empty() && !deleting(p->name))
+        child(Action::Kind::kDelete, Resource::kPod, p->name, {{"gracePeriodSeconds", 0}});
     delete_pods(old_pods);
     requeue(milliseconds(1000));
     return true;
@@ -515,9 +522,11 @@ class Reconciler {
       preempt(stopped->name, stopped->node, "PodStopped", detail::concat("pod ", stopped->name, " on ", stopped->node, " was stopped (SIGTERM)"));
       return true;
     }
-    // A peer that failed because one worker was killed often ends first: wait a moment for the killed
-    // one to be reported, so that the restart names the cause.
-    if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < seconds(3)) {
+    // A peer that failed because one worker was killed often ends first: wait for the killed one to
+    // be reported, so that the restart names the cause. Its kubelet reports it within moments; a pod
+    // that stays Running may be on a node that is lost, which the node's status says within the node
+    // monitor's grace period (40 s by default): then the gang moves as a preemption (evacuate).
+    if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < kLostNodeWait) {
       bool peers_running = false;
       for (const PodInfo* p : current) peers_running = peers_running || p->phase == "Running";
       if (peers_running) {
@@ -597,7 +606,7 @@ class Reconciler {
   // kubelet is left to confirm), and the gang, whose ranks lost peers, restarts from its newest
   // checkpoint. Either way a preemption, placed again away from the node. ----
   bool evacuate() {
-    if (!plan || plan->first != attempt) return false;
+    if (!plan || plan->first != attempt || o.nodes.empty()) return false;
     std::map<std::string, const placement::NodeInfo*> by_name;
     for (const auto& n : o.nodes) by_name[n.name] = &n;
     std::string lost, lost_why, leaving, leaving_why;
@@ -605,10 +614,8 @@ class Reconciler {
     for (const auto& a : plan->second) planned.insert(a.node);
     for (const auto& node : planned) {
       auto it = by_name.find(node);
-      if (it == by_name.end()) {
-        if (lost.empty()) lost = node, lost_why = "was deleted";
-      } else if (!it->second->ready) {
-        if (lost.empty()) lost = node, lost_why = "is not ready (its kubelet stopped reporting)";
+      if (const std::string why = lost_node_reason(node); !why.empty()) {
+        if (lost.empty()) lost = node, lost_why = why;
       } else if (leaving.empty()) {
         if (it->second->unschedulable) leaving = node, leaving_why = "was cordoned (a drain)";
         for (const auto& t : it->second->taints)
@@ -1080,6 +1087,13 @@ class Reconciler {
   void delete_pods(const std::vector<const PodInfo*>& pods) {
     for (const PodInfo* p : pods)
       if (!p->terminating && !deleting(p->name)) child(Action::Kind::kDelete, Resource::kPod, p->name);
+  }
+  // Why `node` is lost ("was deleted", "is not ready ..."), or "" when it is not (or nodes were not observed).
+  std::string lost_node_reason(const std::string& node) const {
+    if (o.nodes.empty() || node.empty()) return "";
+    for (const auto& n : o.nodes)
+      if (n.name == node) return n.ready ? "" : "is not ready (its kubelet stopped reporting)";
+    return "was deleted";
   }
   // The decision deletes the pod already.
   bool deleting(const std::string& pod) const {

@@ -6,13 +6,13 @@
 # nodes' bridge. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
-# Scenarios: example conflict kill apiserver controller sigterm leader gang lifecycle images (the start-up errors of
-# tessera-controller are checked first, always; `startup` runs only those).
+# Scenarios: example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost (the
+# start-up errors of tessera-controller are checked first, always; `startup` runs only those).
 set -euo pipefail
 bin=$1
 src=$2
 shift 2
-scenarios=${*:-example conflict kill apiserver controller sigterm leader gang lifecycle images}
+scenarios=${*:-example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost}
 dir=$(mktemp -d)
 ctl_pids=()
 cleanup() {
@@ -117,6 +117,38 @@ job() {
 }
 
 pods_of() { kubectl get pods -n "$1" -l tessera.dev/job --no-headers 2>/dev/null | wc -l; }
+
+# A node to spare beside the example's four: a fifth one, added unless there is one.
+spare_node() {
+  [ "$(kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ')" -ge 5 ] && return 0
+  bash "$src/scripts/test-cluster.sh" add-node "$dir/cluster" >/dev/null || fail "a fifth node did not join"
+}
+
+# moved NS STOPPED_AT_REGEX: waits for the job's first preemption and the new gang's first step; sets
+# node (the node the gang left, as the status names it), reason, failed_at, resumed_at and took (s
+# from $t0_fault to the new gang's first reported step).
+moved() {
+  wait_for "$1" cosmoflow-k8s .status.preemptions 1 120
+  for _ in $(seq 1 240); do
+    resumed_at=$(field "$1" cosmoflow-k8s '.status.restartHistory[0].resumedAtStep')
+    [ "$resumed_at" -ge 0 ] 2>/dev/null && break
+    sleep 0.5
+  done
+  [ "$resumed_at" -ge 0 ] 2>/dev/null || fail "the new gang did not start in 120 s: $(field "$1" cosmoflow-k8s .status)"
+  took=$(python3 -c "import time; print(round(time.time() - $t0_fault, 1))")
+  reason=$(field "$1" cosmoflow-k8s '.status.restartHistory[0].reason')
+  failed_at=$(field "$1" cosmoflow-k8s '.status.restartHistory[0].failedAtStep')
+  [ "$(field "$1" cosmoflow-k8s '.status.restartHistory[0].preempted')" = true ] || fail "not recorded as a preemption: $reason"
+}
+
+# after_move NS NODE: the job succeeds without a failure counted, its new gang away from NODE.
+after_move() {
+  wait_for "$1" cosmoflow-k8s .status.phase Succeeded 240
+  [ "$(field "$1" cosmoflow-k8s .status.restarts)" = 0 ] || fail "counted against backoffLimit: $(field "$1" cosmoflow-k8s .status.restartHistory)"
+  [ "$(field "$1" cosmoflow-k8s .status.preemptions)" = 1 ] || fail "expected 1 preemption: $(field "$1" cosmoflow-k8s .status.restartHistory)"
+  [[ " $(field "$1" cosmoflow-k8s '.status.placement[*].node') " != *" $2 "* ]] || fail "the new gang is on $2 again"
+  grep -q "Preempted" <<<"$(events "$1")" || fail "no Preempted event: $(events "$1")"
+}
 
 start_controller main
 
@@ -328,6 +360,43 @@ for s in $scenarios; do
       [ "$(pods_of gang)" = 0 ] || fail "pods created for a gang that does not fit"
       bash "$src/scripts/test-cluster.sh" add-node "$dir/cluster" || fail "node-4 did not join"
       wait_for gang cosmoflow-k8s .status.phase Succeeded 180
+      ;;
+    drain)
+      # kubectl drain of a gang's node mid-run: its pods get SIGTERM, the ranks of the whole gang agree
+      # on a step, checkpoint it and stop; the gang is placed on the other nodes and resumes at that
+      # step (0 steps retrained), the job succeeds and backoffLimit is untouched.
+      spare_node
+      job drain
+      wait_step drain cosmoflow-k8s 25 120
+      node=$(kubectl get pods -n drain -l tessera.dev/job -o jsonpath='{.items[0].spec.nodeName}')
+      t0_fault=$(date +%s.%N)
+      out=$(kubectl drain "$node" --ignore-daemonsets --delete-emptydir-data --timeout=120s 2>&1) || fail "kubectl drain $node: $out"
+      moved drain
+      stopped_at=$(sed -n 's/.*stopped at step \([0-9]*\) on SIGTERM.*/\1/p' <<<"$reason")
+      echo "drained $node: the gang stopped at step $stopped_at (last reported $failed_at) and resumed at $resumed_at, ${took} s after the drain began"
+      [[ $reason == *"node $node was cordoned"* ]] || fail "the preemption does not name the drained node: $reason"
+      [ -n "$stopped_at" ] || fail "the preemption does not say where the gang stopped: $reason"
+      [ "$resumed_at" = "$stopped_at" ] || fail "stopped at step $stopped_at but resumed at $resumed_at"
+      [ "$(field drain cosmoflow-k8s '.status.restartHistory[0].node')" = "$node" ] || fail "the restart history does not name $node"
+      after_move drain "$node"
+      kubectl uncordon "$node" >/dev/null
+      ;;
+    lost)
+      # A gang's node lost mid-run (its kubelet, containerd and containers killed, its network gone):
+      # the pod there stays Running in the API until the node monitor calls the node NotReady (20 s on
+      # this cluster); the gang is then placed on the other nodes from its newest checkpoint (at most
+      # one interval, 10 steps, retrained), and the job succeeds.
+      spare_node
+      job lost
+      wait_step lost cosmoflow-k8s 25 120
+      node=$(kubectl get pods -n lost -l tessera.dev/job -o jsonpath='{.items[0].spec.nodeName}')
+      t0_fault=$(date +%s.%N)
+      bash "$src/scripts/test-cluster.sh" lose-node "$dir/cluster" "${node#node-}"
+      moved lost
+      echo "lost $node at step $failed_at: the gang resumed at $resumed_at, ${took} s later"
+      [[ $reason == *"node $node is not ready"* ]] || fail "the preemption does not name the lost node: $reason"
+      ((failed_at - resumed_at <= 10)) || fail "more than one checkpoint interval retrained: $failed_at -> $resumed_at"
+      after_move lost "$node"
       ;;
     lifecycle)
       # Suspend and resume; the deadline; TTL; deletion leaves no child behind.

@@ -710,6 +710,32 @@ TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
   }
 }
 
+// The node's kubelet and containers die together: the peers fail first, while the node's pod stays
+// Running in the API until the node monitor calls the node NotReady. The restart waits for that, so
+// the gang moves as a preemption; an old pod left on the lost node is deleted at once.
+TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
+  Observed o = running(0, {{"runPolicy", {{"backoffLimit", 0}}}});
+  o.pods[0] = pod(0, 0, "Failed", 1);
+  o.pods[0].finished = kNow - seconds(10);
+  const Decision waiting = reconcile(o, options());
+  EXPECT_EQ(describe(waiting), (std::vector<std::string>{}));
+  EXPECT_GT(waiting.requeue_after.count(), 0);
+  o.nodes[1].ready = false;
+  EXPECT_EQ(describe(reconcile(o, options())),
+            (std::vector<std::string>{"status phase=Restarting", "delete pod j-0-1 now", "event Warning Preempted", "delete pod j-0-0",
+                                      "stop rendezvous"}));
+  // Not called lost within the bound: a failure after all.
+  o.nodes[1].ready = true;
+  o.now = kNow + seconds(60);
+  EXPECT_EQ(describe(reconcile(o, options()))[0], "status phase=Failed reason=BackoffLimitExceeded");
+  // A pod of an earlier gang on a lost node, terminating for ever: deleted at once.
+  Observed old = running(1);
+  old.pods = {pod(0, 1, "Running")};
+  old.pods[0].terminating = true;
+  old.nodes[1].ready = false;
+  EXPECT_EQ(describe(reconcile(old, options())), (std::vector<std::string>{"delete pod j-0-1 now"}));
+}
+
 TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
   Observed o = running(0, {{"runPolicy", {{"terminationGracePeriodSeconds", 120}}}});
   o.pods = {pod(0, 1, "Running")};
