@@ -353,7 +353,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
 
   ConfigNode rp = spec.child("runPolicy");
   rp.allow_only({"backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend", "startTimeoutSeconds",
-                 "terminationGracePeriodSeconds"});
+                 "terminationGracePeriodSeconds", "restartInPlace"});
   s.run_policy.backoff_limit = static_cast<int>(rp.integer("backoffLimit", s.run_policy.backoff_limit, 0, 1000));
   s.run_policy.active_deadline_seconds = rp.integer("activeDeadlineSeconds", 0, 1, INT64_MAX);
   s.run_policy.ttl_seconds_after_finished = rp.integer("ttlSecondsAfterFinished", -1, 0, INT64_MAX);
@@ -361,6 +361,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.run_policy.start_timeout_seconds = rp.integer("startTimeoutSeconds", s.run_policy.start_timeout_seconds, 1, INT64_MAX);
   s.run_policy.termination_grace_period_seconds =
       rp.integer("terminationGracePeriodSeconds", s.run_policy.termination_grace_period_seconds, 1, 86400);
+  s.run_policy.restart_in_place = rp.boolean("restartInPlace", s.run_policy.restart_in_place);
 
   ConfigNode local = spec.child("local");
   local.allow_only({"nodes", "gpusPerNode", "workDir", "network"});

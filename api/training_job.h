@@ -151,6 +151,7 @@ struct RunPolicy {
   int64_t ttl_seconds_after_finished = -1; // -1: kept
   int64_t start_timeout_seconds = 300;     // how long a pod's containers may wait to start (image pull, creation)
   int64_t termination_grace_period_seconds = 30;  // the pods' grace period: SIGTERM to SIGKILL
+  bool restart_in_place = true;      // a failed rank restarts the gang's ranks in their pods (else new pods)
   bool suspend = false;
 };
 

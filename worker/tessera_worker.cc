@@ -193,30 +193,28 @@ std::vector<std::string> visible_gpus() {
   return ids;
 }
 
-// --slots N: the ranks of one pod, as child processes of this one.
-int run_slots(const char* argv0, const Options& o) {
-  const int slots = o.slots;
+// The ranks of a pod, as child processes of its supervisor: their pids and the read end of each
+// one's error pipe (what it wrote on failing).
+struct Ranks {
+  std::vector<pid_t> pids;
+  std::vector<int> errors;
+  ~Ranks() {
+    for (int fd : errors) close(fd);
+  }
+  void signal_all(int sig) const {
+    for (pid_t p : pids)
+      if (p > 0) kill(p, sig);
+  }
+};
+
+// Starts the pod's ranks (slots 0..N-1), the other flags passed on.
+std::unique_ptr<Ranks> start_ranks(const char* argv0, const Options& o, const std::vector<std::string>& gpus) {
   const std::string& metrics_addr = o.metrics_addr;
   // Slot S serves its metrics on the pod's port + S (the ports the pod declares).
   const auto colon = metrics_addr.rfind(':');
   const int metrics_port = colon == std::string::npos ? 0 : static_cast<int>(parse_int(metrics_addr.substr(colon + 1)).value_or(0));
-  std::signal(SIGTERM, on_supervisor_signal);
-  std::signal(SIGINT, on_supervisor_signal);
-  // The ranks end with this process, even when it is killed outright.
-  setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
-  // Each rank writes why it failed to a pipe of its own (its descriptor kErrorFd): the first
-  // failure's reason is this pod's last line (its termination message), after whatever the stopped
-  // ranks print. A pipe, not a file: a pod's root file system is read-only.
-  setenv("TESSERA_ERROR_FD", std::to_string(kErrorFd).c_str(), 1);
-  // The GPUs the pod was given (NVIDIA_VISIBLE_DEVICES, as NVIDIA's device plugin sets it; else
-  // CUDA_VISIBLE_DEVICES): slot S takes the S-th, and says so.
-  const std::vector<std::string> gpus = visible_gpus();
-  if (!gpus.empty() && static_cast<int>(gpus.size()) < slots)
-    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ", detail::count(slots, "rank"),
-             ": ranks share them");
-  std::vector<pid_t> pids;
-  std::vector<int> errors;  // the read end of each slot's pipe
-  for (int slot = 0; slot < slots; ++slot) {
+  auto ranks = std::make_unique<Ranks>();
+  for (int slot = 0; slot < o.slots; ++slot) {
     if (!gpus.empty()) {
       // The pod's GPU IDs, and which of the devices this process sees (the runtime numbers them 0..n-1).
       setenv("TESSERA_GPU", gpus[slot % gpus.size()].c_str(), 1);
@@ -241,68 +239,168 @@ int run_slots(const char* argv0, const Options& o) {
     const int spawned = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, cargv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
     close(fds[1]);
-    if (spawned != 0) throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(spawned)));
-    pids.push_back(pid);
-    errors.push_back(fds[0]);
+    if (spawned != 0) {
+      close(fds[0]);
+      ranks->signal_all(SIGKILL);
+      throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(spawned)));
+    }
+    ranks->pids.push_back(pid);
+    ranks->errors.push_back(fds[0]);
   }
-  auto stop_all = [&](int sig) {
-    for (pid_t p : pids)
-      if (p > 0) kill(p, sig);
-  };
-  // The ranks' exit statuses decide the pod's: the first failure's; else kExitStopped when the ranks
-  // stopped on request (each checkpointed the step the gang agreed on); else 0.
-  int result = 0, failed_slot = -1;
-  size_t running = pids.size();
+  return ranks;
+}
+
+// How a pod's ranks ended: the first failure's status and slot (and what it wrote); kExitStopped
+// when they stopped on request, each after the checkpoint of the step the gang agreed on; or a new
+// round of the gang, which they were stopped for.
+struct RanksEnd {
+  int status = 0, slot = -1;
+  std::string why;
+  bool new_round = false;
+};
+
+// Waits for the ranks to end. A failed rank ends the others at once (SIGKILL: the gang starts again
+// from its newest checkpoint in any case); SIGTERM to the pod is passed on and gives them the grace
+// period to agree on a step and checkpoint it; a round later than `round` (the controller restarts
+// the gang in place) ends them at once.
+RanksEnd wait_ranks(Ranks& ranks, const std::atomic<int64_t>& latest_round, int64_t round) {
   using SteadyClock = std::chrono::steady_clock;
-  auto stop_deadline = SteadyClock::time_point::max();
-  // A stop (SIGTERM) gives the ranks the pod's grace period to agree on a step and checkpoint it; the
-  // kubelet's SIGKILL ends it in any case.
   const auto grace = std::chrono::seconds(env_int("TESSERA_GRACE_SECONDS", 30, 1, 86400));
+  RanksEnd end;
+  size_t running = ranks.pids.size();
+  auto stop_deadline = SteadyClock::time_point::max();
   bool forwarded = false;
   while (running > 0) {
     if (g_forward_signal && !forwarded) {
       forwarded = true;
-      stop_all(g_forward_signal);
+      ranks.signal_all(g_forward_signal);
       stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
     }
-    if (SteadyClock::now() > stop_deadline) stop_all(SIGKILL);
+    if (!end.new_round && round >= 0 && latest_round.load() > round && !forwarded) {
+      end.new_round = true;
+      ranks.signal_all(SIGKILL);
+    }
+    if (SteadyClock::now() > stop_deadline) ranks.signal_all(SIGKILL);
     int status = 0;
     const pid_t done = waitpid(-1, &status, WNOHANG);
     if (done <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
     int slot = -1;
-    for (size_t i = 0; i < pids.size(); ++i)
-      if (pids[i] == done) pids[i] = -1, --running, slot = static_cast<int>(i);
+    for (size_t i = 0; i < ranks.pids.size(); ++i)
+      if (ranks.pids[i] == done) ranks.pids[i] = -1, --running, slot = static_cast<int>(i);
+    if (slot < 0) continue;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (code == kExitStopped && result == 0) {
+    if (end.new_round) continue;
+    if (code == kExitStopped && end.status == 0) {
       // The gang agreed to stop: the other ranks stop at the same step, after their checkpoints.
-      result = code;
-      failed_slot = slot;
+      end.status = code;
+      end.slot = slot;
       stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
-    } else if (code != 0 && code != kExitStopped && (result == 0 || result == kExitStopped)) {
-      // The first failure decides the pod's exit status; the other ranks are stopped.
-      result = code;
-      failed_slot = slot;
+    } else if (code != 0 && code != kExitStopped && (end.status == 0 || end.status == kExitStopped)) {
+      // The first failure decides the pod's exit status; the other ranks are ended.
+      end.status = code;
+      end.slot = slot;
       std::fprintf(stderr, "tessera-worker: slot %d of this pod ended with status %d; stopping the others\n", slot, code);
-      stop_all(SIGTERM);
-      stop_deadline = std::min(stop_deadline, SteadyClock::now() + std::chrono::seconds(10));
+      ranks.signal_all(SIGKILL);
     }
   }
-  if (failed_slot >= 0) {
+  if (end.slot >= 0) {
     // The slot has ended: its pipe holds what it wrote, then end of file.
-    std::string why;
     char buf[4096];
-    for (ssize_t n; (n = read(errors[failed_slot], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);)
-      if (n > 0) why.append(buf, static_cast<size_t>(n));
-    while (!why.empty() && why.back() == '\n') why.pop_back();
-    if (why.empty()) why = Process::describe(result);
-    std::fprintf(stderr, "tessera-worker: slot %d: %s\n", failed_slot, why.c_str());
-    if (!o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << failed_slot << ": " << why << "\n";
+    for (ssize_t n; (n = read(ranks.errors[end.slot], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);)
+      if (n > 0) end.why.append(buf, static_cast<size_t>(n));
+    while (!end.why.empty() && end.why.back() == '\n') end.why.pop_back();
+    if (end.why.empty()) end.why = Process::describe(end.status);
   }
-  for (int fd : errors) close(fd);
-  return result;
+  return end;
+}
+
+// Whether a gang whose rank ended with `status` may start again in place: not for a configuration
+// error or a diverged run (the controller fails the job), nor a stop (the gang moves).
+bool restartable(int status) {
+  return status != 0 && status != kExitConfigError && status != kExitDiverged && status != kExitStopped;
+}
+
+// --slots N: the ranks of one pod, as child processes of this one.
+int run_slots(const char* argv0, const Options& o) {
+  std::signal(SIGTERM, on_supervisor_signal);
+  std::signal(SIGINT, on_supervisor_signal);
+  // The ranks end with this process, even when it is killed outright.
+  setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
+  // Each rank writes why it failed to a pipe of its own (its descriptor kErrorFd): the first
+  // failure's reason is this pod's last line (its termination message), after whatever the stopped
+  // ranks print. A pipe, not a file: a pod's root file system is read-only.
+  setenv("TESSERA_ERROR_FD", std::to_string(kErrorFd).c_str(), 1);
+  // The GPUs the pod was given (NVIDIA_VISIBLE_DEVICES, as NVIDIA's device plugin sets it; else
+  // CUDA_VISIBLE_DEVICES): slot S takes the S-th, and says so.
+  const std::vector<std::string> gpus = visible_gpus();
+  if (!gpus.empty() && static_cast<int>(gpus.size()) < o.slots)
+    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ", detail::count(o.slots, "rank"),
+             ": ranks share them");
+  // Restarts in place (under the controller's rendezvous): a failed rank is reported and the pod
+  // waits for the gang's next round, then starts its ranks again; the ranks of a pod whose own did
+  // not fail are restarted when the round begins. The controller chooses (spec.runPolicy.
+  // restartInPlace): it may instead replace the pods, which ends this one.
+  std::unique_ptr<GrpcStore> control;
+  int64_t round = -1;
+  std::atomic<int64_t> latest_round{-1};
+  std::atomic<bool> done{false};
+  std::thread watcher;
+  if (o.service()) {
+    control = std::make_unique<GrpcStore>(o.rendezvous.substr(7), o.job_key, o.token);
+    round = control->await_round(-1, std::chrono::seconds(10)).value_or(-1);
+    latest_round = round;
+    if (round < 0) {
+      log_warn("the controller's rendezvous did not answer: a failed rank fails this pod (no restart in place)");
+    } else {
+      watcher = std::thread([&] {
+        while (!done)
+          if (const auto r = control->await_round(latest_round.load(), std::chrono::seconds(1)); r && *r > latest_round.load())
+            latest_round = *r;
+          else if (!r)
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      });
+    }
+  }
+  struct JoinWatcher {
+    std::atomic<bool>& done;
+    std::thread& t;
+    ~JoinWatcher() {
+      done = true;
+      if (t.joinable()) t.join();
+    }
+  } join_watcher{done, watcher};
+  // How long a pod whose rank failed waits for the controller to restart the gang in place.
+  const auto restart_wait = std::chrono::seconds(env_int("TESSERA_RESTART_WAIT_SECONDS", 120, 1, 86400));
+  for (;;) {
+    RanksEnd end;
+    {
+      std::unique_ptr<Ranks> ranks = start_ranks(argv0, o, gpus);
+      end = wait_ranks(*ranks, latest_round, round);
+    }
+    if (end.new_round) {
+      round = latest_round;
+      log_info("the gang restarts in place (round ", round, "): starting this pod's ", detail::count(o.slots, "rank"), " again");
+      continue;
+    }
+    if (end.slot >= 0) std::fprintf(stderr, "tessera-worker: slot %d: %s\n", end.slot, end.why.c_str());
+    if (round >= 0 && restartable(end.status) && !g_forward_signal) {
+      if (control->report_exit(o.replica, end.slot, end.status, end.why, round, std::chrono::seconds(10))) {
+        const auto until = std::chrono::steady_clock::now() + restart_wait;
+        while (latest_round.load() <= round && !g_forward_signal && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (latest_round.load() > round && !g_forward_signal) {
+          round = latest_round;
+          log_info("the gang restarts in place (round ", round, "): starting this pod's ", detail::count(o.slots, "rank"), " again");
+          continue;
+        }
+      }
+    }
+    if (end.slot >= 0 && !o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << end.slot << ": " << end.why << "\n";
+    return end.status;
+  }
 }
 
 int run(int argc, char** argv) {

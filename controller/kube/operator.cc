@@ -44,7 +44,13 @@ struct KubeOperator::Impl {
 
   mutable std::mutex mu;
   std::mutex placement_mu;
-  std::map<std::string, std::pair<std::string, int>> served;  // job key -> (token, attempt) at the rendezvous
+  // What the rendezvous serves for each job: its token, the attempt (pods) and round of its gang.
+  struct Served {
+    std::string token;
+    int attempt = 0;
+    int64_t round = 0;
+  };
+  std::map<std::string, Served> served;  // by job key
   // Jobs whose token Secret this controller has written (it cannot read Secrets): after a restart the
   // first decision creates it again, meets 409 AlreadyExists and replaces it with the same content.
   std::set<std::string> secrets_made;  // GUARDED_BY(mu)
@@ -144,9 +150,12 @@ struct KubeOperator::Impl {
       std::lock_guard<std::mutex> lock(mu);
       o.has_secret = secrets_made.count(key) > 0;
       auto it = served.find(key);
-      if (it != served.end() && it->second.first == o.token) {
-        o.served_attempt = it->second.second;
-        if (job.contains("status") && it->second.second == reconcile::attempt_of(job["status"])) o.progress = rendezvous->progress(key);
+      if (it != served.end() && it->second.token == o.token) {
+        o.served_attempt = it->second.attempt;
+        o.served_round = it->second.round;
+        const json status = job.contains("status") ? job["status"] : json::object();
+        if (it->second.attempt == reconcile::attempt_of(status) && it->second.round == status.value("restartsInPlace", int64_t{0}))
+          o.progress = rendezvous->progress(key);
       }
     }
     return o;
@@ -167,8 +176,9 @@ struct KubeOperator::Impl {
     RendezvousJobPolicy policy;
     policy.switch_at_epoch = target->switch_at_epoch;
     policy.switch_step = target->switch_step;
+    policy.round = target->round;
     rendezvous->add_job(key, target->token, target->plan, policy);
-    served[key] = {target->token, target->attempt};
+    served[key] = {target->token, target->attempt, target->round};
   }
 
   void record_event(const json& job, const Action& a) {

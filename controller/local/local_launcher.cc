@@ -148,6 +148,7 @@ class Launch {
 
  private:
   json& status() { return object_["status"]; }
+  const json& status() const { return object_["status"]; }
   const json* condition(const std::string& type) {
     if (!status().contains("conditions")) return nullptr;
     for (const auto& c : status()["conditions"])
@@ -171,7 +172,9 @@ class Launch {
         for (auto& n : o.nodes)
           if (n.name == p.node) n.used.gpu += spec_.ranks_per_replica;
     if (served_attempt_ >= 0) o.served_attempt = served_attempt_;
-    if (served_attempt_ >= 0 && served_attempt_ == reconcile::attempt_of(status())) {
+    o.served_round = served_round_;
+    if (served_attempt_ >= 0 && served_attempt_ == reconcile::attempt_of(status()) &&
+        served_round_ == status().value("restartsInPlace", int64_t{0})) {
       const RendezvousProgress p = service_->progress(key());
       o.progress = p;
       if (p.step >= 0) last_progress_ = p;
@@ -242,8 +245,10 @@ class Launch {
           RendezvousJobPolicy policy;
           policy.switch_at_epoch = a.rendezvous.switch_at_epoch;
           policy.switch_step = a.rendezvous.switch_step;
+          policy.round = a.rendezvous.round;
           service_->add_job(key(), a.rendezvous.token, a.rendezvous.plan, policy);
           served_attempt_ = a.rendezvous.attempt;
+          served_round_ = a.rendezvous.round;
           plan_ = a.rendezvous.plan;
           break;
         }
@@ -340,9 +345,8 @@ class Launch {
     int replica = 0;
     for (const auto& a : plan_)
       if (a.rank == 0) replica = a.replica;
-    return pods_->log(reconcile::pod_name(job_.name, served_attempt_ >= 0 ? served_attempt_ : status_restarts(), replica));
+    return pods_->log(reconcile::pod_name(job_.name, served_attempt_ >= 0 ? served_attempt_ : reconcile::attempt_of(status()), replica));
   }
-  int status_restarts() const { return object_["status"].value("restarts", 0); }
 
   void say(const std::string& line) const { console_.say(line); }
 
@@ -373,6 +377,7 @@ class Launch {
   std::vector<placement::NodeInfo> nodes_;
   std::vector<placement::RankAssignment> plan_;  // of the gang the rendezvous serves
   int served_attempt_ = -1, threads_ = 1;
+  int64_t served_round_ = 0;
   std::unique_ptr<EmulatedNetwork> network_;
   std::unique_ptr<RendezvousService> service_;
   std::string rendezvous_;  // host:port the workers reach the rendezvous at

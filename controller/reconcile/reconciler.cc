@@ -190,6 +190,7 @@ std::optional<RendezvousTarget> target_of(const std::string& token, const json& 
   t.plan = plan->second;
   if (spec) t.switch_at_epoch = switch_at_epoch(*spec);
   t.switch_step = status.value("switchStep", int64_t{-1});
+  t.round = status.value("restartsInPlace", int64_t{0});
   return t;
 }
 
@@ -251,7 +252,8 @@ std::string Action::describe() const {
     }
     case Kind::kEvent: return detail::concat("event ", warning ? "Warning " : "Normal ", tessera::reconcile::name(reason));
     case Kind::kDeleteJob: return "delete job";
-    case Kind::kServeRendezvous: return detail::concat("serve rendezvous attempt ", rendezvous.attempt);
+    case Kind::kServeRendezvous:
+      return detail::concat("serve rendezvous attempt ", rendezvous.attempt, rendezvous.round ? detail::concat(" round ", rendezvous.round) : "");
     case Kind::kStopRendezvous: return "stop rendezvous";
   }
   return "";
@@ -266,7 +268,7 @@ std::vector<std::string> plan_nodes(const json& config_map) {
 
 int attempt_of(const json& status) {
   if (!status.is_object()) return 0;
-  return status.value("restarts", 0) + status.value("preemptions", 0);
+  return status.value("restarts", 0) - status.value("restartsInPlace", 0) + status.value("preemptions", 0);
 }
 
 std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
@@ -516,6 +518,27 @@ class Reconciler {
       // when it disappears.
       if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
     }
+    // A rank failed while every pod goes on: its supervisor reported it (the others' follow, their
+    // peers gone). The cause is a rank killed by a signal rather than its peers: waited for a moment.
+    if (!failed && !stopped && !rejected && o.progress && !o.progress->exits.empty()) {
+      const RankExit* cause = &o.progress->exits.front();
+      for (const auto& e : o.progress->exits)
+        if (e.exit_code > 128 && cause->exit_code <= 128) cause = &e;
+      if (cause->exit_code <= 128 && o.now - cause->time < seconds(3) &&
+          o.progress->exits.size() < static_cast<size_t>(s().replicas * s().ranks_per_replica)) {
+        requeue(milliseconds(500));
+        return true;
+      }
+      PodInfo p;
+      p.replica = cause->replica;
+      p.name = pod_name(name, attempt, cause->replica);
+      for (const PodInfo* q : current)
+        if (q->replica == cause->replica) p.node = q->node;
+      p.exit_code = cause->exit_code;
+      p.message = detail::concat("slot ", cause->slot, ": ", cause->message);
+      restart_gang(p, s().run_policy.restart_in_place);
+      return true;
+    }
     // Stopped on SIGTERM (someone deleted or evicted a pod): the gang checkpointed and stops as one.
     // A real failure among its pods outranks it.
     if (stopped && !failed) {
@@ -557,7 +580,9 @@ class Reconciler {
     return true;
   }
 
-  void restart_gang(const PodInfo& failed) {
+  // A failure: the gang starts again from its newest checkpoint, in its pods (a new rendezvous round)
+  // or in new pods (a new attempt).
+  void restart_gang(const PodInfo& failed, bool in_place = false) {
     const auto& rp = s().run_policy;
     std::string why = detail::concat("pod ", failed.name, " on ", failed.node, " failed");
     if (failed.exit_code >= 0) why += detail::concat(" with exit code ", failed.exit_code);
@@ -579,6 +604,17 @@ class Reconciler {
                                                                 " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));
     const int64_t at = record_restart(failed.name, failed.node, failed.exit_code, why, false);
     status.set("restarts", restarts + 1);
+    if (in_place) {
+      json history = status.s["restartHistory"];
+      history.back()["inPlace"] = true;
+      status.set("restartHistory", history);
+      status.set("restartsInPlace", status.s.value("restartsInPlace", 0) + 1);
+      status.condition("Restarting", true, "RankFailed", why);
+      event(true, Reason::kGangRestart,
+            detail::concat(why, " at step ", at, "; restarting the gang in place from its last checkpoint: its pods stay and start "
+                                                 "their processes again (restart ", restarts + 1, " of at most ", rp.backoff_limit, ")"));
+      return;
+    }
     status.condition("Restarting", true, "PodFailed", why);
     event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
                                                      restarts + 1, " of at most ", rp.backoff_limit, ")"));
@@ -971,7 +1007,11 @@ class Reconciler {
     const auto& sp = s();
     int running = 0;
     for (const PodInfo* p : current) running += p->phase == "Running";
-    if (running == sp.replicas && status.phase() != "Running") {
+    // After a restart in place the pods run throughout: the gang runs again once its ranks report.
+    const json restarted = status.s.value("restartHistory", json::array());
+    const bool resuming_in_place = !restarted.empty() && restarted.back().value("inPlace", false) &&
+                                   restarted.back().value("resumedAtStep", int64_t{-1}) < 0 && !(o.progress && o.progress->step >= 0);
+    if (running == sp.replicas && status.phase() != "Running" && !resuming_in_place) {
       status.set("phase", "Running");
       status.condition("Running", true, "GangRunning", detail::concat("all ", sp.replicas, " pods are running"));
       if (status.is("Restarting")) status.condition("Restarting", false, "GangRunning", "");
@@ -1027,7 +1067,7 @@ class Reconciler {
   Decision decision() {
     status.s["observedGeneration"] = status.generation;
     const std::optional<RendezvousTarget> target = target_of(o.token, status.s, frozen ? frozen : std::optional<json>(spec), plan);
-    if (target && o.served_attempt != target->attempt) {
+    if (target && (o.served_attempt != target->attempt || o.served_round != target->round)) {
       Action a;
       a.kind = Action::Kind::kServeRendezvous;
       a.rendezvous = *target;
@@ -1130,7 +1170,7 @@ class Reconciler {
   json spec;                   // the spec to run
   api::ParsedJob parsed;
   std::optional<std::pair<int, std::vector<placement::RankAssignment>>> plan;  // the ring plan, if placed
-  int attempt = 0;   // of the current gang: restarts + preemptions
+  int attempt = 0;   // of the current gang's pods (attempt_of)
   int restarts = 0;  // gang restarts after failures, counted against backoffLimit
   std::vector<const PodInfo*> current, old_pods;  // pods of this attempt, and of earlier ones
 };

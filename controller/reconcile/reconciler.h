@@ -7,11 +7,14 @@
 // it again on the same world gives the same actions, and a restarted controller carries on.
 //
 // The gang: pods are created only when GangPlacer fits all of them; they are named
-// <job>-<attempt>-<replica> (attempt = status.restarts + status.preemptions), so a retried create
+// <job>-<attempt>-<replica> (attempt_of: the restarts that replaced the pods), so a retried create
 // can never make a second pod for a replica. One failed pod restarts the whole gang from its
 // checkpoints (a new attempt), up to runPolicy.backoffLimit; a worker exit status 2 (a configuration
 // error) fails the job at once; a pod the node refused at admission is placed again, which is not a
-// restart. A preemption is not a failure either: a gang whose node is leaving (cordoned, drained,
+// restart. A rank that fails while its pod and node stay healthy is reported by its pod's
+// supervisor: with runPolicy.restartInPlace the gang restarts in place (a new rendezvous round: the
+// supervisors start their ranks again, which resume from the newest checkpoint; no pod is replaced),
+// else its pods are replaced; either counts against backoffLimit. A preemption is not a failure either: a gang whose node is leaving (cordoned, drained,
 // tainted NoExecute) is stopped there, checkpoints the step its ranks agree on (worker exit status 4)
 // and is placed again on other nodes; a gang whose node is lost (NotReady, deleted) is placed again
 // at once, from its newest checkpoint; neither counts against backoffLimit (status.preemptions).
@@ -63,6 +66,7 @@ struct PodInfo {
 struct RendezvousTarget {
   std::string token;
   int attempt = 0;
+  int64_t round = 0;                   // status.restartsInPlace: the gang's round in its current pods
   std::vector<placement::RankAssignment> plan;
   int switch_at_epoch = -1;            // hybrid jobs
   int64_t switch_step = -1;            // already chosen (kept in the status)
@@ -79,6 +83,7 @@ struct Observed {
   std::vector<placement::NodeInfo> nodes;  // used: requests of all pods bound there that hold resources
   std::optional<Progress> progress;  // for the current attempt
   std::optional<int> served_attempt;  // the attempt of the job's gang the backend's rendezvous serves; none: not served
+  int64_t served_round = 0;          // and its round
   Time now;
 };
 
@@ -158,8 +163,8 @@ json apply_status_patch(json status, const json& patch);
 // none when the job has no gang (finished, suspended, not placed).
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
 
-// The attempt of the job's current gang, which its pods' names carry: status.restarts (failures) +
-// status.preemptions.
+// The attempt of the job's current gang, which its pods' names carry: the gang restarts that
+// replaced its pods, status.restarts - status.restartsInPlace + status.preemptions.
 int attempt_of(const json& status);
 
 // The nodes of the ring plan in the job's ConfigMap (none before its gang is placed).

@@ -33,9 +33,12 @@ struct JobState {
   std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
   std::map<std::string, int64_t> barrier_generation;   // completed rounds per name
   RendezvousService::JobPolicy policy;
-  RendezvousService::Progress progress;                // of rank 0
+  RendezvousService::Progress progress;                // of rank 0; the failed ranks' exits
   int64_t furthest_step = -1;
 };
+
+// The longest account of a failed rank a supervisor may report (a round keeps one per rank at most).
+constexpr size_t kMaxExitMessageBytes = 4096;
 
 // Equal strings, in time that depends on their lengths only (a token guessed byte by byte learns nothing).
 bool same_secret(const std::string& a, const std::string& b) {
@@ -204,6 +207,42 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     }
     resp->set_switch_step(job->progress.switch_step);
     return Status::OK;
+  }
+
+  Status ReportExit(ServerContext*, const v1::ReportExitRequest* req, v1::ReportExitResponse*) override {
+    std::lock_guard<std::mutex> lock(mu);
+    JobState* job = nullptr;
+    if (Status s = find(req->auth(), &job); !s.ok()) return s;
+    bool known = false;
+    for (const auto& a : job->plan) known = known || (a.replica == req->replica() && a.slot == req->slot());
+    if (!known)
+      return invalid("replica", detail::concat("job '", req->auth().job(), "' has no worker (replica ", req->replica(), ", slot ",
+                                               req->slot(), ")"));
+    if (req->exit_code() == 0) return invalid("exit_code", "0 is not a failure");
+    if (req->message().size() > kMaxExitMessageBytes)
+      return invalid("message", detail::concat(req->message().size(), " bytes, above the limit of ", kMaxExitMessageBytes));
+    if (req->round() != job->policy.round) return Status::OK;  // an earlier round's: that gang is gone
+    auto& exits = job->progress.exits;
+    for (const auto& e : exits)
+      if (e.replica == req->replica() && e.slot == req->slot()) return Status::OK;
+    if (exits.size() >= job->plan.size()) return Status::OK;
+    exits.push_back({req->replica(), req->slot(), req->exit_code(), req->message(), std::chrono::system_clock::now()});
+    return Status::OK;
+  }
+
+  Status AwaitRound(ServerContext* ctx, const v1::AwaitRoundRequest* req, v1::AwaitRoundResponse* resp) override {
+    if (Status s = check_timeout(req->timeout_ms(), limits); !s.ok()) return s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(req->timeout_ms());
+    std::unique_lock<std::mutex> lock(mu);
+    for (;;) {
+      JobState* job = nullptr;
+      if (Status s = find(req->auth(), &job); !s.ok()) return s;
+      if (job->policy.round > req->round() || std::chrono::steady_clock::now() >= deadline || ctx->IsCancelled()) {
+        resp->set_round(job->policy.round);
+        return Status::OK;
+      }
+      cv.wait_until(lock, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(200)));
+    }
   }
 
   Status Barrier(ServerContext* ctx, const v1::BarrierRequest* req, v1::BarrierResponse*) override {

@@ -1,7 +1,8 @@
 // RendezvousService: the controller's gRPC service where a job's workers meet. Each job is added
 // with its token and ring plan; workers register as (replica, slot) and get their rank from the
 // plan (the same rank again after a restart), then use the job's key-value store (with waits) to
-// bootstrap their communicators, and barriers. Requests with a wrong token are refused
+// bootstrap their communicators, and barriers. Pods' supervisors report failed ranks and wait for
+// the gang's next round (a restart in place). Requests with a wrong token are refused
 // (PERMISSION_DENIED, the token compared in constant time); unknown jobs are NOT_FOUND; every
 // field is checked (ranks inside the world, a barrier's count the job's world size, steps and
 // epochs not negative, finite numbers) and the store is bounded (RendezvousLimits).
@@ -25,6 +26,9 @@ namespace tessera {
 struct RendezvousJobPolicy {
   int switch_at_epoch = -1;
   int64_t switch_step = -1;  // a switch step chosen before (a controller rebuilding a running job's state)
+  // The gang's round: the same pods restarted in place start a new one. Supervisors wait for it
+  // (AwaitRound); ranks' exits are reported for the current one.
+  int64_t round = 0;
 };
 // What the workers last reported.
 using RendezvousProgress = reconcile::Progress;

@@ -216,31 +216,52 @@ for s in $scenarios; do
       ;;
     kill)
       # kill -9 of a random worker at a random step, once per seed (KILL_SEEDS, default 1 2 3), all
-      # in one run of the example: a gang restart from the newest checkpoint after each, at most one
-      # checkpoint interval (10 steps) retrained each time, and the final validation loss within 5%
-      # of the uninterrupted run's (scenario example).
+      # in one run of the example. The gang restarts in place: its pods stay (none is created) and
+      # start their processes again from the newest checkpoint; for the second kill
+      # spec.runPolicy.restartInPlace is turned off, and the gang's pods are replaced, as a comparison
+      # of the recovery times. At most one checkpoint interval (10 steps) is retrained each time, and
+      # the final validation loss is within 5% of the uninterrupted run's (scenario example).
       seeds=${KILL_SEEDS:-1 2 3}
       job kill -e "s/backoffLimit: 3/backoffLimit: $(($(wc -w <<<"$seeds") + 1))/"
       k=0
       from=0  # where the current gang started
+      in_place_times="" replaced_times=""
       for seed in $seeds; do
+        in_place=true
+        ((k == 1)) && in_place=false
+        kubectl patch tj cosmoflow-k8s -n kill --type merge -p "{\"spec\":{\"runPolicy\":{\"restartInPlace\":$in_place}}}" >/dev/null
         # The seed picks the worker (replica, slot) and the step: 5 to 24 steps past the gang's start,
         # as the status shows it (which trails the workers by up to a second).
         read -r replica slot step < <(python3 -c "import random; r = random.Random($seed); print(r.randrange(4), r.randrange(2), r.randrange(5, 25))")
         wait_step kill cosmoflow-k8s $((from + step)) 120
+        pods_before=$(kubectl get pods -n kill -l tessera.dev/job -o name | sort | tr '\n' ' ')
         victim=$(pgrep -f -- "--replica $replica .*--slot $slot" | head -1 || true)
         [ -n "$victim" ] || fail "seed $seed: no worker process of replica $replica slot $slot (status: $(field kill cosmoflow-k8s .status))"
+        t_kill=$(date +%s.%N)
         kill -9 "$victim"
         k=$((k + 1))
         wait_for kill cosmoflow-k8s .status.restarts "$k" 60
-        for _ in $(seq 1 240); do
+        for _ in $(seq 1 480); do
           from=$(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))].resumedAtStep")
           [ "$from" -ge 0 ] 2>/dev/null && break
-          sleep 0.5
+          sleep 0.25
         done
         [ "$from" -ge 0 ] 2>/dev/null || fail "seed $seed: the gang did not resume in 120 s"
-        echo "seed $seed: killed replica $replica slot $slot at step $(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))].failedAtStep"), resumed at $from"
+        took=$(python3 -c "import time; print(round(time.time() - $t_kill, 1))")
+        recorded=$(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))].inPlace")
+        if $in_place; then
+          in_place_times+=" $took"
+          [ "$recorded" = true ] || fail "seed $seed: not restarted in place: $(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))]")"
+          [ "$(kubectl get pods -n kill -l tessera.dev/job -o name | sort | tr '\n' ' ')" = "$pods_before" ] ||
+            fail "seed $seed: pods changed in a restart in place: $pods_before -> $(kubectl get pods -n kill -l tessera.dev/job -o name)"
+        else
+          replaced_times+=" $took"
+          [ "$recorded" != true ] || fail "seed $seed: restarted in place with restartInPlace false"
+        fi
+        echo "seed $seed: killed replica $replica slot $slot at step $(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))].failedAtStep"), resumed at $from $(
+          $in_place && echo "in place" || echo "in new pods") ${took} s after the kill"
       done
+      echo "recovery, kill -9 to the first step after it: in place${in_place_times} s; new pods${replaced_times} s"
       wait_for kill cosmoflow-k8s .status.phase Succeeded 240
       [ "$(field kill cosmoflow-k8s .status.restarts)" = "$k" ] || fail "expected $k restarts: $(field kill cosmoflow-k8s .status.restartHistory)"
       for ((i = 0; i < k; i++)); do

@@ -125,7 +125,10 @@ TEST(LocalRunTest, KilledWorkerRestartsTheGangFromTheLastCheckpoint) {
   EXPECT_EQ(resumed % every, 0) << "resumed from a checkpoint";
   EXPECT_LE(failed - resumed, every) << "lost at most one checkpoint interval";
   EXPECT_GE(resumed, every);
-  EXPECT_NE(out.find("restarting the gang from its last checkpoint"), std::string::npos) << out;
+  // The pods (each a `tessera-worker --slots` supervisor) stayed and started their ranks again.
+  EXPECT_EQ(h["inPlace"], true) << h.dump();
+  EXPECT_EQ(s["restartsInPlace"], 1);
+  EXPECT_NE(out.find("restarting the gang in place from its last checkpoint"), std::string::npos) << out;
   std::filesystem::remove_all(dir);
 }
 

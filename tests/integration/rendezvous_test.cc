@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <thread>
 
 #include "controller/placement/ring_planner.h"
 #include "controller/rendezvous/rendezvous_service.h"
@@ -60,6 +61,40 @@ TEST(RendezvousTest, RestartedWorkerGetsItsRankBack) {
   auto again = s.register_worker(0, 1, "h", 0, Millis(5000));
   EXPECT_EQ(again.rank, 3);
   EXPECT_EQ(again.generation, 2);
+}
+
+// A restart in place: a pod's supervisor reports its failed rank for the gang's round; the
+// controller serves the next round; supervisors waiting for it hear of it at once.
+TEST(RendezvousTest, SupervisorsReportFailedRanksAndFollowTheRounds) {
+  RendezvousService service;
+  service.add_job("job", "t", two_by_two());
+  GrpcStore s(service.target(), "job", "t");
+  EXPECT_EQ(s.await_round(-1, Millis(5000)), 0);
+  EXPECT_TRUE(s.report_exit(1, 0, 137, "killed", 0, Millis(5000)));
+  EXPECT_TRUE(s.report_exit(1, 0, 1, "again", 0, Millis(5000)));  // one per rank: the first kept
+  EXPECT_TRUE(s.report_exit(0, 1, 1, "peer gone", 5, Millis(5000)));  // another round's: ignored
+  const auto exits = service.progress("job").exits;
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].replica, 1);
+  EXPECT_EQ(exits[0].exit_code, 137);
+  EXPECT_EQ(exits[0].message, "killed");
+  EXPECT_FALSE(s.report_exit(7, 0, 1, "", 0, Millis(5000)));  // no such worker: INVALID_ARGUMENT
+  EXPECT_FALSE(s.report_exit(1, 1, 0, "", 0, Millis(5000)));  // 0 is not a failure
+  // No new round within the wait: the same one.
+  EXPECT_EQ(s.await_round(0, Millis(100)), 0);
+  std::thread next([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    RendezvousJobPolicy policy;
+    policy.round = 1;
+    service.add_job("job", "t", two_by_two(), policy);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(s.await_round(0, Millis(10000)), 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  next.join();
+  EXPECT_TRUE(service.progress("job").exits.empty()) << "the new round starts with no failure";
+  GrpcStore wrong(service.target(), "job", "guess");
+  EXPECT_FALSE(wrong.await_round(-1, Millis(1000)).has_value());
 }
 
 TEST(RendezvousTest, RegisteredRanksAreListedForPrometheus) {

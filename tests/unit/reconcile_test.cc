@@ -736,6 +736,49 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   EXPECT_EQ(describe(reconcile(old, options())), (std::vector<std::string>{"delete pod j-0-1 now"}));
 }
 
+// kill -9 of one worker process: its pod's supervisor reports it (exit 137), and the peers' theirs
+// (exit 1, their peer gone); the pods run on. The gang restarts in place: a new rendezvous round,
+// no pod deleted or created; counted against backoffLimit.
+TEST(ReconcileTest, AFailedRankRestartsTheGangInPlace) {
+  Observed o = running();
+  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, ""};
+  o.progress->exits = {{0, 1, 1, "rank 1: peer rank 2 closed the connection", kNow - seconds(1)}};
+  // The peer's report first: the killed one's is waited for.
+  const Decision waiting = reconcile(o, options());
+  EXPECT_EQ(describe(waiting), (std::vector<std::string>{}));
+  EXPECT_GT(waiting.requeue_after.count(), 0);
+  o.progress->exits.push_back({1, 0, 137, "killed by signal 9", kNow});
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
+                                                   "serve rendezvous attempt 0 round 1"}));
+  const json& status = d.actions[0].object;
+  EXPECT_EQ(status["restartsInPlace"], 1);
+  const json& entry = status["restartHistory"][0];
+  EXPECT_EQ(entry["inPlace"], true);
+  EXPECT_EQ(entry["pod"], "j-0-1");
+  EXPECT_EQ(entry["node"], "n1");
+  EXPECT_EQ(entry["exitCode"], 137);
+  EXPECT_NE(entry["reason"].get<std::string>().find("slot 0: killed by signal 9"), std::string::npos) << entry;
+  EXPECT_NE(d.actions[1].message.find("in place"), std::string::npos);
+  // The new round is served; the pods run on, and the job stays Restarting until its ranks report.
+  Observed next = o;
+  next.job["status"] = apply_status_patch(next.job["status"], status);
+  next.served_round = 1;
+  next.progress = Progress{};
+  EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{}));
+  next.progress = Progress{21, 20, 0, 0.5, 10, -1, {}, ""};
+  const Decision resumed = reconcile(next, options());
+  ASSERT_FALSE(resumed.actions.empty());
+  EXPECT_EQ(resumed.actions[0].object["phase"], "Running");
+  EXPECT_EQ(resumed.actions[0].object["restartHistory"][0]["resumedAtStep"], 20);
+  // With runPolicy.restartInPlace false the pods are replaced instead.
+  Observed replaced = o;
+  replaced.job["spec"]["runPolicy"]["restartInPlace"] = false;
+  EXPECT_EQ(describe(reconcile(replaced, options())),
+            (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart", "delete pod j-0-0",
+                                      "delete pod j-0-1", "stop rendezvous"}));
+}
+
 TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
   Observed o = running(0, {{"runPolicy", {{"terminationGracePeriodSeconds", 120}}}});
   o.pods = {pod(0, 1, "Running")};

@@ -64,6 +64,32 @@ GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const st
   return Assignment{resp.rank(), resp.world_size(), resp.local_rank(), resp.node(), resp.generation()};
 }
 
+bool GrpcStore::report_exit(int replica, int slot, int exit_code, const std::string& message, int64_t round, Millis timeout) {
+  v1::ReportExitRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_replica(replica);
+  req.set_slot(slot);
+  req.set_exit_code(exit_code);
+  req.set_message(message.substr(0, 4096));
+  req.set_round(round);
+  v1::ReportExitResponse resp;
+  auto ctx = impl_->context(Millis(0));
+  ctx->set_deadline(std::chrono::system_clock::now() + timeout);
+  return impl_->stub->ReportExit(ctx.get(), req, &resp).ok();
+}
+
+std::optional<int64_t> GrpcStore::await_round(int64_t known, Millis timeout) {
+  v1::AwaitRoundRequest req;
+  *req.mutable_auth() = impl_->auth;
+  req.set_round(known);
+  req.set_timeout_ms(known < 0 ? 0 : timeout.count());
+  v1::AwaitRoundResponse resp;
+  auto ctx = impl_->context(timeout);  // wait-for-ready up to the timeout, and the server's wait
+  grpc::Status s = impl_->stub->AwaitRound(ctx.get(), req, &resp);
+  if (!s.ok()) return std::nullopt;
+  return resp.round();
+}
+
 void GrpcStore::set(const std::string& key, const std::string& value) {
   v1::SetRequest req;
   *req.mutable_auth() = impl_->auth;
