@@ -201,6 +201,20 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   if (workers % g == 0 && s.training.batch_size % (workers / g) != 0)
     spec.child("training").problem("batchSize", detail::concat(s.training.batch_size, " does not divide over ", workers / g,
                                                                 " data-parallel replicas"));
+  if (const int m = s.elastic.min_replicas; m > 0) {
+    ConfigNode elastic = spec.child("elastic");
+    if (m > s.replicas) {
+      elastic.problem("minReplicas", detail::concat(m, " is more than spec.replicas (", s.replicas, ")"));
+    } else {
+      // Every gang between minReplicas and replicas pods must be whole spatial groups.
+      for (int r = m; r <= s.replicas; ++r)
+        if (r * s.ranks_per_replica % g != 0) {
+          elastic.problem("minReplicas", detail::concat("a gang of ", r, " pods (", r * s.ranks_per_replica,
+                                                        " ranks) is not whole spatial groups of ", g, " ranks"));
+          break;
+        }
+    }
+  }
 
   ConfigNode comm = spec.child("communication");
   if (s.communication.strategy == "hybrid" && s.communication.switch_at_epoch >= s.training.epochs)
@@ -294,7 +308,7 @@ ParsedJob parse_training_job(const ConfigNode& root) {
 
   ConfigNode spec = root.child("spec");
   spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "device", "model", "dataset", "training", "parallelism",
-                   "communication", "cache", "placement", "checkpoint", "runPolicy", "local"});
+                   "communication", "cache", "placement", "checkpoint", "runPolicy", "elastic", "local"});
   s.replicas = static_cast<int>(spec.integer("replicas", s.replicas, 1, 100000));
   s.ranks_per_replica = static_cast<int>(spec.integer("ranksPerReplica", s.ranks_per_replica, 1, 64));
   ConfigNode res = spec.child("resources");
@@ -362,6 +376,10 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.run_policy.termination_grace_period_seconds =
       rp.integer("terminationGracePeriodSeconds", s.run_policy.termination_grace_period_seconds, 1, 86400);
   s.run_policy.restart_in_place = rp.boolean("restartInPlace", s.run_policy.restart_in_place);
+
+  ConfigNode elastic = spec.child("elastic");
+  elastic.allow_only({"minReplicas"});
+  s.elastic.min_replicas = static_cast<int>(elastic.integer("minReplicas", 0, 1, 100000));
 
   ConfigNode local = spec.child("local");
   local.allow_only({"nodes", "gpusPerNode", "workDir", "network"});

@@ -155,6 +155,12 @@ struct RunPolicy {
   bool suspend = false;
 };
 
+// Elastic data parallelism: the job goes on with fewer data-parallel replicas (at least
+// min_replicas pods, whole spatial groups), keeping its global batch by accumulating gradients.
+struct ElasticSpec {
+  int min_replicas = 0;              // 0: not elastic (the gang is always spec.replicas pods)
+};
+
 // The virtual cluster of `tessera run`: nodes with GPU slots (one per rank). Defaults: one node
 // per replica, with one slot per rank of a replica.
 struct LocalSpec {
@@ -184,6 +190,7 @@ struct TrainingJobSpec {
   PlacementSpec placement;
   CheckpointSpec checkpoint;
   RunPolicy run_policy;
+  ElasticSpec elastic;
   LocalSpec local;
 
   int workers() const { return replicas * ranks_per_replica; }

@@ -448,7 +448,10 @@ int run(int argc, char** argv) {
     store = std::move(grpc);
   }
   // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
-  if (o.world != job.workers)
+  // (An elastic job's gang may be smaller: whole spatial groups, at least spec.elastic.minReplicas.)
+  const bool elastic_world = job.min_workers > 0 && o.world >= job.min_workers && o.world <= job.workers &&
+                             o.world % job.model.spatial.size() == 0;
+  if (o.world != job.workers && !elastic_world)
     throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
                       detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
                                      " (spec.replicas x spec.ranksPerReplica)"));
@@ -505,12 +508,14 @@ int run(int argc, char** argv) {
   trainer.on_step = [&](const StepRecord& r) {
     if (exported) exported->observe(r, rank_samples, trainer.cache(), trainer.sample_cache());
     if (!metrics.is_open()) return;
-    char line[512];
+    char line[640];
     std::snprintf(line, sizeof(line),
                   "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
+                  "\"global_batch\":%lld,\"micro_batches\":%d,"
                   "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%.6f,\"update_s\":%.6f,"
                   "\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
-                  o.rank, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(), r.data_s, r.forward_s,
+                  o.rank, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(),
+                  static_cast<long long>(r.global_batch), r.micro_batches, r.data_s, r.forward_s,
                   r.backward_s, r.comm_s, r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
                   static_cast<unsigned long long>(r.bytes_inter));
     metrics << line << std::flush;

@@ -522,10 +522,18 @@ class Reconciler {
     // peers gone). The cause is a rank killed by a signal rather than its peers: waited for a moment.
     if (!failed && !stopped && !rejected && o.progress && !o.progress->exits.empty()) {
       const RankExit* cause = &o.progress->exits.front();
-      for (const auto& e : o.progress->exits)
+      auto first = cause->time;
+      std::set<int> reported;  // pods
+      for (const auto& e : o.progress->exits) {
         if (e.exit_code > 128 && cause->exit_code <= 128) cause = &e;
-      if (cause->exit_code <= 128 && o.now - cause->time < seconds(3) &&
-          o.progress->exits.size() < static_cast<size_t>(s().replicas * s().ranks_per_replica)) {
+        first = std::min(first, e.time);
+        reported.insert(e.replica);
+      }
+      // Only peers reported (their rank lost a peer): the killed rank's pod reports within moments;
+      // a pod that stays silent may be on a lost node, which its status says within the node
+      // monitor's grace period (then the gang moves as a preemption, evacuate).
+      const bool silent_pod = reported.size() < current.size();
+      if (cause->exit_code <= 128 && (o.now - first < seconds(3) || (silent_pod && o.now - first < kLostNodeWait))) {
         requeue(milliseconds(500));
         return true;
       }

@@ -523,5 +523,77 @@ TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
   std::filesystem::remove_all(dir);
 }
 
+// Elastic data parallelism: a 4-replica job stopped (SIGTERM) and resumed on 3 replicas, then on
+// 4 again. The 3-replica gang keeps the global batch of 8: the replica training two of the four
+// micro-batches of 2 says so in its step log. Its losses follow the uninterrupted 4-replica run's up
+// to the order of summation.
+// Under topk the error-feedback residuals of the 4 ranks are re-sharded onto 3 (their sum kept, on
+// rank 0) and back: the selections then differ, so the losses stay close rather than equal.
+TEST(TrainingTest, AnElasticGangOnFewerReplicasFollowsTheFullGangsTrajectory) {
+  for (const std::string strategy : {"dense", "topk"}) {
+    SCOPED_TRACE(strategy);
+    const std::string dir = make_temp_dir("tessera-elastic");
+    const std::string straight = dir + "/straight", elastic = dir + "/elastic";
+    std::filesystem::create_directories(straight);
+    std::filesystem::create_directories(elastic);
+    const std::string comm = "{strategy: " + strategy + ", density: 0.1, timeoutSeconds: 10}";
+    auto cs = write_config(straight, small_job(4, 1, comm, "  checkpoint: {path: " + straight + "/ckpt}\n", 2));
+    auto ce = write_config(elastic, small_job(4, 1, comm, "  checkpoint: {path: " + elastic + "/ckpt}\n  elastic: {minReplicas: 2}\n", 2));
+    Gang a = start(straight, cs, 4, 1, "s");
+    expect_success(a, "s", std::chrono::seconds(180));
+    // Runs `world` ranks from the newest checkpoint; stops them (SIGTERM to the last rank) once that
+    // rank has trained `steps` steps, unless steps is 0 (then to the end). Returns the first step.
+    auto run = [&](const std::string& tag, int world, size_t steps) {
+      Gang g = start(elastic, ce, world, 1, tag);
+      const std::string last = elastic + "/metrics-" + tag + "-" + std::to_string(world - 1) + ".jsonl";
+      if (steps > 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
+        while (std::chrono::steady_clock::now() < deadline && records(last, "step").size() < steps)
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        EXPECT_GE(records(last, "step").size(), steps);
+        kill(g.pids.back(), SIGTERM);
+      }
+      for (int r = 0; r < world; ++r)
+        EXPECT_EQ(wait_exit(g.pids[r], std::chrono::seconds(120)), steps > 0 ? kExitStopped : 0)
+            << read_file(elastic + "/log-" + tag + "-" + std::to_string(r) + ".txt");
+      const auto recs = records(elastic + "/metrics-" + tag + "-0.jsonl", "step");
+      return recs.empty() ? int64_t{-1} : recs.front()["step"].get<int64_t>();
+    };
+    EXPECT_EQ(run("e1", 4, 3), 0);
+    const int64_t shrunk = run("e2", 3, 3);
+    const int64_t grown = run("e3", 4, 0);
+    ASSERT_GT(shrunk, 0);
+    ASSERT_GT(grown, shrunk);
+    const std::string log = read_file(elastic + "/log-e2-0.txt");
+    EXPECT_NE(log.find("global batch 8 (4 micro-batches of 2 over 3 replicas"), std::string::npos) << log;
+    for (int r = 0; r < 3; ++r)
+      for (const auto& rec : records(elastic + "/metrics-e2-" + std::to_string(r) + ".jsonl", "step")) {
+        EXPECT_EQ(rec["global_batch"], 8);
+        EXPECT_EQ(rec["micro_batches"], r == 0 ? 2 : 1) << "rank " << r;
+      }
+    const auto full = records(straight + "/metrics-s-0.jsonl", "step");
+    ASSERT_EQ(full.size(), 20u);
+    double worst = 0;
+    size_t compared = 0;
+    for (const char* tag : {"e1", "e2", "e3"})
+      for (const auto& rec : records(elastic + "/metrics-" + std::string(tag) + "-0.jsonl", "step")) {
+        const int64_t step = rec["step"];
+        const double want = full[step]["loss"], got = rec["loss"];
+        worst = std::max(worst, std::abs(got - want) / std::abs(want));
+        ++compared;
+      }
+    EXPECT_EQ(compared, 20u) << "every step trained once";
+    std::printf("%s: stopped at step %lld on 4 ranks, at %lld on 3; largest relative loss difference from the uninterrupted run %.2e\n",
+                strategy.c_str(), static_cast<long long>(shrunk), static_cast<long long>(grown), worst);
+    EXPECT_LT(worst, strategy == "dense" ? 1e-4 : 0.05) << "the losses leave the uninterrupted trajectory";
+    if (strategy == "topk") {
+      const std::string log0 = read_file(elastic + "/log-e2-0.txt");
+      EXPECT_NE(log0.find("was written by a gang of 4 ranks; this one has 3: its error-feedback residuals are re-sharded"),
+                std::string::npos) << log0;
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 }  // namespace
 }  // namespace tessera

@@ -18,6 +18,39 @@ namespace {
 
 PosixFileSystem posix;
 
+// A gang of another size resumes: the residuals of the ranks that wrote the step, each placed at its
+// offset in its bucket (a hitopk rank holds a shard), summed.
+TEST(CheckpointTest, SummedResidualsPlaceEachRanksShareInItsBucket) {
+  const std::string dir = testing::make_temp_dir("tessera-ckpt-residuals");
+  CheckpointData a, b, c;
+  a.arrays["residual/0"] = {1, 2};  // shard [0, 2) of bucket 0
+  a.counters["residual_offset/0"] = 0;
+  a.arrays["residual/1"] = {1, 1, 1};
+  b.arrays["residual/0"] = {10, 20};  // shard [2, 4)
+  b.counters["residual_offset/0"] = 2;
+  b.arrays["residual/1"] = {0.5f, 0, -1};
+  c.arrays["residual/0"] = {100, 200};  // a second node's shard [0, 2)
+  c.counters["residual_offset/0"] = 0;
+  write_checkpoint(posix, dir, 7, 0, a);
+  write_checkpoint(posix, dir, 7, 1, b);
+  write_checkpoint(posix, dir, 7, 2, c);
+  const auto sum = summed_residuals(posix, dir, 7, 3, {4, 3});
+  ASSERT_EQ(sum.size(), 2u);
+  EXPECT_EQ(sum.at(0), (std::vector<double>{101, 202, 10, 20}));
+  EXPECT_EQ(sum.at(1), (std::vector<double>{1.5, 1, 0}));
+  // Buckets that do not fit them: the file named.
+  try {
+    summed_residuals(posix, dir, 7, 3, {3, 3});
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt-0000000007-rank1.bin': the residual of bucket 0 (2 entries at 2) does not fit its 3"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_THROW(summed_residuals(posix, dir, 7, 3, {4}), ConfigError);  // no bucket 1
+  EXPECT_THROW(summed_residuals(posix, dir, 7, 4, {4, 3}), Error);     // rank 3 wrote nothing
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CheckpointTest, RoundTripLatestAndPrune) {
   const std::string dir = testing::make_temp_dir("tessera-ckpt");
   CheckpointData d;

@@ -140,6 +140,27 @@ TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
   EXPECT_EQ(got, want);
 }
 
+// spec.elastic: at most spec.replicas, and every gang between it and replicas whole spatial groups.
+TEST(TrainingJobTest, ElasticGangsAreWholeSpatialGroupsOfAtLeastMinReplicas) {
+  auto check = [](const std::string& spec) {
+    auto p = problems_of(std::string(kHeader) + "spec:\n  dataset: {format: synthetic}\n  model: {name: cosmoflow, inputSize: 16}\n" + spec);
+    return p.empty() ? std::string("accepted") : p.front().field + ": " + p.front().reason;
+  };
+  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 3}\n"), "accepted");
+  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 5}\n"), "spec.elastic.minReplicas: 5 is more than spec.replicas (4)");
+  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 0}\n"), "spec.elastic.minReplicas: 0 is outside [1, 100000]");
+  // Pods of one rank, spatial groups of two: a gang of 3 pods would split one.
+  EXPECT_EQ(check("  replicas: 4\n  parallelism: {spatial: {d: 2}}\n  elastic: {minReplicas: 2}\n"),
+            "spec.elastic.minReplicas: a gang of 3 pods (3 ranks) is not whole spatial groups of 2 ranks");
+  EXPECT_EQ(check("  replicas: 4\n  ranksPerReplica: 2\n  parallelism: {spatial: {d: 2}}\n  elastic: {minReplicas: 2}\n"), "accepted");
+  const api::ParsedJob job = api::parse_training_job(ConfigNode::load_string(
+      std::string(kHeader) + "spec:\n  replicas: 4\n  ranksPerReplica: 2\n  dataset: {format: synthetic}\n  elastic: {minReplicas: 3}\n"));
+  ASSERT_TRUE(job.ok());
+  const JobConfig c = make_job_config(job.job);
+  EXPECT_EQ(c.workers, 8);
+  EXPECT_EQ(c.min_workers, 6);
+}
+
 TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
   auto field = [](const std::string& spec) {
     const std::string data = spec.rfind("dataset:", 0) == 0 ? "" : "  dataset: {format: synthetic}\n";

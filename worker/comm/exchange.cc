@@ -209,8 +209,11 @@ class SparseStrategy : public GradientExchange {
   size_t residual_size(size_t bucket_size) const override {
     return sharded_ ? node_shard(bucket_size, *groups_.intra).second : bucket_size;
   }
+  size_t residual_offset(size_t bucket_size) const override {
+    return sharded_ ? node_shard(bucket_size, *groups_.intra).first : 0;
+  }
   void add_residual(int bucket, std::span<float> out) const override {
-    selector_.add_residual(bucket, out, sharded_ ? node_shard(out.size(), *groups_.intra).first : 0);
+    selector_.add_residual(bucket, out, residual_offset(out.size()));
   }
   std::map<int, std::vector<float>> residuals() const override { return selector_.residuals(); }
   void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }

@@ -60,8 +60,10 @@ class GradientExchange {
   // This rank's error-feedback state (bucket -> residual), for checkpoints; empty for dense strategies.
   virtual std::map<int, std::vector<float>> residuals() const { return {}; }
   virtual void restore_residuals(const std::map<int, std::vector<float>>& r) { (void)r; }
-  // The entries of this rank's residual for a bucket of `bucket_size` (its shard under hitopk).
+  // The entries of this rank's residual for a bucket of `bucket_size` (its shard under hitopk), and
+  // where in the bucket they start.
   virtual size_t residual_size(size_t bucket_size) const { return bucket_size; }
+  virtual size_t residual_offset(size_t bucket_size) const { (void)bucket_size; return 0; }
 
  protected:
   GradientExchange(std::string name, CommGroups& groups) : name_(std::move(name)), groups_(groups) {}

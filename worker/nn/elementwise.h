@@ -43,6 +43,10 @@ class Dropout : public Layer {
   Shape output_shape(const Shape& in) const override { return in; }
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
+  // The mask of the next training forward pass is that of pass `call` (the trainer passes the
+  // step: a resumed run, and each micro-batch of an elastic gang, draw the masks of the
+  // uninterrupted run).
+  void set_call(uint64_t call) { calls_ = call; }
 
  private:
   float rate_;

@@ -7,6 +7,7 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   JobConfig j;
   j.name = job.name;
   j.workers = s.workers();
+  j.min_workers = s.elastic.min_replicas * s.ranks_per_replica;
   j.device = s.device;
   j.gpus_per_pod = s.resources.gpu;
 

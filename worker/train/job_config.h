@@ -48,6 +48,8 @@ struct DataConfig {
 struct JobConfig {
   std::string name = "job";
   int workers = 1;                 // spec.replicas x spec.ranksPerReplica
+  int min_workers = 0;             // spec.elastic.minReplicas x ranksPerReplica: the fewest a gang may
+                                   // train on; 0: not elastic (always `workers`)
   std::string device = "auto";     // spec.device: auto | cuda | cpu
   int gpus_per_pod = 0;            // spec.resources.gpu
   ModelConfig model;               // model.spatial: parallelism.spatial

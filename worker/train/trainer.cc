@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <set>
 
 #include "common/error.h"
@@ -12,6 +13,7 @@
 #include "tessera/config.h"
 #include "worker/core/device.h"
 #include "worker/nn/batchnorm.h"
+#include "worker/nn/elementwise.h"
 #include "worker/nn/gpu/ops.h"
 #include "worker/spatial/halo.h"
 #include "worker/data/file_dataset.h"
@@ -107,15 +109,21 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
   const int spatial = config_.model.spatial.size();
   if (groups_) rank_ = groups_->rank;
   // The manifest's rules (the split divides the workers, the batch divides over the replicas) were
-  // checked when it was read; what is left is that the ranks that met are the job's workers.
-  if (world != config_.workers)
-    throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers,
-                                                      " workers (replicas x ranksPerReplica) but ", world, " ranks met"));
+  // checked when it was read; what is left is that the ranks that met are the job's workers (or, for
+  // an elastic job, whole spatial groups of at least its minimum).
+  const bool elastic = config_.min_workers > 0 && world >= config_.min_workers && world <= config_.workers && world % spatial == 0;
+  if (world != config_.workers && !elastic)
+    throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers, " workers (replicas x ranksPerReplica",
+                                                      config_.min_workers ? detail::concat(", at least ", config_.min_workers, " elastic") : "",
+                                                      ") but ", world, " ranks met"));
   const auto& tr = config_.training;
-  TESSERA_CHECK(world % spatial == 0 && tr.batch_size % (world / spatial) == 0, "a JobConfig the manifest rules reject: ",
-                world, " ranks, spatial groups of ", spatial, ", batch ", tr.batch_size);
+  TESSERA_CHECK(config_.workers % spatial == 0 && tr.batch_size % (config_.workers / spatial) == 0,
+                "a JobConfig the manifest rules reject: ", config_.workers, " workers, spatial groups of ", spatial, ", batch ",
+                tr.batch_size);
   replicas_ = world / spatial;
   replica_ = rank_ / spatial;
+  virtual_replicas_ = config_.workers / spatial;
+  for (int v = replica_; v < virtual_replicas_; v += replicas_) micro_replicas_.push_back(v);
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
@@ -129,6 +137,8 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
                                                    " GB with their gradients) do not fit in this worker's memory"));
   }
   if (device_ == Device::kCuda) model_->to(Device::kCuda);
+  for (Layer* l : model_->layers())
+    if (auto* d = dynamic_cast<Dropout*>(l)) dropouts_.push_back(d);
   // With NCCL, halos of blocks on the GPU cross between the GPUs' memories; not while buckets are
   // exchanged during the backward pass (which also has halos to exchange): two NCCL communicators in
   // use at once on different threads can deadlock when ranks issue their calls in different orders.
@@ -239,7 +249,7 @@ std::vector<std::vector<uint64_t>> Trainer::epoch_schedule(int epoch, int64_t fr
   const auto order = epoch_order(train_->size(), config_.training.seed, epoch);
   std::vector<std::vector<uint64_t>> out;
   for (int64_t s = from; s < steps_per_epoch_; ++s)
-    out.push_back(shard_batch(order, s, config_.training.batch_size, replica_, replicas_));
+    for (int v : micro_replicas_) out.push_back(shard_batch(order, s, config_.training.batch_size, v, virtual_replicas_));
   return out;
 }
 
@@ -248,8 +258,10 @@ void Trainer::set_control(ControlAgent* agent) {
   if (control_ && dense_) switch_step_ = -1;  // the controller chooses the switch step
 }
 
-double Trainer::allreduce_mean(double value, double weight, bool* stop) {
-  double v[3] = {value * weight, weight, stop && *stop ? 1.0 : 0.0};
+double Trainer::allreduce_mean(double value, double weight, bool* stop) { return allreduce_weighted(value * weight, weight, stop); }
+
+double Trainer::allreduce_weighted(double weighted_sum, double weight, bool* stop) {
+  double v[3] = {weighted_sum, weight, stop && *stop ? 1.0 : 0.0};
   if (groups_) groups_->world->allreduce(std::span<double>(v, 3));
   if (stop) *stop = v[2] > 0;
   return v[1] > 0 ? v[0] / v[1] : 0.0;
@@ -276,7 +288,7 @@ void Trainer::begin_exchange(StepRecord& rec) {
         rec.bytes_inter += st.bytes.inter;
         rec.select_s += st.select_seconds;
       },
-      1.0f / static_cast<float>(replicas_));
+      1.0f / static_cast<float>(virtual_replicas_));
 }
 
 EpochRecord Trainer::validate(int epoch) {
@@ -357,6 +369,9 @@ void Trainer::save(int64_t next_step) {
   d.counters["step"] = next_step;
   d.counters["optimizer_steps"] = optimizer_->steps();
   d.counters["flushed_residuals"] = flushed_residuals_;
+  // The gang that wrote it, and where this rank's residuals lie in their buckets: a gang of another
+  // size (elastic) re-shards them.
+  d.counters["world"] = groups_ ? groups_->world->size() : 1;
   auto host = [](const Tensor& t) {
     const Tensor h = t.to(Device::kCpu);
     return std::vector<float>(h.span().begin(), h.span().end());
@@ -369,7 +384,10 @@ void Trainer::save(int64_t next_step) {
       d.arrays["bn/" + l->name() + "/var"] = host(bn->running_var());
     }
   if (sparse_)
-    for (auto& [b, r] : sparse_->residuals()) d.arrays["residual/" + std::to_string(b)] = r;
+    for (auto& [b, r] : sparse_->residuals()) {
+      d.arrays["residual/" + std::to_string(b)] = r;
+      d.counters["residual_offset/" + std::to_string(b)] = static_cast<int64_t>(sparse_->residual_offset(buckets_->bucket_size(b)));
+    }
   try {
     write_checkpoint(*posix_, config_.checkpoint.path, next_step, rank_, d);
   } catch (const Error& e) {
@@ -381,6 +399,30 @@ void Trainer::save(int64_t next_step) {
   prune_checkpoints(*posix_, config_.checkpoint.path, rank_, config_.checkpoint.keep);
 }
 
+std::map<int, std::vector<float>> Trainer::reshard_residuals(int64_t step, int world) const {
+  std::map<int, std::vector<float>> out;
+  if (!sparse_) return out;
+  // The ranks of rank 0's node hold the sum: under hitopk their shards cover each bucket once;
+  // otherwise each holds a whole bucket, and rank 0 alone keeps it.
+  const size_t probe = buckets_->size() ? buckets_->bucket_size(0) : 0;
+  const bool sharded = probe > 0 && sparse_->residual_size(probe) != probe;
+  const bool holds = rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
+  std::map<int, std::vector<double>> sum;  // bucket -> the whole bucket's residual, summed over the writers
+  if (holds) {
+    std::vector<size_t> sizes;
+    for (size_t b = 0; b < buckets_->size(); ++b) sizes.push_back(buckets_->bucket_size(b));
+    sum = summed_residuals(*posix_, config_.checkpoint.path, step, world, sizes);
+  }
+  for (size_t b = 0; b < buckets_->size(); ++b) {
+    const size_t n = buckets_->bucket_size(b), size = sparse_->residual_size(n), offset = sparse_->residual_offset(n);
+    std::vector<float> mine(size, 0.0f);
+    if (auto it = sum.find(static_cast<int>(b)); it != sum.end())
+      for (size_t i = 0; i < size; ++i) mine[i] = static_cast<float>(it->second[offset + i]);
+    out[static_cast<int>(b)] = std::move(mine);
+  }
+  return out;
+}
+
 void Trainer::restore() {
   if (config_.checkpoint.path.empty()) return;
   if (const int partial = remove_partial_checkpoints(*posix_, config_.checkpoint.path, rank_))
@@ -390,16 +432,30 @@ void Trainer::restore() {
   // checkpoint is torn or corrupt says so and offers an older one; the ranks agree on the newest step
   // all of them offer (each round can only lower it, and every rank runs the same rounds).
   const std::string& dir = config_.checkpoint.path;
-  const std::vector<int64_t> steps = checkpoint_steps(dir, rank_);
+  // An elastic job's steps may have been written by a gang of another size: every gang has a rank 0,
+  // and a rank the writing gang did not have resumes from the state of rank (this rank mod its size).
+  const bool elastic = config_.min_workers > 0;
+  const std::vector<int64_t> steps = checkpoint_steps(dir, elastic ? 0 : rank_);
   std::set<int64_t> unreadable;
   CheckpointData d;
   int64_t held = -1;  // the step whose checkpoint is in d
+  auto read_step = [&](int64_t step) {
+    std::string file = checkpoint_file(dir, step, rank_);
+    if (elastic && !std::filesystem::exists(file)) {
+      const CheckpointData first = read_checkpoint(*posix_, checkpoint_file(dir, step, 0));
+      const auto w = first.counters.find("world");
+      const int64_t writers = w == first.counters.end() ? 1 : std::max<int64_t>(1, w->second);
+      if (rank_ % writers == 0) return first;
+      file = checkpoint_file(dir, step, static_cast<int>(rank_ % writers));
+    }
+    return read_checkpoint(*posix_, file);
+  };
   auto newest_readable = [&](int64_t at_most) -> int64_t {
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       if (*it > at_most || unreadable.count(*it)) continue;
       if (held == *it) return held;
       try {
-        d = read_checkpoint(*posix_, checkpoint_file(dir, *it, rank_));
+        d = read_step(*it);
         held = *it;
         return held;
       } catch (const Error& e) {
@@ -459,8 +515,17 @@ void Trainer::restore() {
       load("bn/" + l->name() + "/var", bn->running_var());
     }
   std::map<int, std::vector<float>> residuals;
-  for (const auto& [key, v] : d.arrays)
-    if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
+  const auto writers = d.counters.find("world");
+  const int world = groups_ ? groups_->world->size() : 1;
+  if (writers != d.counters.end() && writers->second != world) {
+    if (rank_ == 0)
+      log_info("step ", agreed, " was written by a gang of ", writers->second, " ranks; this one has ", world,
+               ": its error-feedback residuals are re-sharded, none dropped");
+    residuals = reshard_residuals(agreed, static_cast<int>(writers->second));
+  } else {
+    for (const auto& [key, v] : d.arrays)
+      if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
+  }
   for (const auto& [b, v] : residuals)
     if (!sparse_ || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
         v.size() != sparse_->residual_size(buckets_->bucket_size(b)))
@@ -479,7 +544,8 @@ TrainSummary Trainer::run() {
   summary.first_step = step_;
   summary.switch_step = switch_step_;
   const auto& tr = config_.training;
-  const int local_batch = tr.batch_size / replicas_;
+  const int local_batch = tr.batch_size / virtual_replicas_;  // a micro-batch: one virtual replica's share
+  const int micro = static_cast<int>(micro_replicas_.size());
   auto params = model_->params();
   const auto t_start = Clock::now();
   auto t_log = Clock::now();
@@ -492,7 +558,12 @@ TrainSummary Trainer::run() {
     log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
              " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
              config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
-             " steps, global batch ", tr.batch_size, ", strategy ", config_.communication.strategy,
+             " steps, global batch ", tr.batch_size,
+             replicas_ != virtual_replicas_
+                 ? detail::concat(" (", virtual_replicas_, " micro-batches of ", local_batch, " over ", replicas_,
+                                  " replicas: elastic, the job's ", virtual_replicas_, " replicas' batch kept)")
+                 : "",
+             ", strategy ", config_.communication.strategy,
              switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "",
              device_ == Device::kCuda
                  ? detail::concat(", on CUDA device ", gpu::current_device(),
@@ -518,30 +589,43 @@ TrainSummary Trainer::run() {
     StepRecord rec;
     rec.step = step_;
     rec.epoch = epoch;
-    Batch batch = select_held(loader_->next(&rec.data_s));
-    batch.inputs.adopt_stream();  // on the GPU: made on a loader thread's stream, used last on this one
-    batch.targets.adopt_stream();
-    auto t0 = Clock::now();
+    rec.global_batch = tr.batch_size;
+    rec.micro_batches = micro;
     for (Param* p : params) p->grad.zero();
-    Tensor out = model_->forward(batch.inputs.to(device_), true);
-    LossResult loss = model_->loss(out, batch.targets.to(device_));
-    // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
-    // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
+    // The replica's micro-batches (one unless an elastic gang shrank): their gradients add up, and
+    // the last one's backward pass sends the buckets.
     const double share = model_->loss_share(local_batch);
-    if (share != 1.0 && loss.grad.on_device())
-      gpu::scale(loss.grad.data(), static_cast<size_t>(loss.grad.numel()), static_cast<float>(share));
-    else if (share != 1.0)
-      for (float& g : loss.grad.span()) g *= static_cast<float>(share);
-    rec.forward_s = seconds_since(t0);
-    t0 = Clock::now();
-    begin_exchange(rec);
-    model_->backward(loss.grad, buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
-    rec.backward_s = seconds_since(t0);
+    double loss_sum = 0, loss_weight = 0;
+    for (int m = 0; m < micro; ++m) {
+      double data_s = 0;
+      Batch batch = select_held(loader_->next(&data_s));
+      rec.data_s += data_s;
+      batch.inputs.adopt_stream();  // on the GPU: made on a loader thread's stream, used last on this one
+      batch.targets.adopt_stream();
+      auto t0 = Clock::now();
+      for (Dropout* d : dropouts_) d->set_call(static_cast<uint64_t>(step_));
+      Tensor out = model_->forward(batch.inputs.to(device_), true);
+      LossResult loss = model_->loss(out, batch.targets.to(device_));
+      // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
+      // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
+      if (share != 1.0 && loss.grad.on_device())
+        gpu::scale(loss.grad.data(), static_cast<size_t>(loss.grad.numel()), static_cast<float>(share));
+      else if (share != 1.0)
+        for (float& g : loss.grad.span()) g *= static_cast<float>(share);
+      rec.forward_s += seconds_since(t0);
+      t0 = Clock::now();
+      const bool last = m + 1 == micro;
+      if (last) begin_exchange(rec);
+      model_->backward(loss.grad, last && buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
+      rec.backward_s += seconds_since(t0);
+      loss_sum += (out.dim(0) ? loss.loss : 0.0) * (share * local_batch);
+      loss_weight += share * local_batch;
+    }
 
-    t0 = Clock::now();
+    auto t0 = Clock::now();
     const double waited = buckets_ ? buckets_->finish() : 0.0;
     bool stop = stop_flag_ && stop_flag_->load();
-    rec.loss = allreduce_mean(out.dim(0) ? loss.loss : 0.0, share * local_batch, &stop);
+    rec.loss = allreduce_weighted(loss_sum, loss_weight, &stop);
     rec.comm_s = seconds_since(t0);
     // All of the step's communication: the buckets' work on the communication thread, or what the step
     // waited for them if that was longer (the thread waiting for a core), plus the loss all-reduce.

@@ -28,6 +28,8 @@
 
 namespace tessera {
 
+class Dropout;
+
 struct StepRecord {
   int64_t step = 0;            // 0-based global step
   int epoch = 0;
@@ -42,6 +44,8 @@ struct StepRecord {
   bool dense = true;           // the exchange was dense (dense, torus or a single process)
   double density = 1;          // fraction of gradient entries the exchange sent
   double checkpoint_s = 0;     // writing this rank's checkpoint after the step (0: none)
+  int64_t global_batch = 0;    // samples of the step over all replicas (spec.training.batchSize)
+  int micro_batches = 1;       // this replica's micro-batches (more than 1 when an elastic gang shrank)
 };
 
 struct EpochRecord {
@@ -125,6 +129,13 @@ class Trainer {
   // The mean of `value` over the ranks, weighted; *stop: whether any rank asked to stop (in: this
   // rank's flag, out: the gang's).
   double allreduce_mean(double value, double weight, bool* stop = nullptr);
+  // The same from the weighted sum (value x weight) this rank holds.
+  double allreduce_weighted(double weighted_sum, double weight, bool* stop = nullptr);
+  // Error-feedback residuals of a checkpoint written by a gang of another size (elastic): every
+  // residual of the `world` ranks that wrote step `step`, summed in place in the bucket, and this
+  // rank's share of the sum (the ranks of rank 0's node hold it, one copy of each entry; the others
+  // none), so that what the gang still owes is neither lost nor counted twice.
+  std::map<int, std::vector<float>> reshard_residuals(int64_t step, int world) const;
   // Keeps the targets of the samples whose outputs this rank produces (spatial parallelism).
   Batch select_held(Batch batch) const;
   // The replica's batches of `epoch` from in-epoch step `from` on.
@@ -134,6 +145,11 @@ class Trainer {
   CommGroups* groups_;
   CommGroups* device_groups_;  // null: gradients exchanged in host memory
   int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
+  // The job's data-parallel replicas (spec.replicas' gang); fewer run (replicas_) when an elastic gang
+  // shrank, each training the micro-batches of the virtual replicas micro_replicas_ every step.
+  int virtual_replicas_ = 1;
+  std::vector<int> micro_replicas_;
+  std::vector<Dropout*> dropouts_;  // the model's: their masks follow the step
   Device device_ = Device::kCpu;  // of the model, its gradients and the optimiser's state
   std::unique_ptr<Model> model_;
   std::unique_ptr<FileSystem> posix_, remote_fs_;
