@@ -330,7 +330,7 @@ struct KubeOperator::Impl {
       // Placements are made one at a time, each on a snapshot that holds the pods of the last one.
       std::unique_lock<std::mutex> placing(placement_mu, std::defer_lock);
       const auto placement_start = std::chrono::steady_clock::now();
-      if (needs_placement(o)) {
+      if (needs_placement(o) || reconcile::needs_all_nodes(o.job)) {
         placing.lock();
         const auto fresh = jobs->get(key);
         if (!fresh) continue;

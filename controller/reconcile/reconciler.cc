@@ -224,6 +224,8 @@ const char* name(Reason r) {
     case Reason::kFailedCreate: return "FailedCreate";
     case Reason::kPodNotStarting: return "PodNotStarting";
     case Reason::kPreempted: return "Preempted";
+    case Reason::kScaledDown: return "ScaledDown";
+    case Reason::kScaledUp: return "ScaledUp";
     case Reason::kStartFailed: return "StartFailed";
     case Reason::kInvalidSpec: return "InvalidSpec";
     case Reason::kInvalidConfiguration: return "InvalidConfiguration";
@@ -259,6 +261,15 @@ std::string Action::describe() const {
   return "";
 }
 
+bool needs_all_nodes(const json& job) {
+  if (!job.contains("spec") || !job["spec"].is_object() || !job.contains("status") || !job["status"].is_object()) return false;
+  const json& spec = job["spec"];
+  const bool elastic = spec.contains("elastic") && spec["elastic"].is_object() && spec["elastic"].value("minReplicas", 0) > 0;
+  const std::string phase = job["status"].value("phase", "");
+  return elastic && phase != "Succeeded" && phase != "Failed" && job["status"].value("replicas", 0) > 0 &&
+         job["status"].value("replicas", 0) < spec.value("replicas", 1);
+}
+
 std::vector<std::string> plan_nodes(const json& config_map) {
   std::set<std::string> nodes;
   if (const auto plan = read_plan(config_map))
@@ -268,6 +279,7 @@ std::vector<std::string> plan_nodes(const json& config_map) {
 
 int attempt_of(const json& status) {
   if (!status.is_object()) return 0;
+  if (status.contains("attempt")) return status.value("attempt", 0);
   return status.value("restarts", 0) - status.value("restartsInPlace", 0) + status.value("preemptions", 0);
 }
 
@@ -431,6 +443,7 @@ class Reconciler {
   // ---- the children every job has: the rendezvous token and the headless Service of its pods ----
   void create_base_children() {
     if (!status.s.contains("restarts")) status.set("restarts", 0);
+    if (!status.s.contains("attempt")) status.set("attempt", attempt);
     if (!o.has_secret) {
       TESSERA_CHECK(!o.token.empty(), "the backend gave job ", name, " no token");
       create(Resource::kSecret, token_secret_name(name),
@@ -623,6 +636,7 @@ class Reconciler {
                                                  "their processes again (restart ", restarts + 1, " of at most ", rp.backoff_limit, ")"));
       return;
     }
+    status.set("attempt", attempt + 1);
     status.condition("Restarting", true, "PodFailed", why);
     event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
                                                      restarts + 1, " of at most ", rp.backoff_limit, ")"));
@@ -719,6 +733,7 @@ class Reconciler {
     const int64_t at = record_restart(pod, node, exit_code, why, true);
     const int preemptions = status.s.value("preemptions", 0) + 1;
     status.set("preemptions", preemptions);
+    status.set("attempt", attempt + 1);
     status.condition("Preempted", true, cause, why);
     status.condition("Restarting", true, cause, why);
     event(true, Reason::kPreempted, detail::concat(why, " (step ", at, "); placing the gang again away from node ", node,
@@ -760,7 +775,7 @@ class Reconciler {
   bool complete() {
     int succeeded = 0;
     for (const PodInfo* p : current) succeeded += p->phase == "Succeeded";
-    if (succeeded != s().replicas) return false;
+    if (succeeded != gang_size()) return false;
     // Rank 0's summary, from its pod's termination message: the run's steps, its samples/s over the
     // whole run, its validation, and (hybrid) the step it switched at.
     for (const PodInfo* p : current) {
@@ -780,7 +795,7 @@ class Reconciler {
     status.erase("reason");
     status.erase("message");
     status.condition("Running", false, "Completed", "");
-    status.condition("Succeeded", true, "Completed", detail::concat("all ", s().replicas, " pods succeeded"));
+    status.condition("Succeeded", true, "Completed", detail::concat("all ", gang_size(), " pods succeeded"));
     event(false, Reason::kCompleted, detail::concat("the job succeeded after ", attempt, " restart(s)"));
     if (s().run_policy.ttl_seconds_after_finished >= 0)
       requeue(seconds(s().run_policy.ttl_seconds_after_finished) + milliseconds(100));
@@ -795,34 +810,36 @@ class Reconciler {
       requeue(milliseconds(500));
       return true;
     }
-    placement::GangRequest request;
-    request.replicas = s().replicas;
-    // A virtual node of `tessera run` has one GPU slot per rank, GPUs or not, and no CPU to account.
-    request.per_pod.gpu = opt.cluster ? s().resources.gpu : s().ranks_per_replica;
-    request.per_pod.cpu = opt.cluster ? s().resources.cpu : 0;
-    request.per_pod.memory = s().resources.memory;
-    request.node_selector = s().placement.node_selector;
-    request.tolerations = s().placement.tolerations;
-    request.topology_keys = s().placement.topology_keys;
+    const placement::GangRequest request = gang_request(s().replicas);
     // The nodes of the ranks the last gang found slow are avoided while other room exists.
     std::set<std::string> slow;
     if (const auto last = read_plan(o.config_map); last && status.s.contains("slowRanks"))
       for (const auto& r : status.s["slowRanks"])
         for (const auto& a : last->second)
           if (r.is_number_integer() && a.rank == r.get<int>()) slow.insert(a.node);
-    placement::PlacementResult placed;
     std::string avoided;
-    if (!slow.empty()) {
-      std::vector<placement::NodeInfo> fast = o.nodes;
-      for (auto& n : fast)
-        if (slow.count(n.name)) n.unschedulable = true;
-      placed = placement::GangPlacer().place(request, fast);
-      for (const auto& n : slow) avoided += (avoided.empty() ? "" : ", ") + n;
-    }
-    if (!placed.placed) {
-      placed = placement::GangPlacer().place(request, o.nodes);
+    auto fit = [&](const placement::GangRequest& req) {
+      placement::PlacementResult placed;
       avoided.clear();
-    }
+      if (!slow.empty()) {
+        std::vector<placement::NodeInfo> fast = o.nodes;
+        for (auto& n : fast)
+          if (slow.count(n.name)) n.unschedulable = true;
+        placed = placement::GangPlacer().place(req, fast);
+        for (const auto& n : slow) avoided += (avoided.empty() ? "" : ", ") + n;
+      }
+      if (!placed.placed) {
+        placed = placement::GangPlacer().place(req, o.nodes);
+        avoided.clear();
+      }
+      return placed;
+    };
+    placement::PlacementResult placed = fit(request);
+    // An elastic job goes on with the most pods that fit, down to spec.elastic.minReplicas.
+    const std::string full_reason = placed.reason;
+    for (int r = s().replicas - 1; !placed.placed && s().elastic.min_replicas > 0 && r >= s().elastic.min_replicas; --r)
+      placed = fit(gang_request(r));
+    if (!placed.placed) placed.reason = full_reason;
     if (!placed.placed) {
       const json* c = status.find("Placed");
       if (!c || c->value("message", "") != placed.reason) event(true, Reason::kUnschedulable, placed.reason);
@@ -831,6 +848,7 @@ class Reconciler {
       requeue(milliseconds(5000));
       return true;
     }
+    const int replicas = static_cast<int>(placed.nodes.size());
     const auto ranks = placement::plan_ring(placed.nodes, s().ranks_per_replica, o.nodes, request.topology_keys);
     plan = std::make_pair(attempt, ranks);
     json cm = {{"apiVersion", "v1"},
@@ -852,7 +870,7 @@ class Reconciler {
     }
     json placement = json::array();
     std::string where;
-    for (int r = 0; r < s().replicas; ++r) {
+    for (int r = 0; r < replicas; ++r) {
       json rank_list = json::array();
       for (const auto& a : ranks)
         if (a.replica == r) rank_list.push_back(a.rank);
@@ -860,7 +878,18 @@ class Reconciler {
       where += (where.empty() ? "" : ", ") + placed.nodes[r];
     }
     status.set("placement", placement);
-    const std::string message = detail::concat(s().replicas, " pods of ", s().ranks_per_replica, " ranks on ", where,
+    status.set("replicas", replicas);
+    if (replicas < s().replicas) {
+      const std::string why = detail::concat(
+          "room for ", replicas, " of ", s().replicas, " pods (", full_reason, "): training on ", replicas,
+          " from the newest checkpoint, the global batch of ", s().training.batch_size,
+          " kept by accumulating gradients; the gang grows back when room returns");
+      status.condition("ScaledDown", true, "NotEnoughRoom", why);
+      event(true, Reason::kScaledDown, why);
+    } else if (status.is("ScaledDown")) {
+      status.condition("ScaledDown", false, "AllReplicas", "");
+    }
+    const std::string message = detail::concat(replicas, " pods of ", s().ranks_per_replica, " ranks on ", where,
                                                avoided.empty() ? "" : " (avoiding the slow node(s) " + avoided + ")");
     status.condition("Placed", true, "GangFits", message);
     if (status.s.contains("slowRanks")) {  // the new gang measures afresh
@@ -879,8 +908,8 @@ class Reconciler {
     for (const PodInfo* p : current) have.insert(p->replica);
     std::map<int, std::string> node_of;
     for (const auto& a : plan->second) node_of[a.replica] = a.node;
-    for (int r = 0; r < s().replicas; ++r)
-      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), pod(r, node_of[r]));
+    for (const auto& [r, node] : node_of)
+      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), pod(r, node));
   }
 
   // The pod of replica r: `tessera-worker --slots N`, one rank per GPU, on `node`.
@@ -1019,9 +1048,9 @@ class Reconciler {
     const json restarted = status.s.value("restartHistory", json::array());
     const bool resuming_in_place = !restarted.empty() && restarted.back().value("inPlace", false) &&
                                    restarted.back().value("resumedAtStep", int64_t{-1}) < 0 && !(o.progress && o.progress->step >= 0);
-    if (running == sp.replicas && status.phase() != "Running" && !resuming_in_place) {
+    if (running == gang_size() && status.phase() != "Running" && !resuming_in_place) {
       status.set("phase", "Running");
-      status.condition("Running", true, "GangRunning", detail::concat("all ", sp.replicas, " pods are running"));
+      status.condition("Running", true, "GangRunning", detail::concat("all ", gang_size(), " pods are running"));
       if (status.is("Restarting")) status.condition("Restarting", false, "GangRunning", "");
       if (status.is("Preempted")) status.condition("Preempted", false, "GangRunning", "");
     }
@@ -1066,7 +1095,57 @@ class Reconciler {
         requeue(duration_cast<milliseconds>(opt.status_interval - (o.now - *last)) + milliseconds(10));
       }
     }
-    if (running == sp.replicas) requeue(opt.status_interval);
+    if (running == gang_size()) {
+      requeue(opt.status_interval);
+      grow();
+    }
+  }
+
+  // ---- grow: an elastic gang on fewer pods than spec.replicas, once all of them fit (its own pods'
+  // room counted as free), stops at a checkpoint (SIGTERM: every rank at the same step) and is
+  // placed again whole ----
+  void grow() {
+    if (s().elastic.min_replicas == 0 || gang_size() >= s().replicas || o.nodes.empty()) return;
+    std::vector<placement::NodeInfo> freed = o.nodes;
+    const placement::GangRequest request = gang_request(s().replicas);
+    for (const PodInfo* p : current)
+      for (auto& n : freed)
+        if (n.name == p->node) {
+          n.used.gpu -= request.per_pod.gpu;
+          n.used.cpu -= request.per_pod.cpu;
+          n.used.memory -= request.per_pod.memory;
+        }
+    const placement::PlacementResult all = placement::GangPlacer().place(request, freed);
+    if (!all.placed) return;
+    const std::string why = detail::concat("room for all ", s().replicas, " pods again: the gang of ", gang_size(),
+                                           " stops at a checkpoint, every rank at the same step, and is placed again whole");
+    status.set("attempt", attempt + 1);
+    status.set("phase", "Restarting");
+    status.condition("Restarting", true, "ScalingUp", why);
+    status.condition("Running", false, "Restarting", "");
+    event(false, Reason::kScaledUp, why);
+    delete_pods(current);
+  }
+
+  placement::GangRequest gang_request(int replicas) const {
+    placement::GangRequest request;
+    request.replicas = replicas;
+    // A virtual node of `tessera run` has one GPU slot per rank, GPUs or not, and no CPU to account.
+    request.per_pod.gpu = opt.cluster ? s().resources.gpu : s().ranks_per_replica;
+    request.per_pod.cpu = opt.cluster ? s().resources.cpu : 0;
+    request.per_pod.memory = s().resources.memory;
+    request.node_selector = s().placement.node_selector;
+    request.tolerations = s().placement.tolerations;
+    request.topology_keys = s().placement.topology_keys;
+    return request;
+  }
+
+  // The pods of the current gang: its plan's (an elastic gang may have fewer than spec.replicas).
+  int gang_size() const {
+    if (!plan) return s().replicas;
+    std::set<int> replicas;
+    for (const auto& a : plan->second) replicas.insert(a.replica);
+    return static_cast<int>(replicas.size());
   }
 
   // ---- the decision: the status patch first, so that a decision is recorded before it is carried

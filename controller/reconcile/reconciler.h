@@ -18,7 +18,10 @@
 // tainted NoExecute) is stopped there, checkpoints the step its ranks agree on (worker exit status 4)
 // and is placed again on other nodes; a gang whose node is lost (NotReady, deleted) is placed again
 // at once, from its newest checkpoint; neither counts against backoffLimit (status.preemptions).
-// A new gang avoids the nodes of the ranks the last one reported slow when other room exists.
+// A new gang avoids the nodes of the ranks the last one reported slow when other room exists. An
+// elastic job (spec.elastic.minReplicas) that does not fit whole is placed on the most pods that fit,
+// down to its minimum (ScaledDown), and stops and is placed whole again once room returns (ScaledUp).
+// A job needs every node observed while it is elastic and short of pods (needs_all_nodes).
 // Thread-compatible.
 #pragma once
 
@@ -95,6 +98,7 @@ const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
 enum class Reason {
   kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
   kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting, kPreempted,
+  kScaledDown, kScaledUp,
   // the job failed:
   kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded, kStartFailed,
 };
@@ -163,9 +167,14 @@ json apply_status_patch(json status, const json& patch);
 // none when the job has no gang (finished, suspended, not placed).
 std::optional<RendezvousTarget> rendezvous_target(const Observed& observed);
 
-// The attempt of the job's current gang, which its pods' names carry: the gang restarts that
-// replaced its pods, status.restarts - status.restartsInPlace + status.preemptions.
+// The attempt of the job's current gang, which its pods' names carry: status.attempt (each restart
+// that replaces the pods adds one: a failure, a preemption, an elastic gang growing back); for a
+// status written before it was kept, status.restarts - status.restartsInPlace + status.preemptions.
 int attempt_of(const json& status);
+
+// Whether the reconcile of this job looks for room on every node although its gang is placed: an
+// elastic job on fewer pods than spec.replicas (the backend observes the nodes for it).
+bool needs_all_nodes(const json& job);
 
 // The nodes of the ring plan in the job's ConfigMap (none before its gang is placed).
 std::vector<std::string> plan_nodes(const json& config_map);

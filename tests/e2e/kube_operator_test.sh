@@ -136,6 +136,9 @@ moved() {
   done
   [ "$resumed_at" -ge 0 ] 2>/dev/null || fail "the new gang did not start in 120 s: $(field "$1" cosmoflow-k8s .status)"
   took=$(python3 -c "import time; print(round(time.time() - $t0_fault, 1))")
+  # When the controller decided (the restart's time, to the second).
+  decided=$(python3 -c "import calendar, sys, time; print(round(calendar.timegm(time.strptime(sys.argv[1], '%Y-%m-%dT%H:%M:%SZ')) - $t0_fault))" \
+    "$(field "$1" cosmoflow-k8s '.status.restartHistory[0].time')")
   reason=$(field "$1" cosmoflow-k8s '.status.restartHistory[0].reason')
   failed_at=$(field "$1" cosmoflow-k8s '.status.restartHistory[0].failedAtStep')
   [ "$(field "$1" cosmoflow-k8s '.status.restartHistory[0].preempted')" = true ] || fail "not recorded as a preemption: $reason"
@@ -394,7 +397,7 @@ for s in $scenarios; do
       out=$(kubectl drain "$node" --ignore-daemonsets --delete-emptydir-data --timeout=120s 2>&1) || fail "kubectl drain $node: $out"
       moved drain
       stopped_at=$(sed -n 's/.*stopped at step \([0-9]*\) on SIGTERM.*/\1/p' <<<"$reason")
-      echo "drained $node: the gang stopped at step $stopped_at (last reported $failed_at) and resumed at $resumed_at, ${took} s after the drain began"
+      echo "drained $node: the gang stopped at step $stopped_at (last reported $failed_at), moved ${decided} s after the drain began and resumed at $resumed_at ${took} s after it"
       [[ $reason == *"node $node was cordoned"* ]] || fail "the preemption does not name the drained node: $reason"
       [ -n "$stopped_at" ] || fail "the preemption does not say where the gang stopped: $reason"
       [ "$resumed_at" = "$stopped_at" ] || fail "stopped at step $stopped_at but resumed at $resumed_at"
@@ -414,7 +417,7 @@ for s in $scenarios; do
       t0_fault=$(date +%s.%N)
       bash "$src/scripts/test-cluster.sh" lose-node "$dir/cluster" "${node#node-}"
       moved lost
-      echo "lost $node at step $failed_at: the gang resumed at $resumed_at, ${took} s later"
+      echo "lost $node at step $failed_at: the gang moved ${decided} s later and resumed at $resumed_at ${took} s after the loss"
       [[ $reason == *"node $node is not ready"* ]] || fail "the preemption does not name the lost node: $reason"
       ((failed_at - resumed_at <= 10)) || fail "more than one checkpoint interval retrained: $failed_at -> $resumed_at"
       after_move lost "$node"

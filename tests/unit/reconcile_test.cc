@@ -69,7 +69,8 @@ json config_map(const json& j, int attempt) {
 // A running job of `attempt` with its children in place.
 Observed running(int attempt = 0, json spec_patch = json::object()) {
   Observed o;
-  json status = {{"phase", "Running"}, {"restarts", attempt}, {"observedGeneration", 1}, {"startTime", format_time(kNow - seconds(60))}};
+  json status = {{"phase", "Running"}, {"restarts", attempt}, {"attempt", attempt}, {"observedGeneration", 1},
+                 {"startTime", format_time(kNow - seconds(60))}};
   o.job = job(spec_patch, status);
   o.token = "t0k3n";
   o.has_secret = true;
@@ -785,6 +786,65 @@ TEST(ReconcileTest, AFailedRankRestartsTheGangInPlace) {
   EXPECT_EQ(describe(reconcile(replaced, options())),
             (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart", "delete pod j-0-0",
                                       "delete pod j-0-1", "stop rendezvous"}));
+}
+
+// spec.elastic: a lost node leaves no room for the whole gang, so it goes on with the pods that fit
+// (ScaledDown); once the node is back the smaller gang stops at a checkpoint and is placed whole
+// (ScaledUp). Neither counts against backoffLimit.
+TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) {
+  Observed o = running(0, {{"elastic", {{"minReplicas", 1}}}});
+  o.nodes[1].ready = false;
+  const Decision lost = reconcile(o, options());
+  ASSERT_FALSE(lost.actions.empty());
+  o.job["status"] = apply_status_patch(o.job["status"], lost.actions[0].object);
+  o.pods.clear();
+  o.served_attempt.reset();
+  o.nodes[0].used.gpu = 0;
+  const Decision shrunk = reconcile(o, options());
+  EXPECT_EQ(describe(shrunk), (std::vector<std::string>{"status", "update configmap j-config", "event Warning ScaledDown",
+                                                        "event Normal Placed", "serve rendezvous attempt 1", "create pod j-1-0 on n0"}));
+  EXPECT_EQ(shrunk.actions[0].object["replicas"], 1);
+  const std::string why = find(shrunk, Action::Kind::kEvent)->message;
+  EXPECT_NE(why.find("room for 1 of 2 pods"), std::string::npos) << why;
+  EXPECT_NE(why.find("the global batch of 4 kept"), std::string::npos) << why;
+  // The smaller gang runs; nothing changes while the node is away.
+  o.job["status"] = apply_status_patch(o.job["status"], shrunk.actions[0].object);
+  o.config_map = find(shrunk, Action::Kind::kUpdate)->object;
+  o.served_attempt = 1;
+  o.pods = {pod(1, 0, "Running")};
+  o.nodes[0].used.gpu = 2;
+  EXPECT_TRUE(needs_all_nodes(o.job));
+  const Decision waiting = reconcile(o, options());
+  for (const auto& a : describe(waiting)) EXPECT_EQ(a.rfind("delete", 0), std::string::npos) << a;
+  if (const Action* patch = find(waiting, Action::Kind::kPatchStatus))
+    o.job["status"] = apply_status_patch(o.job["status"], patch->object);
+  EXPECT_EQ(o.job["status"]["phase"], "Running");
+  // The node is back: the gang stops (SIGTERM: a checkpoint at a step every rank agrees on) and is
+  // placed whole.
+  o.nodes[1].ready = true;
+  o.nodes[1].used.gpu = 0;
+  const Decision grow = reconcile(o, options());
+  EXPECT_EQ(describe(grow), (std::vector<std::string>{"status phase=Restarting", "event Normal ScaledUp", "delete pod j-1-0",
+                                                      "stop rendezvous"}));
+  EXPECT_EQ(grow.actions[0].object["attempt"], 2);
+  o.job["status"] = apply_status_patch(o.job["status"], grow.actions[0].object);
+  EXPECT_EQ(o.job["status"]["restarts"], 0);
+  o.pods.clear();
+  o.served_attempt.reset();
+  o.nodes[0].used.gpu = 0;
+  const Decision whole = reconcile(o, options());
+  EXPECT_EQ(describe(whole), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                                       "serve rendezvous attempt 2", "create pod j-2-0 on n0", "create pod j-2-1 on n1"}));
+  EXPECT_EQ(whole.actions[0].object["replicas"], 2);
+  // A job that is not elastic waits for room instead.
+  Observed fixed = running();
+  fixed.job["status"]["attempt"] = 1;
+  fixed.job["status"]["preemptions"] = 1;
+  fixed.pods.clear();
+  fixed.served_attempt.reset();
+  fixed.nodes[1].ready = false;
+  fixed.nodes[0].used.gpu = 0;
+  EXPECT_EQ(describe(reconcile(fixed, options()))[1], "event Warning Unschedulable");
 }
 
 TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
