@@ -85,6 +85,11 @@ constexpr const char* kReadUsage =
     "samples are numbered in file order, a cropped file's sub-volumes in D, H, W order) as rank R of\n"
     "the job reads it: its block under spec.parallelism.spatial, transformed. Writes the block to\n"
     "PREFIX_x.npy and its targets (or labels) to PREFIX_y.npy, float32.\n";
+constexpr const char* kNodeUsage =
+    "usage: tessera node remove|add NODE --work-dir DIR\n"
+    "Changes the virtual cluster of the tessera run whose work directory is DIR while its job runs:\n"
+    "remove takes virtual node NODE (local-K) away as a lost machine (its pods killed at once; the gang\n"
+    "is placed again without it, on fewer replicas if the job is elastic); add brings it back.\n";
 constexpr const char* kVerifyUsage =
     "usage: tessera data verify DIR\n"
     "Reads every file of a dataset and checks it against its manifest.\n";
@@ -100,6 +105,7 @@ int usage(int code) {
                "                     [--progress S]\n"
                "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
                "  tessera data verify DIR\n"
+               "  tessera node remove|add NODE --work-dir DIR\n"
                "tessera COMMAND --help explains one command.\n");
   return code;
 }
@@ -303,7 +309,19 @@ int run(int argc, char** argv) {
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
   if (cmd == "validate") return validate(argc, argv);
   if (cmd == "run") return run_job(argc, argv);
-  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run or data; tessera --help)");
+  if (cmd == "node") {
+    std::vector<std::string> args;
+    std::string work_dir;
+    Flags flags("tessera node", kNodeUsage);
+    flags.positional(&args, 2, 2, "remove|add NODE").text("--work-dir", &work_dir);
+    if (!flags.parse(argc, argv, 2)) return 0;
+    if (args[0] != "remove" && args[0] != "add") throw ConfigError(args[0], "expected tessera node remove or add");
+    if (work_dir.empty()) throw ConfigError("--work-dir", "required: the work directory of the running tessera run");
+    local::request_node_change(work_dir, args[0], args[1]);
+    std::printf("asked the tessera run in %s to %s virtual node %s\n", work_dir.c_str(), args[0].c_str(), args[1].c_str());
+    return 0;
+  }
+  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run, node or data; tessera --help)");
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "generate") return data_generate(argc, argv);
   if (sub == "index") return data_index(argc, argv);

@@ -161,13 +161,19 @@ node_addr() { echo "10.78.0.$(($1 + 1))"; }
 pod_subnet() { echo "10.79.$1.0/24"; }
 in_node() { local k=$1; shift; nsenter --net="/run/netns/tessera-k$k" "$@"; }
 nodes_of() { ls -d "$1"/nodes/node-* 2>/dev/null | sed 's/.*node-//' | sort -n; }
+# The nodes that still have their network (a lost node has none).
+live_nodes_of() {
+  local k
+  for k in $(nodes_of "$1"); do [ -e "/run/netns/tessera-k$k" ] && echo "$k"; done
+  return 0
+}
 
-# Routes to every node's pod subnet, from the host and from every other node.
+# Routes to every live node's pod subnet, from the host and from every other live node.
 route_pods() {
   local dir=$1 k j
-  for k in $(nodes_of "$dir"); do
+  for k in $(live_nodes_of "$dir"); do
     ip route replace "$(pod_subnet "$k")" via "$(node_addr "$k")"
-    for j in $(nodes_of "$dir"); do
+    for j in $(live_nodes_of "$dir"); do
       [ "$j" = "$k" ] || in_node "$j" ip route replace "$(pod_subnet "$k")" via "$(node_addr "$k")"
     done
   done

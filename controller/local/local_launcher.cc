@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <thread>
 #include <yaml-cpp/yaml.h>
 
@@ -76,13 +78,9 @@ class Launch {
                {"metadata", {{"name", job_.name}, {"namespace", job_.namespace_}, {"uid", "local"}, {"generation", 1}}},
                {"spec", spec},
                {"status", json::object()}};
-    for (int i = 0; i < spec_.local.nodes; ++i) {
-      placement::NodeInfo n;
-      n.name = detail::concat("local-", i);
-      n.labels = {{"kubernetes.io/hostname", n.name}, {"topology.kubernetes.io/zone", "local"}};
-      n.allocatable.gpu = spec_.local.gpus_per_node;
-      nodes_.push_back(n);
-    }
+    for (int i = 0; i < spec_.local.nodes; ++i) nodes_.push_back(virtual_node(detail::concat("local-", i)));
+    // Requests to remove or add back a virtual node (tessera node) left by an earlier run.
+    fs::remove_all(fs::path(dir_) / kNodeControlDir);
     // The machine's cores shared by the job's ranks, unless the job says how many threads a rank runs.
     const int cores = std::max(1u, std::thread::hardware_concurrency());
     threads_ = spec_.training.threads > 0 ? spec_.training.threads : std::max(1, cores / spec_.workers());
@@ -120,6 +118,7 @@ class Launch {
         return finish_local("Failed", "Interrupted", "interrupted; the workers were stopped");
       }
       const auto reconcile_start = Clock::now();
+      control_nodes();
       const reconcile::Observed o = observe();
       const reconcile::Decision d = reconcile::reconcile(o, reconcile_options_);
       try {
@@ -136,8 +135,9 @@ class Launch {
       metrics_.observe_job(job_.namespace_, job_.name, status());
       const std::string phase = status().value("phase", "");
       if ((phase == "Succeeded" || phase == "Failed" || phase == "Suspended") && pods_->running() == 0) return finish();
-      // The virtual cluster never grows: a gang that does not fit now never will.
-      if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable") return unschedulable(*c);
+      // The virtual cluster grows only back to its nodes: a gang that does not fit all of them never will.
+      if (const json* c = condition("Placed"); c && (*c).value("reason", "") == "Unschedulable" && removed_.empty())
+        return unschedulable(*c);
       if (std::chrono::duration<double>(Clock::now() - last_line_at).count() >= options_.progress_seconds) {
         console_.progress(last_progress_, status());
         last_line_at = Clock::now();
@@ -156,6 +156,48 @@ class Launch {
     return nullptr;
   }
   std::string key() const { return job_.namespace_ + "/" + job_.name; }
+
+  placement::NodeInfo virtual_node(const std::string& name) const {
+    placement::NodeInfo n;
+    n.name = name;
+    n.labels = {{"kubernetes.io/hostname", n.name}, {"topology.kubernetes.io/zone", "local"}};
+    n.allocatable.gpu = spec_.local.gpus_per_node;
+    return n;
+  }
+
+  // `tessera node remove|add NAME` leaves a request in <workDir>/nodes: a removed virtual node is a
+  // lost machine (its pods killed at once, the node gone); one added back is a node that returns.
+  void control_nodes() {
+    const fs::path dir = fs::path(dir_) / kNodeControlDir;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) return;
+    std::vector<fs::path> requests;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".request") requests.push_back(e.path());
+    std::sort(requests.begin(), requests.end());
+    for (const auto& file : requests) {
+      std::string verb, node;
+      std::ifstream(file) >> verb >> node;
+      fs::remove(file, ec);
+      auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const placement::NodeInfo& n) { return n.name == node; });
+      if (verb == "remove" && it != nodes_.end()) {
+        std::vector<std::string> lost;
+        for (const auto& p : pods_->observe(std::chrono::system_clock::now()))
+          if (p.node == node) lost.push_back(p.name);
+        pods_->kill(lost);
+        nodes_.erase(it);
+        removed_.insert(node);
+        say(detail::concat("virtual node ", node, " removed, as a lost machine: ", detail::count(static_cast<int>(lost.size()), "pod"),
+                           " killed"));
+      } else if (verb == "add" && removed_.erase(node)) {
+        nodes_.push_back(virtual_node(node));
+        say(detail::concat("virtual node ", node, " added back"));
+      } else {
+        say(detail::concat("ignoring '", verb, " ", node, "': ",
+                           verb == "remove" ? "no such node" : verb == "add" ? "the node was not removed" : "not remove or add"));
+      }
+    }
+  }
 
   reconcile::Observed observe() {
     reconcile::Observed o;
@@ -378,6 +420,7 @@ class Launch {
   std::vector<placement::RankAssignment> plan_;  // of the gang the rendezvous serves
   int served_attempt_ = -1, threads_ = 1;
   int64_t served_round_ = 0;
+  std::set<std::string> removed_;  // virtual nodes removed (tessera node remove) and not added back
   std::unique_ptr<EmulatedNetwork> network_;
   std::unique_ptr<RendezvousService> service_;
   std::string rendezvous_;  // host:port the workers reach the rendezvous at
@@ -393,6 +436,18 @@ class Launch {
 };
 
 }  // namespace
+
+void request_node_change(const std::string& work_dir, const std::string& verb, const std::string& node) {
+  if (!fs::exists(fs::path(work_dir) / "status.json"))
+    throw ConfigError("--work-dir", "'" + work_dir + "' holds no job (no status.json): give the work directory of a running tessera run");
+  const fs::path dir = fs::path(work_dir) / kNodeControlDir;
+  fs::create_directories(dir);
+  static int sequence = 0;
+  const std::string name = detail::concat(std::time(nullptr), "-", getpid(), "-", sequence++);
+  const fs::path tmp = dir / (name + ".tmp"), file = dir / (name + ".request");
+  std::ofstream(tmp) << verb << " " << node << "\n";
+  fs::rename(tmp, file);
+}
 
 LocalLauncher::LocalLauncher(api::TrainingJob job, LocalOptions options)
     : job_(std::move(job)), options_(std::move(options)) {}

@@ -66,6 +66,13 @@ struct LocalResult {
   int exit_code() const { return phase == "Failed" ? 1 : 0; }
 };
 
+// The directory of <workDir> where `tessera node` leaves requests for a running `tessera run`.
+inline constexpr const char* kNodeControlDir = "nodes";
+// Asks the `tessera run` of work directory `work_dir` to remove virtual node `node` (verb "remove":
+// a lost machine, its pods killed) or add it back ("add"). ConfigError naming the work directory
+// when no job has run there.
+void request_node_change(const std::string& work_dir, const std::string& verb, const std::string& node);
+
 class LocalLauncher {
  public:
   LocalLauncher(api::TrainingJob job, LocalOptions options);

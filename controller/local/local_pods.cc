@@ -105,6 +105,14 @@ void LocalPods::stop(const std::vector<std::string>& names) {
     }
 }
 
+void LocalPods::kill(const std::vector<std::string>& names) {
+  for (const auto& n : names)
+    if (auto it = pods_.find(n); it != pods_.end()) {
+      for (auto& c : it->second.containers) c.process->stop(std::chrono::milliseconds(0));
+      pods_.erase(it);
+    }
+}
+
 void LocalPods::stop_all() {
   std::vector<std::string> names;
   for (const auto& [n, p] : pods_) names.push_back(n);

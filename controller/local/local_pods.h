@@ -39,6 +39,8 @@ class LocalPods {
   // SIGTERM to the named pods, then SIGKILL to what still runs after 3 s; they are forgotten.
   void stop(const std::vector<std::string>& names);
   void stop_all();
+  // SIGKILL to the named pods' processes at once (their machine lost); they are forgotten.
+  void kill(const std::vector<std::string>& names);
   int running();
 
   // A worker process of a running pod: the rank in `slot` of pod `pod` (replica `replica`).

@@ -6,13 +6,13 @@
 # nodes' bridge. Each scenario runs in its own namespace and is bounded in time; the
 # cluster, the controllers and every temporary directory are removed on exit, pass or fail.
 #   usage: kube_operator_test.sh BIN_DIR SOURCE_DIR [SCENARIO...]
-# Scenarios: example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost (the
+# Scenarios: example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost elastic (the
 # start-up errors of tessera-controller are checked first, always; `startup` runs only those).
 set -euo pipefail
 bin=$1
 src=$2
 shift 2
-scenarios=${*:-example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost}
+scenarios=${*:-example conflict kill apiserver controller sigterm leader gang drain lifecycle images lost elastic}
 dir=$(mktemp -d)
 ctl_pids=()
 cleanup() {
@@ -421,6 +421,44 @@ for s in $scenarios; do
       [[ $reason == *"node $node is not ready"* ]] || fail "the preemption does not name the lost node: $reason"
       ((failed_at - resumed_at <= 10)) || fail "more than one checkpoint interval retrained: $failed_at -> $resumed_at"
       after_move lost "$node"
+      ;;
+    elastic)
+      # spec.elastic: a 4-replica job (minReplicas 3, dense) loses a node with no node to spare. It
+      # goes on with 3 pods from its newest checkpoint, keeping its global batch (rank 0 of the 3
+      # trains two micro-batches of the job's four), and grows back to 4 when a node is added. Its
+      # final validation loss is within 1% of the same job's uninterrupted run's.
+      ready_nodes() { kubectl get nodes --no-headers 2>/dev/null | grep -c ' Ready ' || true; }
+      while [ "$(ready_nodes)" -lt 4 ]; do
+        bash "$src/scripts/test-cluster.sh" add-node "$dir/cluster" >/dev/null || fail "a node did not join"
+      done
+      [ "$(ready_nodes)" = 4 ] || fail "expected exactly 4 ready nodes: $(kubectl get nodes)"
+      dense=(-e 's/^  communication: .*/  communication: {strategy: dense}/')
+      job elastic-ref "${dense[@]}"
+      wait_for elastic-ref cosmoflow-k8s .status.phase Succeeded 240
+      job elastic "${dense[@]}" -e '/^  runPolicy:/i\  elastic: {minReplicas: 3}'
+      wait_step elastic cosmoflow-k8s 25 120
+      node=$(kubectl get pods -n elastic -l tessera.dev/job -o jsonpath='{.items[0].spec.nodeName}')
+      t0_fault=$(date +%s.%N)
+      bash "$src/scripts/test-cluster.sh" lose-node "$dir/cluster" "${node#node-}"
+      wait_for elastic cosmoflow-k8s .status.replicas 3 120
+      moved elastic
+      echo "lost $node at step $failed_at: the gang went on with 3 pods, resumed at $resumed_at ${took} s after the loss"
+      # Rank 0 says how it trains, in its pod's log (whichever pod of the gang holds it).
+      attempt=$(field elastic cosmoflow-k8s .status.attempt)
+      log=$(for r in 0 1 2; do kubectl logs -n elastic "cosmoflow-k8s-$attempt-$r" -c worker 2>/dev/null || true; done)
+      grep -q "global batch 8 (4 micro-batches of 2 over 3 replicas" <<<"$log" ||
+        fail "the 3-pod gang does not keep the global batch: $(grep 'global batch' <<<"$log")"
+      t0_grow=$(date +%s.%N)
+      bash "$src/scripts/test-cluster.sh" add-node "$dir/cluster" >/dev/null || fail "a node did not join"
+      wait_for elastic cosmoflow-k8s .status.replicas 4 120
+      wait_for elastic cosmoflow-k8s .status.phase Succeeded 240
+      echo "grew back to 4 pods $(python3 -c "import time; print(round(time.time() - $t0_grow, 1))") s after a node was added (or less: the job then ran to its end)"
+      grep -q ScaledDown <<<"$(events elastic)" && grep -q ScaledUp <<<"$(events elastic)" || fail "no ScaledDown and ScaledUp events: $(events elastic)"
+      [ "$(field elastic cosmoflow-k8s .status.restarts)" = 0 ] || fail "counted against backoffLimit: $(field elastic cosmoflow-k8s .status.restartHistory)"
+      [ "$(field elastic cosmoflow-k8s .status.step)" = 192 ] || fail "step is not 192"
+      python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); print('validation MSE elastic %.4f, uninterrupted %.4f (%+.2f%%)' % (a, b, 100 * (a / b - 1))); sys.exit(0 if abs(a / b - 1) <= 0.01 else 1)" \
+        "$(field elastic cosmoflow-k8s .status.validation.loss)" "$(field elastic-ref cosmoflow-k8s .status.validation.loss)" ||
+        fail "the elastic run's validation loss is not within 1% of the uninterrupted run's"
       ;;
     lifecycle)
       # Suspend and resume; the deadline; TTL; deletion leaves no child behind.
