@@ -455,7 +455,7 @@ add_node() {
   k=$(($(nodes_of "$dir" | tail -1) + 1))
   start_node "$dir" "$k" "$gpus" "$zones" "$bin_dir" || exit 1
   route_pods "$dir"
-  wait_nodes "$dir" $((k + 1)) "$gpus" || exit 1
+  wait_nodes "$dir" "$(live_nodes_of "$dir" | wc -l)" "$gpus" || exit 1  # a lost node stays NotReady
   echo "test-cluster: node-$k is Ready"
 }
 

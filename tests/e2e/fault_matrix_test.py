@@ -25,10 +25,11 @@ import subprocess
 import sys
 import re
 import tempfile
-import time
 import urllib.request
 
-TIMEOUT = 300  # seconds for one run
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_job import TIMEOUT, LocalRun  # noqa: E402
+
 EVERY = 6      # checkpoint interval, steps
 TRAIN = 96     # training samples (batch 4: 24 steps an epoch)
 
@@ -51,61 +52,11 @@ def manifest(root, name, epochs):
         "  local: {nodes: 2, gpusPerNode: 2}", ""])
 
 
-class Run:
+class Run(LocalRun):
     """One `tessera run` of the job in its own work directory."""
 
     def __init__(self, bin_dir, root, tag, epochs):
-        self.work = os.path.join(root, tag)
-        os.makedirs(self.work)
-        self.job = os.path.join(self.work, "job.yaml")
-        with open(self.job, "w") as f:
-            f.write(manifest(root, "fm-" + tag, epochs))
-        self.log = open(os.path.join(self.work, "run.log"), "w")
-        self.proc = subprocess.Popen([os.path.join(bin_dir, "tessera"), "run", self.job, "--work-dir", self.work,
-                                      "--progress", "5"], stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        self.started = time.monotonic()
-
-    def status(self):
-        try:
-            with open(os.path.join(self.work, "status.json")) as f:
-                return json.load(f).get("status", {})
-        except (OSError, ValueError):
-            return {}
-
-    def wait_for_step(self, step):
-        while time.monotonic() - self.started < TIMEOUT:
-            s = self.status()
-            if s.get("step", -1) >= step and s.get("workers"):
-                return s
-            if self.proc.poll() is not None:
-                raise AssertionError("the job ended before step %d: %s" % (step, self.output()))
-            time.sleep(0.02)
-        raise AssertionError("step %d not reached in %d s" % (step, TIMEOUT))
-
-    def finish(self):
-        try:
-            rc = self.proc.wait(timeout=max(1, TIMEOUT - (time.monotonic() - self.started)))
-        except subprocess.TimeoutExpired:
-            self.stop()
-            raise AssertionError("the job did not finish in %d s: %s" % (TIMEOUT, self.output()))
-        if rc != 0:
-            raise AssertionError("tessera run exited %d: %s" % (rc, self.output()))
-        s = self.status()
-        if s.get("phase") != "Succeeded":
-            raise AssertionError("phase %s: %s" % (s.get("phase"), self.output()))
-        return s
-
-    def stop(self):
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.log.close()
-
-    def output(self):
-        self.log.flush()
-        with open(os.path.join(self.work, "run.log")) as f:
-            return f.read()[-3000:]
+        super().__init__(bin_dir, os.path.join(root, tag), manifest(root, "fm-" + tag, epochs))
 
     def token_and_metrics(self):
         """The job's rendezvous token (from a worker's environment) and the text of every metrics
