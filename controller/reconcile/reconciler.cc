@@ -162,8 +162,10 @@ constexpr size_t kMaxSpecBytes = size_t{512} << 10;
 constexpr size_t kMaxProblems = 10;
 constexpr size_t kRestartHistory = 20;
 // How long a gang restart waits for a pod that is still Running after its peers failed: long enough
-// for the node monitor to call a lost node NotReady (40 s by default).
+// for the node monitor to call a lost node NotReady (40 s by default). The virtual nodes of `tessera
+// run` are never lost that way: there the wait is the moment a killed rank's report takes.
 constexpr std::chrono::seconds kLostNodeWait{60};
+constexpr std::chrono::seconds kKilledRankWait{3};
 
 // The last n characters of s (its end says why), marked when cut; never splits a UTF-8 character.
 std::string last_chars(const std::string& s, size_t n) {
@@ -546,7 +548,7 @@ class Reconciler {
       // a pod that stays silent may be on a lost node, which its status says within the node
       // monitor's grace period (then the gang moves as a preemption, evacuate).
       const bool silent_pod = reported.size() < current.size();
-      if (cause->exit_code <= 128 && (o.now - first < seconds(3) || (silent_pod && o.now - first < kLostNodeWait))) {
+      if (cause->exit_code <= 128 && (o.now - first < kKilledRankWait || (silent_pod && o.now - first < lost_node_wait()))) {
         requeue(milliseconds(500));
         return true;
       }
@@ -570,7 +572,7 @@ class Reconciler {
     // be reported, so that the restart names the cause. Its kubelet reports it within moments; a pod
     // that stays Running may be on a node that is lost, which the node's status says within the node
     // monitor's grace period (40 s by default): then the gang moves as a preemption (evacuate).
-    if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < kLostNodeWait) {
+    if (failed && failed->exit_code <= 128 && failed->finished && o.now - *failed->finished < lost_node_wait()) {
       bool peers_running = false;
       for (const PodInfo* p : current) peers_running = peers_running || p->phase == "Running";
       if (peers_running) {
@@ -1215,6 +1217,7 @@ class Reconciler {
     for (const PodInfo* p : pods)
       if (!p->terminating && !deleting(p->name)) child(Action::Kind::kDelete, Resource::kPod, p->name);
   }
+  std::chrono::seconds lost_node_wait() const { return opt.cluster ? kLostNodeWait : kKilledRankWait; }
   // Why `node` is lost ("was deleted", "is not ready ..."), or "" when it is not (or nodes were not observed).
   std::string lost_node_reason(const std::string& node) const {
     if (o.nodes.empty() || node.empty()) return "";

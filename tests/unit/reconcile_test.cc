@@ -735,6 +735,10 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   quiet.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}};
   quiet.progress->exits = {{0, 0, 1, "lost the connection to rank 2", kNow - seconds(10)}};
   EXPECT_EQ(describe(reconcile(quiet, options())), (std::vector<std::string>{}));
+  // Under tessera run there is no node monitor to wait for: the gang restarts in place at once.
+  ReconcileOptions local = options();
+  local.cluster = false;
+  EXPECT_EQ(describe(reconcile(quiet, local))[0], "status phase=Restarting restarts=1");
   quiet.nodes[1].ready = false;
   EXPECT_EQ(describe(reconcile(quiet, options()))[1], "delete pod j-0-1 now");
   // A pod of an earlier gang on a lost node, terminating for ever: deleted at once.
