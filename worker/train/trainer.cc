@@ -258,8 +258,6 @@ void Trainer::set_control(ControlAgent* agent) {
   if (control_ && dense_) switch_step_ = -1;  // the controller chooses the switch step
 }
 
-double Trainer::allreduce_mean(double value, double weight, bool* stop) { return allreduce_weighted(value * weight, weight, stop); }
-
 double Trainer::allreduce_weighted(double weighted_sum, double weight, bool* stop) {
   double v[3] = {weighted_sum, weight, stop && *stop ? 1.0 : 0.0};
   if (groups_) groups_->world->allreduce(std::span<double>(v, 3));

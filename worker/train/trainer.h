@@ -126,10 +126,8 @@ class Trainer {
   // Starts the step's exchange: which strategy, and what each bucket's send does.
   void begin_exchange(StepRecord& rec);
   EpochRecord validate(int epoch);
-  // The mean of `value` over the ranks, weighted; *stop: whether any rank asked to stop (in: this
-  // rank's flag, out: the gang's).
-  double allreduce_mean(double value, double weight, bool* stop = nullptr);
-  // The same from the weighted sum (value x weight) this rank holds.
+  // The weighted mean over the ranks of what each holds as (weighted sum, weight); *stop: whether any
+  // rank asked to stop (in: this rank's flag, out: the gang's).
   double allreduce_weighted(double weighted_sum, double weight, bool* stop = nullptr);
   // Error-feedback residuals of a checkpoint written by a gang of another size (elastic): every
   // residual of the `world` ranks that wrote step `step`, summed in place in the bucket, and this
