@@ -27,6 +27,14 @@ fail() {
   tail -n 30 "$dir"/controller*.log >&2 || true
   echo "--- pods" >&2
   kubectl get pods -A -o wide >&2 || true
+  # What each pod left still runs or why it ended: its containers' states and its log's end.
+  local ns pod node
+  while read -r ns pod node; do
+    echo "--- $ns/$pod: $(kubectl get pod "$pod" -n "$ns" -o jsonpath='{.status.containerStatuses[*].state}' 2>&1)" >&2
+    kubectl logs "$pod" -n "$ns" --tail 15 >&2 2>&1 || true
+    echo "--- $node's kubelet on $pod" >&2
+    grep -h "$pod" "$dir/cluster/nodes/$node/logs/kubelet.log" 2>/dev/null | tail -n 15 >&2 || true
+  done < <(kubectl get pods -A -l tessera.dev/job -o wide --no-headers 2>/dev/null | awk '{print $1, $2, $8}')
   exit 1
 }
 
@@ -465,11 +473,22 @@ for s in $scenarios; do
       # Suspend and resume; the deadline; TTL; deletion leaves no child behind.
       job suspend -e 's/epochs: 3/epochs: 6/'
       wait_step suspend cosmoflow-k8s 15 120
+      step_suspended=$(field suspend cosmoflow-k8s .status.step)
       kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
       wait_for suspend cosmoflow-k8s .status.phase Suspended 30
-      for _ in $(seq 1 60); do [ "$(pods_of suspend)" = 0 ] && break; sleep 0.5; done
+      # The workers stop within a second or two (they agree on a step and checkpoint it); the pod
+      # objects go once the kubelet has removed their sandboxes, which kubelet 1.20 sometimes leaves
+      # to its container garbage collection, run once a minute.
+      t0_suspend=$(date +%s)
+      for _ in $(seq 1 180); do [ "$(pods_of suspend)" = 0 ] && break; sleep 0.5; done
       [ "$(pods_of suspend)" = 0 ] || fail "pods left running while suspended"
+      echo "  suspended: the pods gone $(($(date +%s) - t0_suspend)) s after the phase"
       [ -n "$(ls -A "$dir/suspend/checkpoints")" ] || fail "the checkpoints were not kept"
+      # The gang checkpointed the step it stopped at, not only its last periodic one (every 10 steps).
+      newest=$(ls "$dir/suspend/checkpoints" | sed -n 's/^ckpt-0*\([0-9][0-9]*\)-rank0\.bin$/\1/p' | sort -n | tail -n 1)
+      [ "${newest:-0}" -ge "$step_suspended" ] ||
+        fail "the newest checkpoint is of step ${newest:-none}, before step $step_suspended, where the job was suspended"
+      echo "  suspended at step $step_suspended (as reported); the gang stopped and checkpointed step $newest"
       kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":false}}}' >/dev/null
       wait_for suspend cosmoflow-k8s .status.phase Succeeded 240
       [ "$(field suspend cosmoflow-k8s '.status.conditions[?(@.type=="Suspended")].reason')" = Resumed ] || fail "no Resumed condition"

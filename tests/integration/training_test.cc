@@ -523,6 +523,42 @@ TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
   std::filesystem::remove_all(dir);
 }
 
+// A suspended or deleted job: the controller stops serving its gang (its heartbeats are answered
+// NOT_FOUND, which a restarting controller also answers) and its pods get SIGTERM. The ranks stop at
+// once, every one at the same step with its checkpoint, rather than wait out the heartbeat's timeout
+// (120 s here) for a controller that will not answer, past the pods' grace period.
+TEST(TrainingTest, SigtermStopsAGangWhoseControllerNoLongerServesIt) {
+  const std::string dir = make_temp_dir("tessera-unserved");
+  RendezvousService service;
+  std::vector<placement::NodeInfo> nodes(2);
+  nodes[0].name = "node-a";
+  nodes[1].name = "node-b";
+  service.add_job("gone", "t", placement::plan_ring({"node-a", "node-b"}, 1, nodes, {"kubernetes.io/hostname"}));
+  auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", "  checkpoint: {path: " + dir + "/ckpt}\n", 20));
+  std::vector<pid_t> pids;
+  for (int replica = 0; replica < 2; ++replica)
+    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
+                          std::to_string(replica), "--slot", "0", "--threads", "1", "--metrics",
+                          dir + "/metrics-" + std::to_string(replica) + ".jsonl"},
+                         dir + "/log-" + std::to_string(replica) + ".txt", {"TESSERA_JOB=gone", "TESSERA_TOKEN=t"}));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
+  while (std::chrono::steady_clock::now() < deadline && records(dir + "/metrics-0.jsonl", "step").size() < 3)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  ASSERT_GE(records(dir + "/metrics-0.jsonl", "step").size(), 3u);
+  service.remove_job("gone");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both ranks now wait for an answer
+  for (pid_t pid : pids) kill(pid, SIGTERM);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(wait_exit(pids[r], std::chrono::seconds(20)), kExitStopped) << read_file(dir + "/log-" + std::to_string(r) + ".txt");
+  const auto last0 = records(dir + "/metrics-0.jsonl", "step"), last1 = records(dir + "/metrics-1.jsonl", "step");
+  ASSERT_FALSE(last0.empty());
+  ASSERT_FALSE(last1.empty());
+  const int64_t at = last0.back()["step"].get<int64_t>() + 1;
+  EXPECT_EQ(last1.back()["step"].get<int64_t>() + 1, at) << "the ranks stopped at different steps";
+  for (int r = 0; r < 2; ++r) EXPECT_EQ(checkpoint_steps(dir + "/ckpt", r).back(), at) << "rank " << r;
+  std::filesystem::remove_all(dir);
+}
+
 // Elastic data parallelism: a 4-replica job stopped (SIGTERM) and resumed on 3 replicas, then on
 // 4 again. The 3-replica gang keeps the global batch of 8: the replica training two of the four
 // micro-batches of 2 says so in its step log. Its losses follow the uninterrupted 4-replica run's up

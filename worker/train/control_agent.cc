@@ -28,7 +28,7 @@ ControlAgent::ControlAgent(const std::string& target, std::string job, std::stri
 
 ControlAgent::~ControlAgent() = default;
 
-int64_t ControlAgent::heartbeat(const Report& report) {
+int64_t ControlAgent::heartbeat(const Report& report, const std::atomic<bool>* stop) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_rank(impl_->rank);
@@ -41,17 +41,25 @@ int64_t ControlAgent::heartbeat(const Report& report) {
   req.set_slow_reason(report.stragglers.message.substr(0, kSlowReasonBytes));
   v1::HeartbeatResponse resp;
   // A controller that restarts (or hands over to another) is waited for, up to the timeout: every
-  // rank waits at the same step, so the gang goes on with the switch step it will be told.
-  const auto deadline = std::chrono::system_clock::now() + impl_->timeout;
+  // rank waits at the same step, so the gang goes on with the switch step it will be told. Each try
+  // lasts at most a second, so that a stop request is seen while waiting.
+  using Clock = std::chrono::system_clock;
+  const auto deadline = Clock::now() + impl_->timeout;
+  auto stopping = [&] { return stop && stop->load(); };
   grpc::Status s;
   for (;;) {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
-    ctx.set_deadline(deadline);
+    const auto try_deadline = std::min(deadline, Clock::now() + Millis(1000));
+    ctx.set_deadline(try_deadline);
     s = impl_->stub->Heartbeat(&ctx, req, &resp);
-    if (s.ok() || !controller_may_return(s) || std::chrono::system_clock::now() + Millis(200) >= deadline) break;
+    const bool retry = controller_may_return(s) || (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && try_deadline < deadline);
+    if (s.ok() || !retry || stopping() || Clock::now() + Millis(200) >= deadline) break;
     std::this_thread::sleep_for(Millis(200));
   }
+  // A stopping gang needs no decision: it ends with this step, and a switch step chosen now lies at
+  // least two steps ahead, so the ranks that were told run this step's exchange as those that were not.
+  if (!s.ok() && stopping()) return -1;
   if (!s.ok())
     throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", report.step, ": ", s.error_message()));
   return resp.switch_step();

@@ -4,6 +4,7 @@
 // rank; used by one thread.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -26,8 +27,11 @@ class ControlAgent {
     StragglerReport stragglers;
   };
   // Reports progress; returns the switch step, or -1 while none is chosen. Throws CommError when the
-  // controller refuses or cannot be reached within the timeout.
-  int64_t heartbeat(const Report& report);
+  // controller refuses or cannot be reached within the timeout. Once `stop` is set (the rank was asked
+  // to stop: its gang is suspended, deleted or moving, and the controller may no longer serve it), a
+  // controller that does not answer within a second is not waited for: the answer is -1, and the gang
+  // agrees on its last step without it.
+  int64_t heartbeat(const Report& report, const std::atomic<bool>* stop = nullptr);
 
  private:
   struct Impl;

@@ -575,7 +575,8 @@ TrainSummary Trainer::run() {
     }
     if (control_) {
       const int64_t s = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss, last_sps,
-                                             stragglers_ ? stragglers_->report() : StragglerReport{}});
+                                             stragglers_ ? stragglers_->report() : StragglerReport{}},
+                                            stop_flag_);
       if (dense_ && switch_step_ < 0 && s >= 0) {
         switch_step_ = s;
         summary.switch_step = s;
