@@ -7,11 +7,12 @@ spare. It goes on with 3 replicas from its newest checkpoint, keeping its global
 trains two of the four micro-batches of 2, as its log says), and grows back to 4 once the node is
 added back (`tessera node add`): its gang stops at a checkpoint and is placed whole. Neither counts
 against backoffLimit. For each seed the final validation loss is compared with the same job's
-uninterrupted run, within the spread of the uninterrupted runs over the seeds, under dense and under
-hybrid (topk, then dense). Dense follows the uninterrupted trajectory up to the order of summation
-(TrainingTest: 2e-8 over 20 steps), but this small Adam model amplifies that order over 128 steps:
-most runs end within 0.01% of the uninterrupted one, some 1.5-2.6% off, the same each time for the
-same steps on 3 replicas; each difference is printed.
+uninterrupted run: within 1% under dense, which follows the uninterrupted trajectory up to the order
+of summation (TrainingTest: 2e-8 over 20 steps), and within the spread of the uninterrupted runs over
+the seeds under hybrid (topk, then dense), whose re-sharded residuals change the selections. The
+recipe decays its learning rate (cosine), as training recipes do: with a constant rate this small
+Adam model amplifies a change in the order of summation to a few percent over 128 steps, with the
+decay the runs end within 0.01% of each other. Each difference is printed.
 
 usage: elastic_test.py --bin BUILD/bin [--seeds N]
 Each run is bounded (TIMEOUT); every process and directory it made is removed, also on failure.
@@ -35,7 +36,8 @@ def manifest(name, strategy, seed):
         "  replicas: 4", "  ranksPerReplica: 1",
         "  model: {name: cosmoflow, inputSize: 16, baseChannels: 4, hidden: [16], seed: %d}" % seed,
         "  dataset: {synthetic: cosmo, samples: 128, validationSamples: 32, seed: %d}" % seed,
-        "  training: {epochs: 8, batchSize: 8, threads: 1, seed: %d, optimizer: {name: adam, learningRate: 0.002}}" % seed,
+        "  training: {epochs: 8, batchSize: 8, threads: 1, seed: %d, optimizer: {name: adam, learningRate: 0.002},"
+        " schedule: {decay: cosine}}" % seed,
         "  communication: %s" % communication,
         "  checkpoint: {path: ckpt, everySteps: 4}",
         "  elastic: {minReplicas: 3}",
@@ -103,9 +105,9 @@ def main():
             spread = max(straight.values()) - min(straight.values())
             for seed in straight:
                 diff = elastic[seed] - straight[seed]
-                bound = spread
-                print("%s seed %d: uninterrupted %.5f, elastic %.5f (%+.2f%%); allowed %.5f (the seeds' spread)" % (
-                    strategy, seed, straight[seed], elastic[seed], 100 * diff / straight[seed], bound))
+                bound, why = (0.01 * straight[seed], "1%") if strategy == "dense" else (spread, "the seeds' spread")
+                print("%s seed %d: uninterrupted %.5f, elastic %.5f (%+.2f%%); allowed %.5f (%s)" % (
+                    strategy, seed, straight[seed], elastic[seed], 100 * diff / straight[seed], bound, why))
                 if abs(diff) > bound:
                     failed.append("%s seed %d: %+.5f is beyond %.5f" % (strategy, seed, diff, bound))
         if failed:
