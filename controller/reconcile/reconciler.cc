@@ -507,8 +507,7 @@ class Reconciler {
     if (old_pods.empty()) return false;
     // A pod on a lost node never ends on its own (no kubelet is left to confirm): deleted at once.
     for (const PodInfo* p : old_pods)
-      if (!lost_node_reason(p->node).empty() && !deleting(p->name))
-        child(Action::Kind::kDelete, Resource::kPod, p->name, {{"gracePeriodSeconds", 0}});
+      if (!lost_node_reason(p->node).empty()) delete_pods({p}, true);
     delete_pods(old_pods);
     requeue(milliseconds(1000));
     return true;
@@ -690,8 +689,9 @@ class Reconciler {
     for (const auto& a : plan->second)
       if (a.node == node && pod.empty()) pod = pod_name(name, attempt, a.replica);
     if (!lost.empty()) {
-      for (const PodInfo* p : current)
-        if (p->node == lost) child(Action::Kind::kDelete, Resource::kPod, p->name, {{"gracePeriodSeconds", 0}});
+      // The lost node's ranks are gone, so the others cannot agree on a step to checkpoint (that
+      // takes every rank): the whole gang is deleted at once, and the new one starts from the newest
+      // checkpoint without waiting out the grace period of pods stuck in a collective.
       preempt(pod, lost, "NodeLost", detail::concat("node ", lost, " ", lost_why));
       return true;
     }
@@ -740,7 +740,7 @@ class Reconciler {
     status.condition("Restarting", true, cause, why);
     event(true, Reason::kPreempted, detail::concat(why, " (step ", at, "); placing the gang again away from node ", node,
                                                    " (preemption ", preemptions, ", not counted against backoffLimit)"));
-    delete_pods(current);
+    delete_pods(current, cause == "NodeLost");
   }
 
   // ---- starting: a pod whose containers the kubelet cannot start (its image cannot be pulled, its
@@ -1213,9 +1213,12 @@ class Reconciler {
     labels[kJobLabel] = name;
     return {{"name", child_name}, {"namespace", ns}, {"labels", labels}, {"ownerReferences", owner()}};
   }
-  void delete_pods(const std::vector<const PodInfo*>& pods) {
+  // Deletes the pods, gracefully (their ranks get SIGTERM and the grace period to checkpoint) or,
+  // with `now`, at once.
+  void delete_pods(const std::vector<const PodInfo*>& pods, bool now = false) {
     for (const PodInfo* p : pods)
-      if (!p->terminating && !deleting(p->name)) child(Action::Kind::kDelete, Resource::kPod, p->name);
+      if ((now || !p->terminating) && !deleting(p->name))
+        child(Action::Kind::kDelete, Resource::kPod, p->name, now ? json{{"gracePeriodSeconds", 0}} : json());
   }
   std::chrono::seconds lost_node_wait() const { return opt.cluster ? kLostNodeWait : kKilledRankWait; }
   // Why `node` is lost ("was deleted", "is not ready ..."), or "" when it is not (or nodes were not observed).

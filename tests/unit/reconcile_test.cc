@@ -685,8 +685,9 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
             std::string::npos) << message;
 }
 
-// A node lost (its kubelet stopped reporting, or the node deleted): its pods are deleted at once (no
-// kubelet is left to confirm a graceful delete) and the gang is placed elsewhere.
+// A node lost (its kubelet stopped reporting, or the node deleted): the gang's pods are deleted at
+// once (no kubelet is left to confirm a graceful delete of the lost node's pod, and the others' ranks
+// cannot agree on a step to checkpoint without its ranks) and the gang is placed elsewhere.
 TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
   for (const bool deleted : {false, true}) {
     Observed o = running();
@@ -694,8 +695,8 @@ TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
     else o.nodes[1].ready = false;
     o.nodes.push_back(node("n2", "b", 2));
     const Decision d = reconcile(o, options());
-    EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "delete pod j-0-1 now", "event Warning Preempted",
-                                                     "delete pod j-0-0", "stop rendezvous"}));
+    EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now",
+                                                     "delete pod j-0-1 now", "stop rendezvous"}));
     EXPECT_EQ(d.actions[0].object["preemptions"], 1);
     EXPECT_EQ(d.actions[0].object["restartHistory"][0]["node"], "n1");
     const std::string why = d.actions[0].object["restartHistory"][0]["reason"];
@@ -723,7 +724,7 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   EXPECT_GT(waiting.requeue_after.count(), 0);
   o.nodes[1].ready = false;
   EXPECT_EQ(describe(reconcile(o, options())),
-            (std::vector<std::string>{"status phase=Restarting", "delete pod j-0-1 now", "event Warning Preempted", "delete pod j-0-0",
+            (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now", "delete pod j-0-1 now",
                                       "stop rendezvous"}));
   // Not called lost within the bound: a failure after all.
   o.nodes[1].ready = true;
@@ -740,7 +741,7 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   local.cluster = false;
   EXPECT_EQ(describe(reconcile(quiet, local))[0], "status phase=Restarting restarts=1");
   quiet.nodes[1].ready = false;
-  EXPECT_EQ(describe(reconcile(quiet, options()))[1], "delete pod j-0-1 now");
+  EXPECT_EQ(describe(reconcile(quiet, options()))[3], "delete pod j-0-1 now");
   // A pod of an earlier gang on a lost node, terminating for ever: deleted at once.
   Observed old = running(1);
   old.pods = {pod(0, 1, "Running")};
