@@ -502,13 +502,18 @@ class Reconciler {
     return false;
   }
 
-  // ---- pods of earlier attempts go first; the new gang starts when they are gone ----
+  // ---- pods of earlier attempts go first; the new gang starts when they have ended ----
   bool clear_old_gang() {
     if (old_pods.empty()) return false;
     // A pod on a lost node never ends on its own (no kubelet is left to confirm): deleted at once.
     for (const PodInfo* p : old_pods)
       if (!lost_node_reason(p->node).empty()) delete_pods({p}, true);
     delete_pods(old_pods);
+    // Once every old pod has ended (its processes have exited, so the checkpoints are final, and it
+    // holds no resources), the new gang does not wait for the kubelets to remove them: kubelet 1.20
+    // sometimes leaves that to its container garbage collection, once a minute.
+    if (std::all_of(old_pods.begin(), old_pods.end(), [](const PodInfo* p) { return p->phase == "Succeeded" || p->phase == "Failed"; }))
+      return false;
     requeue(milliseconds(1000));
     return true;
   }

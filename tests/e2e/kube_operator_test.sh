@@ -245,7 +245,9 @@ for s in $scenarios; do
         # as the status shows it (which trails the workers by up to a second).
         read -r replica slot step < <(python3 -c "import random; r = random.Random($seed); print(r.randrange(4), r.randrange(2), r.randrange(5, 25))")
         wait_step kill cosmoflow-k8s $((from + step)) 120
-        pods_before=$(kubectl get pods -n kill -l tessera.dev/job -o name | sort | tr '\n' ' ')
+        # The current gang's pods (an earlier gang's ended pods may still be going).
+        gang_pods() { kubectl get pods -n kill -l "tessera.dev/attempt=$(field kill cosmoflow-k8s .status.attempt)" -o name | sort | tr '\n' ' '; }
+        pods_before=$(gang_pods)
         victim=$(pgrep -f -- "--replica $replica .*--slot $slot" | head -1 || true)
         [ -n "$victim" ] || fail "seed $seed: no worker process of replica $replica slot $slot (status: $(field kill cosmoflow-k8s .status))"
         t_kill=$(date +%s.%N)
@@ -263,8 +265,7 @@ for s in $scenarios; do
         if $in_place; then
           in_place_times+=" $took"
           [ "$recorded" = true ] || fail "seed $seed: not restarted in place: $(field kill cosmoflow-k8s ".status.restartHistory[$((k - 1))]")"
-          [ "$(kubectl get pods -n kill -l tessera.dev/job -o name | sort | tr '\n' ' ')" = "$pods_before" ] ||
-            fail "seed $seed: pods changed in a restart in place: $pods_before -> $(kubectl get pods -n kill -l tessera.dev/job -o name)"
+          [ "$(gang_pods)" = "$pods_before" ] || fail "seed $seed: pods changed in a restart in place: $pods_before -> $(gang_pods)"
         else
           replaced_times+=" $took"
           [ "$recorded" != true ] || fail "seed $seed: restarted in place with restartInPlace false"
@@ -283,6 +284,8 @@ for s in $scenarios; do
         [[ "$(field kill cosmoflow-k8s ".status.restartHistory[$i].reason")" == *"exit code 137"* ]] ||
           fail "restart $((i + 1)) does not name the killed worker: $(field kill cosmoflow-k8s ".status.restartHistory[$i].reason")"
       done
+      # The earlier gangs' pods go (the new gangs did not wait for the kubelets to remove them).
+      for _ in $(seq 1 180); do [ "$(pods_of kill)" = 4 ] && break; sleep 0.5; done
       [ "$(pods_of kill)" = 4 ] || fail "old pods left behind: $(kubectl get pods -n kill)"
       grep -q GangRestart <<<"$(events kill)" || fail "no GangRestart event"
       killed_loss=$(field kill cosmoflow-k8s .status.validation.loss)

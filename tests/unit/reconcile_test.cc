@@ -220,12 +220,16 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   next.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137)};
   next.pods[0].terminating = true;
   EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{"delete pod j-0-1"}));
-  // Once they are gone, attempt 1 is placed afresh on the freed nodes.
-  next.pods.clear();
+  // Once they have ended, attempt 1 is placed afresh on the freed nodes (ended pods hold nothing),
+  // whether the kubelets have removed them yet or not.
+  const std::vector<std::string> fresh = {"status", "update configmap j-config", "event Normal Placed",
+                                          "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"};
   next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
-  const Decision placed = reconcile(next, options());
-  EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
-                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+  next.pods = {pod(0, 0, "Failed", 137), pod(0, 1, "Failed", 137)};
+  next.pods[0].terminating = next.pods[1].terminating = true;
+  EXPECT_EQ(describe(reconcile(next, options())), fresh);
+  next.pods.clear();
+  EXPECT_EQ(describe(reconcile(next, options())), fresh);
 }
 
 TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
