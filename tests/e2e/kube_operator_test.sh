@@ -444,7 +444,10 @@ for s in $scenarios; do
       done
       [ "$(ready_nodes)" = 4 ] || fail "expected exactly 4 ready nodes: $(kubectl get nodes)"
       # 12 epochs: the smaller gang still has steps to train once a node has joined (30-40 s here).
-      dense=(-e 's/^  communication: .*/  communication: {strategy: dense}/' -e 's/epochs: 3/epochs: 12/')
+      # The learning rate decays to 0: with a floor, a change in the order of summation moved the
+      # end of this small model's run by up to 1.4% (see docs/reliability.md).
+      dense=(-e 's/^  communication: .*/  communication: {strategy: dense}/' -e 's/epochs: 3/epochs: 12/'
+        -e 's/minLearningRate: [0-9.]*/minLearningRate: 0/')
       job elastic-ref "${dense[@]}"
       wait_for elastic-ref cosmoflow-k8s .status.phase Succeeded 240
       job elastic "${dense[@]}" -e '/^  runPolicy:/i\  elastic: {minReplicas: 3}'
