@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "worker/data/dataset_index.h"
+#include "worker/data/tokens.h"
 #include "worker/spatial/partition.h"
 #include "worker/train/job_config.h"
 #include "worker/train/trainer.h"
@@ -61,9 +63,13 @@ constexpr const char* kRunUsage =
     "  --prometheus       start Debian's Prometheus scraping them (default 127.0.0.1:9090)\n";
 constexpr const char* kGenerateUsage =
     "usage: tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
+    "       tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
     "Writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv into DIR, which\n"
     "must be new or empty; --replace replaces a dataset already there. CosmoFlow sizes are powers of\n"
-    "two, U-Net sizes multiples of 4.\n";
+    "two, U-Net sizes multiples of 4.\n"
+    "--kind text writes a language model's token files as nanoGPT does: train.bin and val.bin (uint16\n"
+    "ids, byte-level: vocabulary 256) and meta.json, from English text: the Debian package fortunes'\n"
+    "files, or --source. The last --validation-fraction of the text (default 0.1) is val.bin.\n";
 constexpr const char* kIndexUsage =
     "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
     "                              [--progress S]\n"
@@ -101,6 +107,7 @@ int usage(int code) {
                "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
                "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
+               "  tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
                "  tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
                "                     [--progress S]\n"
                "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
@@ -111,8 +118,9 @@ int usage(int code) {
 }
 
 int data_generate(int argc, char** argv) {
-  std::string kind, out;
+  std::string kind, out, source;
   int64_t samples = -1, size = -1, seed = 1;
+  double validation_fraction = 0.1;
   bool float32 = false, replace = false;
   Flags flags("tessera data generate", kGenerateUsage);
   flags.text("--kind", &kind)
@@ -121,10 +129,23 @@ int data_generate(int argc, char** argv) {
       .text("--out", &out)
       .integer("--seed", &seed, 0, std::numeric_limits<int64_t>::max())
       .toggle("--float32", &float32)
+      .text("--source", &source)
+      .real("--validation-fraction", &validation_fraction, Interval{0, 1, true, true})
       .toggle("--replace", &replace);
   if (!flags.parse(argc, argv, 3)) return 0;
   const bool int16 = !float32;
-  if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow or unet)");
+  if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow, unet or text)");
+  if (kind == "text") {
+    if (out.empty()) throw ConfigError("--out", "required");
+    std::vector<std::string> sources;
+    std::stringstream list(source);
+    for (std::string f; std::getline(list, f, ',');)
+      if (!f.empty()) sources.push_back(f);
+    const uint64_t tokens = generate_text_tokens(out, sources, validation_fraction, replace);
+    std::printf("wrote %llu byte-level tokens (vocabulary 256, uint16) to %s/train.bin and %s/val.bin\n",
+                static_cast<unsigned long long>(tokens), out.c_str(), out.c_str());
+    return 0;
+  }
   if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
   if (size < 4) throw ConfigError("--size", "required, at least 4");
   if (out.empty()) throw ConfigError("--out", "required");

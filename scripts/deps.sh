@@ -19,6 +19,7 @@ packages=(
   buildah mmdebstrap                               # the images, without a Docker daemon (scripts/images.sh)
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
   xz-utils                                         # the GPU check's bundle (scripts/gpu-check.sh)
+  fortunes                                         # English text for the language model's token files (tessera data generate --kind text)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

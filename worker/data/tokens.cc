@@ -1,0 +1,136 @@
+#include "worker/data/tokens.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/files.h"
+
+namespace tessera {
+namespace {
+
+constexpr const char* kFortunes = "/usr/share/games/fortunes";
+
+uint64_t mix(uint64_t x) {  // splitmix64's finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path, std::strerror(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) throw IoError(path, "read failed");
+  return s.str();
+}
+
+}  // namespace
+
+std::vector<uint32_t> read_tokens(const TokenFile& file) {
+  if (file.token_bytes != 2 && file.token_bytes != 4)
+    throw ConfigError("dataset.tokenBytes", detail::concat(file.token_bytes, ": token ids are 2 (uint16) or 4 (uint32) bytes"));
+  if (file.vocab_size == 0) throw ConfigError("dataset.vocabSize", "required: the number of distinct token ids");
+  const std::string bytes = read_all(file.path);
+  if (bytes.empty()) throw ConfigError(file.path, "holds no tokens");
+  if (bytes.size() % file.token_bytes != 0)
+    throw ConfigError(file.path, detail::concat(bytes.size(), " bytes is not a whole number of ", file.token_bytes,
+                                                "-byte tokens (was it written as uint", 8 * file.token_bytes, "?)"));
+  const size_t n = bytes.size() / file.token_bytes;
+  std::vector<uint32_t> ids(n);
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t v = 0;
+    for (int b = file.token_bytes - 1; b >= 0; --b) v = (v << 8) | p[i * file.token_bytes + b];  // little-endian
+    if (v >= file.vocab_size)
+      throw ConfigError(file.path, detail::concat("token ", i, " is id ", v, ", not below the vocabulary size ", file.vocab_size,
+                                                  " (dataset.vocabSize)"));
+    ids[i] = v;
+  }
+  return ids;
+}
+
+TokenDataset::TokenDataset(const TokenFile& file, int context, uint64_t seed)
+    : tokens_(read_tokens(file)), context_(context), seed_(seed) {
+  if (context < 1) throw ConfigError("model.context", detail::concat(context, ": must be at least 1"));
+  if (tokens_.size() < static_cast<size_t>(context) + 1)
+    throw ConfigError(file.path, detail::concat("holds ", tokens_.size(), " tokens; a window of context ", context,
+                                                " needs at least ", context + 1));
+  // As many windows as the file holds side by side: an epoch reads about every token once.
+  windows_ = std::max<uint64_t>(1, (tokens_.size() - 1) / static_cast<uint64_t>(context));
+}
+
+uint64_t TokenDataset::offset(uint64_t index) const {
+  const uint64_t starts = tokens_.size() - static_cast<uint64_t>(context_);  // offsets 0 .. size - context - 1
+  return mix(seed_ * 0x100000001b3ull ^ mix(index)) % starts;
+}
+
+Sample TokenDataset::get(uint64_t index) const {
+  TESSERA_CHECK_LT(index, windows_, "window index");
+  const uint64_t at = offset(index);
+  Sample s{Tensor({context_}), Tensor({context_})};
+  for (int64_t i = 0; i < context_; ++i) {
+    s.input[i] = static_cast<float>(tokens_[at + i]);
+    s.target[i] = static_cast<float>(tokens_[at + i + 1]);
+  }
+  return s;
+}
+
+std::vector<std::string> default_text_sources() {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(kFortunes, ec)) {
+    if (!e.is_regular_file(ec) || e.path().has_extension()) continue;  // not the .dat indexes nor the .u8 links
+    if (e.path().filename() == "ascii-art" || e.path().filename() == "art") continue;  // pictures, not language
+    files.push_back(e.path().string());
+  }
+  if (files.empty())
+    throw ConfigError("--source", detail::concat("no text in ", kFortunes,
+                                                 ": install the Debian package fortunes (make deps does), or name files with --source"));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::string> sources, double validation_fraction,
+                              bool replace) {
+  if (!(validation_fraction > 0 && validation_fraction < 1))
+    throw ConfigError("--validation-fraction", detail::concat(validation_fraction, ": must lie between 0 and 1"));
+  if (sources.empty()) sources = default_text_sources();
+  const std::string train = out_dir + "/train.bin", val = out_dir + "/val.bin", meta = out_dir + "/meta.json";
+  std::error_code ec;
+  if (!replace)
+    for (const auto& f : {train, val, meta})
+      if (std::filesystem::exists(f, ec)) throw ConfigError("--out", "'" + f + "' exists (--replace overwrites it)");
+  std::string text;
+  for (const auto& f : sources) {
+    const std::string t = read_all(f);
+    if (t.empty()) throw ConfigError("--source", "'" + f + "' is empty");
+    text += t;
+    if (text.back() != '\n') text += '\n';
+  }
+  const size_t n_val = std::max<size_t>(1, static_cast<size_t>(static_cast<double>(text.size()) * validation_fraction));
+  if (n_val >= text.size()) throw ConfigError("--source", detail::concat(text.size(), " bytes of text are too few to split"));
+  auto tokens = [](std::string_view bytes) {  // one uint16 id per byte, little-endian
+    std::string out(2 * bytes.size(), '\0');
+    for (size_t i = 0; i < bytes.size(); ++i) out[2 * i] = bytes[i];
+    return out;
+  };
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw IoError(out_dir, ec.message());
+  const std::string_view all(text);
+  write_file_atomic(train, tokens(all.substr(0, text.size() - n_val)));
+  write_file_atomic(val, tokens(all.substr(text.size() - n_val)));
+  nlohmann::ordered_json m = {{"vocabSize", 256}, {"dtype", "uint16"}, {"tokenizer", "bytes"},
+                              {"trainTokens", text.size() - n_val}, {"valTokens", n_val}, {"sources", sources}};
+  write_file_atomic(meta, m.dump(2) + "\n");
+  return text.size();
+}
+
+}  // namespace tessera
