@@ -264,12 +264,23 @@ std::string Action::describe() const {
 }
 
 bool needs_all_nodes(const json& job) {
-  if (!job.contains("spec") || !job["spec"].is_object() || !job.contains("status") || !job["status"].is_object()) return false;
-  const json& spec = job["spec"];
-  const bool elastic = spec.contains("elastic") && spec["elastic"].is_object() && spec["elastic"].value("minReplicas", 0) > 0;
-  const std::string phase = job["status"].value("phase", "");
-  return elastic && phase != "Succeeded" && phase != "Failed" && job["status"].value("replicas", 0) > 0 &&
-         job["status"].value("replicas", 0) < spec.value("replicas", 1);
+  // Read before the spec is validated: a field of the wrong type means "no" (validation reports it).
+  auto integer = [](const json& o, const char* key, int64_t otherwise) {
+    const auto it = o.is_object() ? o.find(key) : o.end();
+    return it != o.end() && it->is_number_integer() ? it->get<int64_t>() : otherwise;
+  };
+  auto text = [](const json& o, const char* key) {
+    const auto it = o.is_object() ? o.find(key) : o.end();
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const json none;
+  const json& spec = job.is_object() && job.contains("spec") ? job["spec"] : none;
+  const json& status = job.is_object() && job.contains("status") ? job["status"] : none;
+  const json& elastic = spec.is_object() && spec.contains("elastic") ? spec["elastic"] : none;
+  const std::string phase = text(status, "phase");
+  const int64_t replicas = integer(status, "replicas", 0);
+  return integer(elastic, "minReplicas", 0) > 0 && phase != "Succeeded" && phase != "Failed" && replicas > 0 &&
+         replicas < integer(spec, "replicas", 1);
 }
 
 std::vector<std::string> plan_nodes(const json& config_map) {

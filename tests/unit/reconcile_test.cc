@@ -823,6 +823,13 @@ TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) 
   o.pods = {pod(1, 0, "Running")};
   o.nodes[0].used.gpu = 2;
   EXPECT_TRUE(needs_all_nodes(o.job));
+  // Read before validation: fields of the wrong type mean no, never an exception.
+  for (const auto& [pointer, bad] : std::vector<std::pair<std::string, json>>{
+           {"/spec/elastic/minReplicas", "1"}, {"/spec/elastic", 3}, {"/status/replicas", 1.5}, {"/status", "x"}, {"/spec", nullptr}}) {
+    json j = o.job;
+    j[json::json_pointer(pointer)] = bad;
+    EXPECT_FALSE(needs_all_nodes(j)) << pointer;
+  }
   const Decision waiting = reconcile(o, options());
   for (const auto& a : describe(waiting)) EXPECT_EQ(a.rfind("delete", 0), std::string::npos) << a;
   if (const Action* patch = find(waiting, Action::Kind::kPatchStatus))
