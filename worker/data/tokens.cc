@@ -10,18 +10,12 @@
 
 #include "common/error.h"
 #include "common/files.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 namespace {
 
 constexpr const char* kFortunes = "/usr/share/games/fortunes";
-
-uint64_t mix(uint64_t x) {  // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -69,7 +63,7 @@ TokenDataset::TokenDataset(const TokenFile& file, int context, uint64_t seed)
 
 uint64_t TokenDataset::offset(uint64_t index) const {
   const uint64_t starts = tokens_.size() - static_cast<uint64_t>(context_);  // offsets 0 .. size - context - 1
-  return mix(seed_ * 0x100000001b3ull ^ mix(index)) % starts;
+  return kernels::mix64(kernels::mix64(seed_) ^ index) % starts;
 }
 
 Sample TokenDataset::get(uint64_t index) const {
