@@ -255,21 +255,35 @@ TEST(TrainingTest, AStaleRendezvousDirectoryFailsAtOnce) {
   std::filesystem::remove_all(dir);
 }
 
+// Nodes node-a and node-b, for plans of the controller's rendezvous service.
+std::vector<placement::NodeInfo> nodes_ab() {
+  std::vector<placement::NodeInfo> nodes(2);
+  nodes[0].name = "node-a";
+  nodes[1].name = "node-b";
+  return nodes;
+}
+
+// The ranks of `pods` pods of `slots` each, as the pods' supervisors start them, meeting at the
+// service as job `job` with `token`: rank process i (replica i / slots, slot i % slots) logs to
+// dir/log-i.txt and writes its metrics to dir/metrics-i.jsonl.
+std::vector<pid_t> start_served(const RendezvousService& service, const std::string& job, const std::string& token,
+                                const std::string& cfg, const std::string& dir, int pods, int slots) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < pods * slots; ++i)
+    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
+                          std::to_string(i / slots), "--slot", std::to_string(i % slots), "--threads", "1", "--metrics",
+                          dir + "/metrics-" + std::to_string(i) + ".jsonl"},
+                         dir + "/log-" + std::to_string(i) + ".txt", {"TESSERA_JOB=" + job, "TESSERA_TOKEN=" + token}));
+  return pids;
+}
+
 // Workers that get their ranks from the controller's rendezvous service (as pods do).
 TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
   const std::string dir = make_temp_dir("tessera-grpc");
   RendezvousService service;
-  std::vector<placement::NodeInfo> nodes(2);
-  nodes[0].name = "node-a";
-  nodes[1].name = "node-b";
-  service.add_job("grpc-job", "s3cret", placement::plan_ring({"node-b", "node-a"}, 1, nodes, {"kubernetes.io/hostname"}));
+  service.add_job("grpc-job", "s3cret", placement::plan_ring({"node-b", "node-a"}, 1, nodes_ab(), {"kubernetes.io/hostname"}));
   auto cfg = write_config(dir, small_job(2, 1, "{strategy: topk, density: 0.2}", ""));
-  std::vector<pid_t> pids;
-  for (int replica = 0; replica < 2; ++replica)
-    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
-                          std::to_string(replica), "--slot", "0", "--threads", "1", "--metrics",
-                          dir + "/metrics-" + std::to_string(replica) + ".jsonl"},
-                         dir + "/log-" + std::to_string(replica) + ".txt", {"TESSERA_JOB=grpc-job", "TESSERA_TOKEN=s3cret"}));
+  const std::vector<pid_t> pids = start_served(service, "grpc-job", "s3cret", cfg, dir, 2, 1);
   for (int replica = 0; replica < 2; ++replica)
     EXPECT_EQ(wait_exit(pids[replica], std::chrono::seconds(120)), 0) << read_file(dir + "/log-" + std::to_string(replica) + ".txt");
   // Pod 1 runs on node-a, first in the ring: rank 0.
@@ -290,19 +304,11 @@ TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
 TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
   const std::string dir = make_temp_dir("tessera-switch");
   RendezvousService service;
-  std::vector<placement::NodeInfo> nodes(2);
-  nodes[0].name = "node-a";
-  nodes[1].name = "node-b";
-  service.add_job("hy", "t", placement::plan_ring({"node-a", "node-b"}, 2, nodes, {"kubernetes.io/hostname"}),
+  service.add_job("hy", "t", placement::plan_ring({"node-a", "node-b"}, 2, nodes_ab(), {"kubernetes.io/hostname"}),
                   RendezvousService::JobPolicy{1});
   // The worker's own switchAtEpoch (2) is not what decides: the controller's policy (1) is.
   auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
-  std::vector<pid_t> pids;
-  for (int i = 0; i < 4; ++i)
-    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
-                          std::to_string(i / 2), "--slot", std::to_string(i % 2), "--threads", "1", "--metrics",
-                          dir + "/metrics-" + std::to_string(i) + ".jsonl"},
-                         dir + "/log-" + std::to_string(i) + ".txt", {"TESSERA_JOB=hy", "TESSERA_TOKEN=t"}));
+  const std::vector<pid_t> pids = start_served(service, "hy", "t", cfg, dir, 2, 2);
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
   EXPECT_EQ(service.progress("hy").switch_step, 10);
@@ -530,17 +536,9 @@ TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
 TEST(TrainingTest, SigtermStopsAGangWhoseControllerNoLongerServesIt) {
   const std::string dir = make_temp_dir("tessera-unserved");
   RendezvousService service;
-  std::vector<placement::NodeInfo> nodes(2);
-  nodes[0].name = "node-a";
-  nodes[1].name = "node-b";
-  service.add_job("gone", "t", placement::plan_ring({"node-a", "node-b"}, 1, nodes, {"kubernetes.io/hostname"}));
+  service.add_job("gone", "t", placement::plan_ring({"node-a", "node-b"}, 1, nodes_ab(), {"kubernetes.io/hostname"}));
   auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", "  checkpoint: {path: " + dir + "/ckpt}\n", 20));
-  std::vector<pid_t> pids;
-  for (int replica = 0; replica < 2; ++replica)
-    pids.push_back(spawn({kWorker, "--config", cfg, "--rendezvous", "grpc://" + service.target(), "--replica",
-                          std::to_string(replica), "--slot", "0", "--threads", "1", "--metrics",
-                          dir + "/metrics-" + std::to_string(replica) + ".jsonl"},
-                         dir + "/log-" + std::to_string(replica) + ".txt", {"TESSERA_JOB=gone", "TESSERA_TOKEN=t"}));
+  const std::vector<pid_t> pids = start_served(service, "gone", "t", cfg, dir, 2, 1);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
   while (std::chrono::steady_clock::now() < deadline && records(dir + "/metrics-0.jsonl", "step").size() < 3)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
