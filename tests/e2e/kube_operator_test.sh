@@ -125,6 +125,13 @@ job() {
 }
 
 pods_of() { kubectl get pods -n "$1" -l tessera.dev/job --no-headers 2>/dev/null | wc -l; }
+# pods_become NS COUNT SECONDS: whether NS holds COUNT pods of a job within SECONDS. Deleted pods go
+# once the kubelet has removed their sandboxes, which kubelet 1.20 sometimes leaves to its container
+# garbage collection, run once a minute.
+pods_become() {
+  for _ in $(seq 1 $(($3 * 2))); do [ "$(pods_of "$1")" = "$2" ] && return 0; sleep 0.5; done
+  return 1
+}
 
 # A node to spare beside the example's four: a fifth one, added unless there is one.
 spare_node() {
@@ -285,8 +292,7 @@ for s in $scenarios; do
           fail "restart $((i + 1)) does not name the killed worker: $(field kill cosmoflow-k8s ".status.restartHistory[$i].reason")"
       done
       # The earlier gangs' pods go (the new gangs did not wait for the kubelets to remove them).
-      for _ in $(seq 1 180); do [ "$(pods_of kill)" = 4 ] && break; sleep 0.5; done
-      [ "$(pods_of kill)" = 4 ] || fail "old pods left behind: $(kubectl get pods -n kill)"
+      pods_become kill 4 90 || fail "old pods left behind: $(kubectl get pods -n kill)"
       grep -q GangRestart <<<"$(events kill)" || fail "no GangRestart event"
       killed_loss=$(field kill cosmoflow-k8s .status.validation.loss)
       if [ -n "$(field example cosmoflow-k8s .status.validation.loss 2>/dev/null)" ]; then
@@ -483,11 +489,9 @@ for s in $scenarios; do
       kubectl patch tj cosmoflow-k8s -n suspend --type merge -p '{"spec":{"runPolicy":{"suspend":true}}}' >/dev/null
       wait_for suspend cosmoflow-k8s .status.phase Suspended 30
       # The workers stop within a second or two (they agree on a step and checkpoint it); the pod
-      # objects go once the kubelet has removed their sandboxes, which kubelet 1.20 sometimes leaves
-      # to its container garbage collection, run once a minute.
+      # objects take longer (pods_become).
       t0_suspend=$(date +%s)
-      for _ in $(seq 1 180); do [ "$(pods_of suspend)" = 0 ] && break; sleep 0.5; done
-      [ "$(pods_of suspend)" = 0 ] || fail "pods left running while suspended"
+      pods_become suspend 0 90 || fail "pods left running while suspended"
       echo "  suspended: the pods gone $(($(date +%s) - t0_suspend)) s after the phase"
       [ -n "$(ls -A "$dir/suspend/checkpoints")" ] || fail "the checkpoints were not kept"
       # The gang checkpointed the step it stopped at, not only its last periodic one (every 10 steps).

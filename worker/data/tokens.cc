@@ -1,15 +1,13 @@
 #include "worker/data/tokens.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
 #include "common/files.h"
+#include "worker/data/filesystem.h"
 #include "worker/nn/kernels.h"
 
 namespace tessera {
@@ -17,22 +15,13 @@ namespace {
 
 constexpr const char* kFortunes = "/usr/share/games/fortunes";
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path, std::strerror(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw IoError(path, "read failed");
-  return s.str();
-}
-
 }  // namespace
 
 std::vector<uint32_t> read_tokens(const TokenFile& file) {
   if (file.token_bytes != 2 && file.token_bytes != 4)
     throw ConfigError("dataset.tokenBytes", detail::concat(file.token_bytes, ": token ids are 2 (uint16) or 4 (uint32) bytes"));
   if (file.vocab_size == 0) throw ConfigError("dataset.vocabSize", "required: the number of distinct token ids");
-  const std::string bytes = read_all(file.path);
+  const std::string bytes = PosixFileSystem().read(file.path);
   if (bytes.empty()) throw ConfigError(file.path, "holds no tokens");
   if (bytes.size() % file.token_bytes != 0)
     throw ConfigError(file.path, detail::concat(bytes.size(), " bytes is not a whole number of ", file.token_bytes,
@@ -58,7 +47,7 @@ TokenDataset::TokenDataset(const TokenFile& file, int context, uint64_t seed)
     throw ConfigError(file.path, detail::concat("holds ", tokens_.size(), " tokens; a window of context ", context,
                                                 " needs at least ", context + 1));
   // As many windows as the file holds side by side: an epoch reads about every token once.
-  windows_ = std::max<uint64_t>(1, (tokens_.size() - 1) / static_cast<uint64_t>(context));
+  windows_ = (tokens_.size() - 1) / static_cast<uint64_t>(context);
 }
 
 uint64_t TokenDataset::offset(uint64_t index) const {
@@ -104,7 +93,7 @@ uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::strin
       if (std::filesystem::exists(f, ec)) throw ConfigError("--out", "'" + f + "' exists (--replace overwrites it)");
   std::string text;
   for (const auto& f : sources) {
-    const std::string t = read_all(f);
+    const std::string t = PosixFileSystem().read(f);
     if (t.empty()) throw ConfigError("--source", "'" + f + "' is empty");
     text += t;
     if (text.back() != '\n') text += '\n';
