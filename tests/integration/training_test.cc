@@ -594,7 +594,18 @@ TEST(TrainingTest, AnElasticGangOnFewerReplicasFollowsTheFullGangsTrajectory) {
       return recs.empty() ? int64_t{-1} : recs.front()["step"].get<int64_t>();
     };
     EXPECT_EQ(run("e1", 4, 3), 0);
+    // A node lost while the gang wrote a step leaves that step without its ranks' files: here ranks
+    // 0-2 finished a newer step and rank 3 did not. The 3-replica gang resumes from the last whole one.
+    const std::string ckpt = elastic + "/ckpt";
+    ASSERT_FALSE(checkpoint_steps(ckpt, 3).empty());
+    const int64_t whole = checkpoint_steps(ckpt, 3).back();
+    for (int r = 0; r < 3; ++r) std::filesystem::copy_file(checkpoint_file(ckpt, whole, r), checkpoint_file(ckpt, whole + 1, r));
     const int64_t shrunk = run("e2", 3, 3);
+    EXPECT_EQ(shrunk, whole);
+    EXPECT_NE(read_file(elastic + "/log-e2-0.txt").find("rank3.bin' is missing: the gang of 4 ranks that wrote step " + std::to_string(whole + 1) +
+                                                        " did not finish it"),
+              std::string::npos)
+        << read_file(elastic + "/log-e2-0.txt");
     const int64_t grown = run("e3", 4, 0);
     ASSERT_GT(shrunk, 0);
     ASSERT_GT(grown, shrunk);

@@ -437,24 +437,39 @@ void Trainer::restore() {
   std::set<int64_t> unreadable;
   CheckpointData d;
   int64_t held = -1;  // the step whose checkpoint is in d
-  auto read_step = [&](int64_t step) {
-    std::string file = checkpoint_file(dir, step, rank_);
-    if (elastic && !std::filesystem::exists(file)) {
-      const CheckpointData first = read_checkpoint(*posix_, checkpoint_file(dir, step, 0));
-      const auto w = first.counters.find("world");
-      const int64_t writers = w == first.counters.end() ? 1 : std::max<int64_t>(1, w->second);
-      if (rank_ % writers == 0) return first;
-      file = checkpoint_file(dir, step, static_cast<int>(rank_ % writers));
-    }
-    return read_checkpoint(*posix_, file);
+  std::string file;   // and the file it came from
+  auto read_step = [&](int64_t step, std::string& from) {
+    from = checkpoint_file(dir, step, rank_);
+    if (!elastic) return read_checkpoint(*posix_, from);
+    // An elastic step counts only when every rank of the gang that wrote it (rank 0's counter
+    // "world") finished its file: re-sharding the residuals reads them all, and a lost node leaves
+    // its ranks' files of the step it was writing unwritten.
+    from = checkpoint_file(dir, step, 0);
+    CheckpointData first = read_checkpoint(*posix_, from);
+    const auto w = first.counters.find("world");
+    const int64_t writers = w == first.counters.end() ? 1 : std::max<int64_t>(1, w->second);
+    for (int64_t r = 1; r < writers; ++r)
+      if (const std::string f = checkpoint_file(dir, step, static_cast<int>(r)); !std::filesystem::exists(f))
+        throw Error(detail::concat("checkpoint '", f, "' is missing: the gang of ", writers, " ranks that wrote step ", step,
+                                   " did not finish it"));
+    if (rank_ % writers == 0) return first;
+    from = checkpoint_file(dir, step, static_cast<int>(rank_ % writers));
+    CheckpointData mine = read_checkpoint(*posix_, from);
+    // A file left by an earlier gang that reached the same step is not this step's.
+    if (const auto m = mine.counters.find("world"); m == mine.counters.end() || m->second != writers)
+      throw Error(detail::concat("checkpoint '", from, "' was written by a gang of ", m == mine.counters.end() ? 1 : m->second,
+                                 " ranks, rank 0's of step ", step, " by one of ", writers));
+    return mine;
   };
   auto newest_readable = [&](int64_t at_most) -> int64_t {
     for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
       if (*it > at_most || unreadable.count(*it)) continue;
       if (held == *it) return held;
       try {
-        d = read_step(*it);
+        std::string from;
+        d = read_step(*it, from);
         held = *it;
+        file = from;
         return held;
       } catch (const Error& e) {
         log_warn(e.what(), ": rank ", rank_, " resumes from an older checkpoint");
@@ -477,7 +492,6 @@ void Trainer::restore() {
     if (!steps.empty()) log_warn("no checkpoint under ", dir, " that every rank can read: training starts at step 0");
     return;
   }
-  const std::string file = checkpoint_file(dir, agreed, rank_);
   // A checkpoint of another model is the job's configuration, not a fault: retrying cannot help.
   auto mismatch = [&](const std::string& what) {
     return ConfigError("spec.checkpoint.path",
