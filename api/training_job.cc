@@ -44,9 +44,14 @@ VolumeSpec parse_volume(const ConfigNode& v) {
 
 ModelSpec parse_model(const ConfigNode& m) {
   m.allow_only({"name", "inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "dropout",
-                "leakySlope", "batchNorm", "seed", "weightInit", "biasInit"});
+                "leakySlope", "batchNorm", "seed", "weightInit", "biasInit", "context", "width", "depth", "heads"});
   ModelSpec s;
-  s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d"});
+  s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d", "transformer"});
+  s.context = static_cast<int>(m.integer("context", s.context, 1, 1 << 16));
+  s.width = static_cast<int>(m.integer("width", s.width, 1, 1 << 16));
+  s.depth = static_cast<int>(m.integer("depth", s.depth, 1, 1024));
+  s.heads = static_cast<int>(m.integer("heads", s.heads, 1, 1024));
+  if (s.width % s.heads != 0) m.problem("heads", detail::concat(s.heads, " heads do not divide width ", s.width));
   s.input_size = static_cast<int>(m.integer("inputSize", s.input_size, 4, 4096));
   s.in_channels = static_cast<int>(m.integer("inChannels", s.in_channels, 1, 4096));
   s.base_channels = static_cast<int>(m.integer("baseChannels", s.base_channels, 1, 4096));
@@ -64,12 +69,16 @@ ModelSpec parse_model(const ConfigNode& m) {
 
 DatasetSpec parse_dataset(const ConfigNode& d) {
   d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath",
-                "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume"});
+                "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume", "tokenBytes", "vocabSize"});
   DatasetSpec s;
-  s.format = d.choice("format", s.format, {"synthetic", "hdf5"});
+  s.format = d.choice("format", s.format, {"synthetic", "hdf5", "tokens"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
-  s.samples = static_cast<uint64_t>(d.integer("samples", 256, 1, INT64_MAX));
-  s.validation_samples = static_cast<uint64_t>(d.integer("validationSamples", 64, 1, INT64_MAX));
+  const bool tokens = s.format == "tokens";  // windows: all that fit unless given
+  s.samples = static_cast<uint64_t>(d.integer("samples", tokens ? 0 : 256, 1, INT64_MAX));
+  s.validation_samples = static_cast<uint64_t>(d.integer("validationSamples", tokens ? 0 : 64, 1, INT64_MAX));
+  s.token_bytes = static_cast<int>(d.integer("tokenBytes", 2, 2, 4));
+  if (s.token_bytes == 3) d.problem("tokenBytes", "3 is not a token size: 2 (uint16) or 4 (uint32)");
+  s.vocab_size = d.integer("vocabSize", 0, 1, s.token_bytes == 2 ? 65536 : (int64_t{1} << 24));
   s.seed = static_cast<uint64_t>(d.integer("seed", 1, 0, INT64_MAX));
   s.path = d.str("path", "");
   s.validation_path = d.str("validationPath", "");
@@ -101,7 +110,7 @@ TrainingSpec parse_training(const ConfigNode& t) {
   ConfigNode o = t.child("optimizer");
   o.allow_only({"name", "learningRate", "momentum", "nesterov", "weightDecay", "beta1", "beta2", "eps", "trust"});
   auto& op = s.optimizer;
-  op.name = o.choice("name", op.name, {"sgd", "adam", "lars"});
+  op.name = o.choice("name", op.name, {"sgd", "adam", "adamw", "lars"});
   op.learning_rate = o.number("learningRate", op.learning_rate, Interval::above(0));
   op.momentum = o.number("momentum", op.momentum, {0, 1, false, true});
   op.nesterov = o.boolean("nesterov", false);
@@ -188,15 +197,16 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   } else if (s.parallelism.data != 0 && s.parallelism.data != workers / g) {
     par.problem("data", detail::concat(s.parallelism.data, " replicas x ", g, " ranks per spatial group is not ", worker_count));
   }
-  if (g > 1 && s.model.name == "cnn2d")
-    spatial.problem("", "spatial parallelism is available for cosmoflow and unet3d; cnn2d runs data-parallel");
+  const bool volumes = s.model.name == "cosmoflow" || s.model.name == "unet3d";
+  if (g > 1 && !volumes)
+    spatial.problem("", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); " + s.model.name + " runs data-parallel");
   if (s.device == "cpu" && s.cache.device_bytes > 0)
     spec.child("cache").problem("device", "a cache in GPU memory, but spec.device is cpu");
   if (s.device == "cpu" && s.communication.transport == "nccl")
     spec.child("communication").problem("transport", "nccl exchanges gradients in GPU memory, but spec.device is cpu");
 
   for (auto [key, parts] : {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
-    if (parts > s.model.input_size)
+    if (volumes && parts > s.model.input_size)
       spatial.problem(key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));
   if (workers % g == 0 && s.training.batch_size % (workers / g) != 0)
     spec.child("training").problem("batchSize", detail::concat(s.training.batch_size, " does not divide over ", workers / g,
@@ -226,13 +236,28 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     spec.problem("dataset", "required: where the samples come from (format: hdf5 with a path, or format: synthetic "
                             "for generated samples)");
   } else if (!data.has("format") && !data.has("synthetic")) {
-    data.problem("format", "required: hdf5 (the files under path) or synthetic (generated samples)");
+    data.problem("format", "required: hdf5 (the files under path), tokens (token files under path) or synthetic (generated samples)");
   }
+  const bool language = s.model.name == "transformer", tokens = s.dataset.format == "tokens";
+  if (language && spec.has("dataset") && !tokens)
+    data.problem("format", "'" + s.dataset.format + "': model transformer trains on token files (format: tokens)");
+  else if (tokens && !language)
+    data.problem("format", "tokens: token files train a language model (model.name: transformer), not " + s.model.name);
   const std::string fits = s.model.name == "cosmoflow" ? "cosmo" : s.model.name == "unet3d" ? "shapes" : "images";
-  if (s.dataset.synthetic.empty()) s.dataset.synthetic = fits;
-  else if (s.dataset.synthetic != fits)
+  if (language) {
+    if (data.has("synthetic")) data.problem("synthetic", "model transformer has no generated data: give token files (format: tokens)");
+  } else if (s.dataset.synthetic.empty()) {
+    s.dataset.synthetic = fits;
+  } else if (s.dataset.synthetic != fits) {
     data.problem("synthetic", "'" + s.dataset.synthetic + "' data does not fit model " + s.model.name + " (it takes " + fits + ")");
-  if (s.dataset.format == "hdf5") {
+  }
+  if (tokens) {
+    if (s.dataset.path.empty()) data.problem("path", "required for token files: the directory of train.bin and val.bin");
+    if (s.dataset.vocab_size == 0)
+      data.problem("vocabSize", "required for token files: every token id is below it (256 for `tessera data generate --kind text`)");
+    for (const char* f : {"validationPath", "validationSplit", "crop", "inputKey", "targetKey"})
+      if (data.has(f)) data.problem(f, "applies to an hdf5 dataset; token files hold their validation tokens in path/val.bin");
+  } else if (s.dataset.format == "hdf5") {
     if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
     if (!s.dataset.validation_path.empty() && s.dataset.validation_split > 0)
       data.problem("validationSplit", "give validationPath or validationSplit, not both");
@@ -242,6 +267,9 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     for (const char* f : {"crop", "inputKey", "targetKey"})
       if (data.has(f)) data.problem(f, "applies to an hdf5 dataset (files indexed by `tessera data index`)");
   }
+  if (!tokens)
+    for (const char* f : {"tokenBytes", "vocabSize"})
+      if (data.has(f)) data.problem(f, "applies to token files (format: tokens)");
 
   if (s.resources.gpu != 0 && s.resources.gpu != s.ranks_per_replica)
     spec.child("resources").problem("gpu", detail::concat(s.resources.gpu, " GPUs per pod for ", s.ranks_per_replica,
@@ -268,12 +296,21 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
   if (decay != "step")
     for (const char* k : {"milestones", "gamma"}) note(sched, k, "has no effect with decay " + decay + " (only step decay uses it)");
   if (decay != "poly") note(sched, "power", "has no effect with decay " + decay + " (only poly decay uses it)");
+  const ConfigNode model = spec.child("model");
+  if (s.model.name == "transformer") {
+    for (const char* k : {"inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "leakySlope", "batchNorm",
+                          "weightInit", "biasInit"})
+      note(model, k, "has no effect on model transformer (its sizes are context, width, depth and heads)");
+  } else {
+    for (const char* k : {"context", "width", "depth", "heads"}) note(model, k, "applies to model transformer, not " + s.model.name);
+  }
   const ConfigNode data = spec.child("dataset");
   if (s.dataset.format == "hdf5") {
     for (const char* k : {"samples", "validationSamples", "seed"})
       note(data, k, "has no effect on an hdf5 dataset (it applies to generated samples; the files give the samples)");
   } else {
-    note(data, "remoteThrottle", "has no effect on synthetic data (it slows reads of the remote tier of an hdf5 dataset)");
+    note(data, "remoteThrottle", "has no effect on " + std::string(s.dataset.format == "tokens" ? "token files" : "synthetic data") +
+                                      " (it slows reads of the remote tier of an hdf5 dataset)");
   }
   return out;
 }

@@ -27,8 +27,9 @@ struct ResourcesSpec {
 };
 
 struct ModelSpec {
-  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d
+  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d | transformer
   int input_size = 32;             // W: input C x W^3 (cnn2d: C x W^2)
+  int context = 256, width = 256, depth = 4, heads = 4;  // transformer
   int in_channels = 0;             // 0: the model's default
   int base_channels = 0;           // 0: the model's default
   int max_channels = 256;
@@ -52,12 +53,14 @@ struct VolumeSpec {
 };
 
 struct DatasetSpec {
-  std::string format = "synthetic";  // synthetic | hdf5
+  std::string format = "synthetic";  // synthetic | hdf5 | tokens
   std::string synthetic;             // cosmo | shapes | images; empty: the model's (cosmoflow: cosmo, ...)
-  uint64_t samples = 256;            // synthetic: training samples
-  uint64_t validation_samples = 64;  // synthetic: validation samples
+  uint64_t samples = 256;            // synthetic: training samples; tokens: windows an epoch (0: all side by side)
+  uint64_t validation_samples = 64;  // synthetic: validation samples; tokens: validation windows (0: all)
   uint64_t seed = 1;
-  std::string path, validation_path; // hdf5: directories with a manifest.tsv
+  std::string path, validation_path; // hdf5: directories with a manifest.tsv; tokens: the directory of train.bin and val.bin
+  int token_bytes = 2;               // tokens: 2 (uint16) or 4 (uint32)
+  int64_t vocab_size = 0;            // tokens: every id is below it
   double validation_split = 0;       // hdf5: the fraction of path held out for validation; 0: none
   bool crop = false;                 // hdf5: train on sub-volumes of model.inputSize that tile each file's volume
   std::string input_key, target_key; // hdf5: the array names the directories were indexed with; empty: any
@@ -67,12 +70,12 @@ struct DatasetSpec {
 };
 
 struct OptimizerSpec {
-  std::string name = "sgd";          // sgd | adam | lars
+  std::string name = "sgd";          // sgd | adam | adamw | lars
   double learning_rate = 0.01;
   double momentum = 0.9;             // sgd, lars
   bool nesterov = false;
   double weight_decay = 0;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   double trust = 0.001;              // lars
 };
 

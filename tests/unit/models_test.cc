@@ -75,6 +75,62 @@ TEST(ModelsTest, UNet3DShapesAndGradients) {
   EXPECT_LT(e, 1e-2);
 }
 
+// A small Transformer: its parameters are the embeddings, 12 D^2 + 13 D a block and the final
+// LayerNorm (the output shares the token embedding); the whole network's gradients, loss included,
+// match finite differences; and a position's logits depend on no later token.
+TEST(ModelsTest, TransformerShapesParametersAndGradients) {
+  ModelConfig c;
+  c.name = "transformer";
+  c.vocab_size = 11;
+  c.context = 6;
+  c.width = 8;
+  c.depth = 2;
+  c.heads = 2;
+  auto m = make_model(c);
+  EXPECT_EQ(m->sample_shape(), (Shape{6}));
+  EXPECT_EQ(m->target_shape(), (Shape{6}));
+  EXPECT_EQ(m->num_params(), 11 * 8 + 6 * 8 + 2 * (12 * 8 * 8 + 13 * 8) + 2 * 8);
+  c.vocab_size = 256;
+  c.context = 256;
+  c.width = 512;
+  c.depth = 8;
+  c.heads = 8;
+  EXPECT_EQ(make_model(c)->num_params(), 25482240);  // the "about 25M parameters at context 256"
+  Tensor x({2, 6}), y({2, 6});
+  for (int64_t i = 0; i < 12; ++i) {
+    x[i] = static_cast<float>((i * 7 + 3) % 11);
+    y[i] = static_cast<float>((i * 5 + 1) % 11);
+  }
+  const Tensor out = m->forward(x, false);
+  EXPECT_EQ(out.shape(), (Shape{12, 11}));
+  EXPECT_GT(m->forward_flops(), 0);
+  Tensor later = x.clone();
+  later[4] = static_cast<float>((static_cast<int>(later[4]) + 1) % 11);
+  const Tensor out2 = m->forward(later, false);
+  for (int64_t i = 0; i < 12 * 11; ++i)
+    if (i / 11 < 4 || i / 11 >= 6) EXPECT_EQ(out[i], out2[i]) << "row " << i / 11;
+  // Spread the initial weights so the gradients are not all tiny.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> n(0.0f, 0.3f);
+  for (Param* p : m->params())
+    if (p->decay)
+      for (auto& v : p->value.span()) v = n(rng);
+  const double e = model_gradient_error(*m, x, y);
+  std::printf("transformer gradient rel. error %.2e\n", e);
+  EXPECT_LT(e, 1e-2);
+  for (const char* field : {"dataset.vocabSize", "model.heads"}) {
+    ModelConfig bad = c;
+    if (std::string(field) == "dataset.vocabSize") bad.vocab_size = 0;
+    else bad.heads = 7;
+    try {
+      make_model(bad);
+      ADD_FAILURE() << field;
+    } catch (const ConfigError& err) {
+      EXPECT_EQ(err.field(), field);
+    }
+  }
+}
+
 TEST(ModelsTest, Cnn2dLearnsOrientedGratings) {
   ModelConfig c;
   c.name = "cnn2d";

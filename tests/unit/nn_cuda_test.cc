@@ -23,6 +23,7 @@
 #include "worker/nn/loss.h"
 #include "worker/nn/optim.h"
 #include "worker/nn/pool.h"
+#include "worker/nn/transformer.h"
 #include "worker/spatial/halo.h"
 
 namespace tessera {
@@ -111,6 +112,34 @@ TEST_F(NnCudaTest, PoolingBatchNormLinearAndActivationsMatchTheCpu) {
   compare_layer([] { return std::make_unique<Dropout>("drop", 0.25f, 9); }, {3, 400}, "dropout");
 }
 
+TEST_F(NnCudaTest, TransformerLayersMatchTheCpu) {
+  compare_layer([] { return std::make_unique<GELU>("gelu"); }, {3, 400}, "gelu");
+  compare_layer([] { return std::make_unique<LayerNorm>("ln", 48); }, {37, 48}, "layer norm");
+  compare_layer([] { return std::make_unique<CausalAttention>("attn", 16, 48, 4); }, {3 * 16, 144}, "causal attention");
+  compare_layer(
+      [] {
+        auto r = std::make_unique<Residual>("res");
+        r->body().add(std::make_unique<LayerNorm>("res.ln", 24));
+        r->body().add(std::make_unique<Linear>("res.fc", 24, 24, 3));
+        return r;
+      },
+      {10, 24}, "residual");
+  // The embedding and the tied output share the token table; ids are whole numbers below the vocabulary.
+  Embedding cpu("emb", 50, 8, 16, 3), gpu_emb("emb", 50, 8, 16, 3);
+  gpu_emb.to(Device::kCuda);
+  TiedOutput head_c("out", cpu.token()), head_d("out", gpu_emb.token());
+  Tensor ids({4, 8});
+  for (int64_t i = 0; i < ids.numel(); ++i) ids[i] = static_cast<float>((i * 7) % 50);
+  const Tensor y = head_c.forward(cpu.forward(ids, true), true);
+  const Tensor yd = head_d.forward(gpu_emb.forward(ids.to(Device::kCuda), true), true);
+  EXPECT_LE(rel_error(yd, y), 1e-4) << "embedding and tied output forward";
+  const Tensor dy = random_tensor(y.shape(), 13);
+  cpu.backward(head_c.backward(dy));
+  gpu_emb.backward(head_d.backward(dy.to(Device::kCuda)));
+  EXPECT_LE(rel_error(gpu_emb.token().grad, cpu.token().grad), 1e-4) << "token table gradient";
+  EXPECT_LE(rel_error(gpu_emb.params()[1]->grad, cpu.params()[1]->grad), 1e-4) << "position table gradient";
+}
+
 TEST_F(NnCudaTest, LossesAndOptimisersMatchTheCpu) {
   const Tensor y = random_tensor({8, 4}, 1), t = random_tensor({8, 4}, 2);
   const LossResult m = mse_loss(y, t), md = mse_loss(y.to(Device::kCuda), t.to(Device::kCuda));
@@ -125,7 +154,7 @@ TEST_F(NnCudaTest, LossesAndOptimisersMatchTheCpu) {
   EXPECT_LE(rel_error(cd.grad, c.grad), 1e-6);
   labels[3] = 9;
   EXPECT_THROW(softmax_cross_entropy(logits.to(Device::kCuda), labels.to(Device::kCuda)), Error);
-  for (const char* name : {"sgd", "adam", "lars"}) {
+  for (const char* name : {"sgd", "adam", "adamw", "lars"}) {
     SCOPED_TRACE(name);
     OptimizerConfig oc;
     oc.name = name;

@@ -18,6 +18,7 @@
 #include "worker/nn/linear.h"
 #include "worker/nn/loss.h"
 #include "worker/nn/pool.h"
+#include "worker/nn/transformer.h"
 
 namespace tessera {
 namespace {
@@ -439,6 +440,133 @@ TEST(NnLoss, GradientsMatchFiniteDifferences) {
   lab[0] = 1;
   lab[1] = 0;
   EXPECT_EQ(accuracy(perfect, lab), 1.0);
+}
+
+// ---- the Transformer's layers ----
+
+// Causal attention by its definition, in double: per sequence and head, softmax over the positions
+// up to the query's of q.k / sqrt(dh), then the weighted sum of the values.
+Tensor naive_attention(const Tensor& qkv, int64_t t, int64_t d, int64_t heads) {
+  const int64_t n = qkv.dim(0) / t, dh = d / heads;
+  Tensor y({n * t, d});
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t i = 0; i < t; ++i) {
+        std::vector<double> w(i + 1);
+        double mx = -1e300, z = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t k = 0; k < dh; ++k) dot += double(qkv[(b * t + i) * 3 * d + h * dh + k]) * qkv[(b * t + j) * 3 * d + d + h * dh + k];
+          w[j] = dot / std::sqrt(double(dh));
+          mx = std::max(mx, w[j]);
+        }
+        for (auto& v : w) z += (v = std::exp(v - mx));
+        for (int64_t k = 0; k < dh; ++k) {
+          double acc = 0;
+          for (int64_t j = 0; j <= i; ++j) acc += w[j] / z * qkv[(b * t + j) * 3 * d + 2 * d + h * dh + k];
+          y[(b * t + i) * d + h * dh + k] = static_cast<float>(acc);
+        }
+      }
+  return y;
+}
+
+TEST(NnForward, CausalAttentionMatchesItsDefinitionAndSeesNoLaterPosition) {
+  CausalAttention attn("attn", 5, 6, 3);
+  Tensor qkv = random_tensor({2 * 5, 18}, 40, 2.0f);
+  const Tensor y = attn.forward(qkv, false);
+  expect_close(y, naive_attention(qkv, 5, 6, 3), 1e-5);
+  // A change at position 3 of the first sequence leaves its positions 0-2 and the other sequence alone.
+  Tensor changed = qkv.clone();
+  for (int64_t k = 0; k < 18; ++k) changed[3 * 18 + k] += 1.0f;
+  const Tensor y2 = attn.forward(changed, false);
+  for (int64_t r = 0; r < 10; ++r)
+    for (int64_t k = 0; k < 6; ++k) {
+      const bool may_change = r == 3 || r == 4;
+      if (!may_change) EXPECT_EQ(y[r * 6 + k], y2[r * 6 + k]) << "row " << r;
+    }
+  EXPECT_NE(y[4 * 6], y2[4 * 6]);
+  EXPECT_THROW(attn.output_shape({7, 18}), ConfigError);  // not whole sequences of 5
+  EXPECT_THROW(CausalAttention("a", 4, 6, 4), ConfigError);  // 4 heads do not divide 6
+}
+
+TEST(NnForward, LayerNormAndGeluValues) {
+  GELU gelu("gelu");
+  Tensor x({3});
+  x[0] = -1.0f;
+  x[1] = 0.0f;
+  x[2] = 1.0f;
+  const Tensor g = gelu.forward(x, false);
+  EXPECT_NEAR(g[0], -0.158655254, 1e-6);  // x * Phi(x), Phi(-1) = 0.158655254
+  EXPECT_EQ(g[1], 0.0f);
+  EXPECT_NEAR(g[2], 0.841344746, 1e-6);
+  LayerNorm ln("ln", 8);
+  const Tensor y = ln.forward(random_tensor({3, 8}, 41, 5.0f), false);
+  for (int64_t r = 0; r < 3; ++r) {
+    double m = 0, v = 0;
+    for (int64_t j = 0; j < 8; ++j) m += y[r * 8 + j] / 8.0;
+    for (int64_t j = 0; j < 8; ++j) v += (y[r * 8 + j] - m) * (y[r * 8 + j] - m) / 8.0;
+    EXPECT_NEAR(m, 0, 1e-6);
+    EXPECT_NEAR(v, 1, 1e-4);  // eps 1e-5 against a variance of about 8
+  }
+}
+
+TEST(NnBackward, TransformerLayers) {
+  GELU gelu("gelu");
+  check_gradients(gelu, random_tensor({3, 17}, 42, 3.0f));
+  LayerNorm ln("layer_norm", 6);
+  ln.params()[0]->value = random_tensor({6}, 43);
+  ln.params()[1]->value = random_tensor({6}, 44);
+  check_gradients(ln, random_tensor({5, 6}, 45));
+  CausalAttention attn("attention", 4, 6, 2);
+  check_gradients(attn, random_tensor({2 * 4, 18}, 46));
+  Residual res("residual");
+  res.body().add(std::make_unique<LayerNorm>("residual.ln", 5));
+  res.body().add(std::make_unique<Linear>("residual.fc", 5, 5, 7));
+  res.body().add(std::make_unique<GELU>("residual.gelu"));
+  check_gradients(res, random_tensor({4, 5}, 47));
+  EXPECT_EQ(res.params().size(), 4u);
+  EXPECT_EQ(res.sublayers().size(), 3u);
+
+  // The embedding's tables (its input, token ids, has no gradient); the tied output's input and,
+  // through the table it shares, the embedding's token gradient.
+  Embedding emb("embedding", 7, 3, 4, 5, 0.5f);
+  Tensor ids({2, 3});
+  for (int64_t i = 0; i < 6; ++i) ids[i] = static_cast<float>((i * 5) % 7);
+  ids[5] = ids[0];  // a token twice: its rows add up
+  Tensor out = emb.forward(ids, true);
+  ASSERT_EQ(out.shape(), (Shape{6, 4}));
+  Tensor r = random_tensor(out.shape(), 48);
+  for (Param* p : emb.params()) p->grad.zero();
+  EXPECT_TRUE(emb.backward(r).empty());
+  auto emb_loss = [&] { return weighted_sum(emb.forward(ids, true), r); };
+  for (Param* p : emb.params()) {
+    const Tensor analytic = p->grad.clone();
+    const double e = fd_error(emb_loss, p->value, analytic);
+    std::printf("  embedding %s %.2e\n", p->name.c_str(), e);
+    EXPECT_LT(e, 1e-3) << p->name;
+  }
+  TiedOutput head("tied_output", emb.token());
+  check_gradients(head, random_tensor({6, 4}, 49));
+  Tensor h = random_tensor({6, 4}, 50);
+  Tensor rh = random_tensor({6, 7}, 51);
+  emb.token().grad.zero();
+  head.forward(h, true);
+  head.backward(rh);
+  const Tensor analytic = emb.token().grad.clone();
+  const double e = fd_error([&] { return weighted_sum(head.forward(h, true), rh); }, emb.token().value, analytic);
+  std::printf("  tied_output embedding.token %.2e\n", e);
+  EXPECT_LT(e, 1e-3);
+
+  Tensor bad = ids.clone();
+  bad[4] = 7.0f;
+  try {
+    emb.forward(bad, false);
+    FAIL() << "an id outside the vocabulary was taken";
+  } catch (const ConfigError& err) {
+    EXPECT_EQ(err.field(), "dataset.vocabSize");
+    EXPECT_NE(std::string(err.what()).find("token id 7 at position 1 of sequence 1 is not below the vocabulary size 7"),
+              std::string::npos) << err.what();
+  }
 }
 
 TEST(NnConfig, ImpossibleShapesNameTheLayer) {

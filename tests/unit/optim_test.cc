@@ -60,6 +60,30 @@ TEST(OptimTest, AdamFirstStepMovesByTheLearningRate) {
   EXPECT_EQ(adam->steps(), 1);
 }
 
+// AdamW decays the weight apart from the moments (w *= 1 - lr wd, then the Adam step); a parameter
+// without decay (a bias) takes the plain Adam step; adam with the same weightDecay adds it to the
+// gradient instead.
+TEST(OptimTest, AdamwDecaysTheWeightApartFromTheGradient) {
+  OptimizerConfig c;
+  c.name = "adamw";
+  c.weight_decay = 0.1;
+  auto adamw = make_optimizer(c);
+  Param p = make_param({1.0f, -2.0f}, {0.3f, -7.0f});
+  Param b = make_param({1.0f}, {0.3f});
+  b.decay = false;
+  std::vector<Param*> ps = {&p, &b};
+  adamw->step(ps, 0.01);
+  EXPECT_NEAR(p.value[0], 1.0f * (1 - 0.001f) - 0.01f, 1e-6);
+  EXPECT_NEAR(p.value[1], -2.0f * (1 - 0.001f) + 0.01f, 1e-6);
+  EXPECT_NEAR(b.value[0], 0.99f, 1e-6);
+  c.name = "adam";
+  auto adam = make_optimizer(c);
+  Param q = make_param({1.0f}, {0.0f});  // only the L2 term: g = wd w, whose sign moves w by lr
+  std::vector<Param*> qs = {&q};
+  adam->step(qs, 0.01);
+  EXPECT_NEAR(q.value[0], 0.99f, 1e-6);
+}
+
 TEST(OptimTest, LarsScalesByTrustRatio) {
   OptimizerConfig c;
   c.name = "lars";

@@ -40,14 +40,14 @@ std::vector<uint32_t> read_tokens(const TokenFile& file) {
   return ids;
 }
 
-TokenDataset::TokenDataset(const TokenFile& file, int context, uint64_t seed)
+TokenDataset::TokenDataset(const TokenFile& file, int context, uint64_t seed, uint64_t windows)
     : tokens_(read_tokens(file)), context_(context), seed_(seed) {
   if (context < 1) throw ConfigError("model.context", detail::concat(context, ": must be at least 1"));
   if (tokens_.size() < static_cast<size_t>(context) + 1)
     throw ConfigError(file.path, detail::concat("holds ", tokens_.size(), " tokens; a window of context ", context,
                                                 " needs at least ", context + 1));
-  // As many windows as the file holds side by side: an epoch reads about every token once.
-  windows_ = (tokens_.size() - 1) / static_cast<uint64_t>(context);
+  // By default as many windows as the file holds side by side: an epoch reads about every token once.
+  windows_ = windows ? windows : (tokens_.size() - 1) / static_cast<uint64_t>(context);
 }
 
 uint64_t TokenDataset::offset(uint64_t index) const {

@@ -27,8 +27,9 @@ std::vector<uint32_t> read_tokens(const TokenFile& file);
 
 class TokenDataset final : public Dataset {
  public:
-  // ConfigError when the file holds fewer than context + 1 tokens.
-  TokenDataset(const TokenFile& file, int context, uint64_t seed);
+  // `windows` samples (0: as many as the file holds side by side). ConfigError when the file holds
+  // fewer than context + 1 tokens.
+  TokenDataset(const TokenFile& file, int context, uint64_t seed, uint64_t windows = 0);
   uint64_t size() const override { return windows_; }
   Sample get(uint64_t index) const override;  // input and target: (context) ids as floats
   Shape input_shape() const override { return {context_}; }

@@ -1,11 +1,14 @@
 #include "worker/models/model.h"
 
+#include <cmath>
+
 #include "common/error.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/conv.h"
 #include "worker/nn/elementwise.h"
 #include "worker/nn/linear.h"
 #include "worker/nn/pool.h"
+#include "worker/nn/transformer.h"
 #include "worker/spatial/layers.h"
 
 namespace tessera {
@@ -70,7 +73,10 @@ class SequentialModel : public Model {
   std::vector<Param*> params() override { return net_.params(); }
   std::vector<Layer*> layers() override {
     std::vector<Layer*> out;
-    for (auto& l : net_.layers()) out.push_back(l.get());
+    for (auto& l : net_.layers()) {
+      out.push_back(l.get());
+      for (Layer* inner : l->sublayers()) out.push_back(inner);
+    }
     return out;
   }
   double forward_flops() const override {
@@ -186,6 +192,55 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
   const int features = add_hidden(net, c, hidden_widths(c), 2 * base * (W / 4) * (W / 4),
                                   /*leaky=*/false, seed);
   net.add(std::make_unique<Linear>("output", features, classes, ++seed, output_init(c)));
+  net.layers().front()->set_input_grad(false);
+  return m;
+}
+
+// A decoder-only Transformer (GPT-2's layout): token and position embeddings; `depth` pre-norm
+// blocks, x + attention(ln1(x)) then x + mlp(ln2(x)) with a 4x GELU MLP; a final LayerNorm; logits
+// from the token embedding (tied). Weights start N(0, 0.02), the projections back into the
+// residual stream N(0, 0.02 / sqrt(2 depth)), biases 0; dropout (model.dropout) after the
+// embeddings and each block's two branches.
+std::unique_ptr<Model> transformer(const ModelConfig& c) {
+  if (c.vocab_size < 1) throw ConfigError("dataset.vocabSize", "required for model transformer (the token ids' vocabulary)");
+  if (c.context < 1) throw ConfigError("model.context", "must be positive");
+  if (c.width < 1) throw ConfigError("model.width", "must be positive");
+  if (c.depth < 1) throw ConfigError("model.depth", "must be positive");
+  if (c.heads < 1 || c.width % c.heads != 0)
+    throw ConfigError("model.heads", detail::concat(c.heads, " heads must divide model.width ", c.width));
+  const int T = c.context, D = c.width;
+  auto m = std::make_unique<SequentialModel>("transformer", Task::kClassification, Shape{T}, Shape{T});
+  Sequential& net = m->net();
+  uint64_t seed = c.seed * 1000;
+  const float stddev = 0.02f, residual_stddev = static_cast<float>(0.02 / std::sqrt(2.0 * c.depth));
+  auto linear = [&](Sequential& s, const std::string& name, int in, int out, float sd) {
+    auto& l = static_cast<Linear&>(s.add(std::make_unique<Linear>(name, in, out, ++seed)));
+    init_normal(l.weight().value, sd, ++seed);
+    l.bias().value.zero();
+  };
+  auto dropout = [&](Sequential& s, const std::string& name) {
+    if (c.dropout > 0) s.add(std::make_unique<Dropout>(name, c.dropout, ++seed));
+  };
+  auto& embed = static_cast<Embedding&>(net.add(std::make_unique<Embedding>("embed", c.vocab_size, T, D, ++seed, stddev)));
+  ++seed;
+  dropout(net, "embed.dropout");
+  for (int b = 1; b <= c.depth; ++b) {
+    const std::string n = "block" + std::to_string(b);
+    auto& attn = static_cast<Residual&>(net.add(std::make_unique<Residual>(n + ".attention")));
+    attn.body().add(std::make_unique<LayerNorm>(n + ".ln1", D));
+    linear(attn.body(), n + ".qkv", D, 3 * D, stddev);
+    attn.body().add(std::make_unique<CausalAttention>(n + ".attn", T, D, c.heads));
+    linear(attn.body(), n + ".attn_proj", D, D, residual_stddev);
+    dropout(attn.body(), n + ".attn_dropout");
+    auto& mlp = static_cast<Residual&>(net.add(std::make_unique<Residual>(n + ".mlp")));
+    mlp.body().add(std::make_unique<LayerNorm>(n + ".ln2", D));
+    linear(mlp.body(), n + ".fc", D, 4 * D, stddev);
+    mlp.body().add(std::make_unique<GELU>(n + ".gelu"));
+    linear(mlp.body(), n + ".mlp_proj", 4 * D, D, residual_stddev);
+    dropout(mlp.body(), n + ".mlp_dropout");
+  }
+  net.add(std::make_unique<LayerNorm>("ln_f", D));
+  net.add(std::make_unique<TiedOutput>("output", embed.token()));
   net.layers().front()->set_input_grad(false);
   return m;
 }
@@ -324,15 +379,6 @@ class UNet3D final : public Model {
   }
 
  private:
-  static void add_into(Tensor& a, const Tensor& b) {
-    TESSERA_CHECK(a.shape() == b.shape() && a.device() == b.device(), "skip gradient ", shape_str(a.shape()), " vs ",
-                  shape_str(b.shape()));
-    if (a.on_device()) {
-      gpu::add_into(a.data(), b.data(), static_cast<size_t>(a.numel()));
-      return;
-    }
-    for (int64_t i = 0; i < a.numel(); ++i) a[i] += b[i];
-  }
   std::vector<Sequential*> parts() { return {&enc1_, &pool1_, &enc2_, &pool2_, &bottom_, &up2_, &dec2_, &up1_, &dec1_, &head_}; }
 
   std::string name_ = "unet3d";
@@ -369,12 +415,13 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.base_channels < 0) throw ConfigError("model.baseChannels", "must not be negative");
   if (c.outputs < 0) throw ConfigError("model.outputs", "must not be negative");
   if (c.spatial.size() > 1 && !supports_spatial(c.name))
-    throw ConfigError("parallelism.spatial", "spatial parallelism is available for cosmoflow and unet3d; '" + c.name +
+    throw ConfigError("parallelism.spatial", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); '" + c.name +
                                                  "' runs data-parallel");
   if (c.name == "cosmoflow") return cosmoflow(c, spatial);
   if (c.name == "cnn2d") return cnn2d(c);
   if (c.name == "unet3d") return std::make_unique<UNet3D>(c, spatial);
-  throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d or cnn2d)");
+  if (c.name == "transformer") return transformer(c);
+  throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d, cnn2d or transformer)");
 }
 
 }  // namespace tessera

@@ -1,6 +1,6 @@
 // Models assembled from nn/ layers by configuration: CosmoFlow (3D regression), UNet3D (3D
-// segmentation) and a 2D CNN (classification; small by default, and with wide hidden layers the
-// large-gradient model of the exchange benchmarks). A Model owns its layers, runs forward/backward,
+// segmentation), a 2D CNN (classification; small by default, and with wide hidden layers the
+// large-gradient model of the exchange benchmarks) and a decoder-only Transformer language model. A Model owns its layers, runs forward/backward,
 // and knows its task: which loss trains it and which metric reports it.
 // Configuration errors (a size that does not fit the architecture) are ConfigErrors naming the field.
 #pragma once
@@ -16,7 +16,7 @@
 namespace tessera {
 
 struct ModelConfig {
-  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d
+  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d | transformer
   int input_size = 32;             // W: the input is channels x W^3 (2D: channels x W^2)
   int in_channels = 0;             // 0: the model's default (cosmoflow 4, unet3d 1, cnn2d 1)
   int base_channels = 0;           // 0: default (cosmoflow 16, unet3d 8, cnn2d 16)
@@ -29,6 +29,9 @@ struct ModelConfig {
   uint64_t seed = 1;               // weight initialisation
   ParamInit init;                  // how weights and biases start (every layer; see ParamInit)
   SpatialGrid spatial;             // split of each sample in D, H, W over a spatial group (cosmoflow, unet3d)
+  // transformer: a sample is `context` token ids of a vocabulary of `vocab_size` (the dataset's);
+  // `depth` pre-norm blocks of `width`, `heads` attention heads each.
+  int vocab_size = 0, context = 256, width = 256, depth = 4, heads = 4;
 };
 
 // The fully connected widths the model builds: c.hidden, or the model's default when empty.
@@ -40,6 +43,8 @@ enum class Task { kRegression, kSegmentation, kClassification };
 
 class Model {
  public:
+  // Transformer: a sample's target is its `context` next tokens, and the output one row of logits
+  // per position (N * context, vocabulary): the loss and metric are per token.
   virtual ~Model() = default;
   virtual const std::string& name() const = 0;
   virtual Task task() const = 0;
@@ -52,7 +57,8 @@ class Model {
   virtual std::vector<Param*> params() = 0;
   // Forward floating-point operations per sample.
   virtual double forward_flops() const = 0;
-  // Every layer, for checkpoints of layer state (batch-norm running statistics).
+  // Every layer, those inside residual blocks included: for checkpoints of layer state (batch-norm
+  // running statistics) and the dropout layers' draws.
   virtual std::vector<Layer*> layers() = 0;
   // Under spatial parallelism: the partition of the input volume (forward() then takes this rank's
   // block of each sample) and the samples of a local batch of n whose outputs this rank produces.

@@ -46,6 +46,38 @@ Tensor leaky_relu_grad(const Tensor& gate, const Tensor& dy, float slope) {
   return dx;
 }
 
+Tensor GELU::forward(const Tensor& x, bool training) {
+  Tensor y(x.shape(), x.layout(), x.device());
+  const float* xp = x.data();
+  float* yp = y.data();
+  const int64_t n = x.numel();
+  if (x.on_device()) {
+    gpu::gelu(xp, yp, n);
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) yp[i] = kernels::gelu(xp[i]);
+  }
+  if (training) x_ = x;
+  return y;
+}
+
+Tensor GELU::backward(const Tensor& dy) {
+  TESSERA_CHECK(dy.shape() == x_.shape() && dy.layout() == x_.layout() && dy.device() == x_.device(), "layer ", name(),
+                ": gradient shape ", shape_str(dy.shape()), " or layout differs from the forward pass");
+  Tensor dx(dy.shape(), dy.layout(), dy.device());
+  const float* xp = x_.data();
+  const float* g = dy.data();
+  float* o = dx.data();
+  const int64_t n = dy.numel();
+  if (dy.on_device()) {
+    gpu::gelu_grad(xp, g, o, n);
+    return dx;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) o[i] = kernels::gelu_grad(xp[i], g[i]);
+  return dx;
+}
+
 Dropout::Dropout(std::string name, float rate, uint64_t seed) : Layer(std::move(name)), rate_(rate), seed_(seed) {
   if (!(rate >= 0.0f && rate < 1.0f))
     throw ConfigError("model.layers." + this->name(), detail::concat("dropout: rate ", rate, " is outside [0, 1)"));

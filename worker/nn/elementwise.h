@@ -1,4 +1,4 @@
-// Parameter-free layers: ReLU, LeakyReLU, Dropout and Flatten; and channel concatenation for skip
+// Parameter-free layers: ReLU, LeakyReLU, GELU, Dropout and Flatten; and channel concatenation for skip
 // connections (a two-input operation, so functions rather than a Layer).
 #pragma once
 
@@ -31,6 +31,20 @@ Tensor leaky_relu_grad(const Tensor& gate, const Tensor& dy, float slope);
 class ReLU : public LeakyReLU {
  public:
   explicit ReLU(std::string name) : LeakyReLU(std::move(name), 0.0f) {}
+};
+
+// GELU, exact (kernels::gelu): x * Phi(x).
+class GELU : public Layer {
+ public:
+  explicit GELU(std::string name) : Layer(std::move(name)) {}
+  const char* kind() const override { return "gelu"; }
+  Shape output_shape(const Shape& in) const override { return in; }
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+  Layouts layouts() const override { return Layouts::kEither; }  // entry by entry
+
+ private:
+  Tensor x_;
 };
 
 // Inverted dropout: in training, zeroes each entry with probability `rate` and scales the rest by

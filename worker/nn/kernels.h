@@ -22,6 +22,14 @@ TESSERA_HD float leaky_relu(float x, float slope) { return x > 0.0f ? x : slope 
 // for slopes in [0, 1]) was `gate`.
 TESSERA_HD float leaky_relu_grad(float gate, float dy, float slope) { return gate > 0.0f ? dy : slope * dy; }
 
+// GELU, exact (PyTorch's nn.GELU()): x * Phi(x), Phi the standard normal distribution function.
+TESSERA_HD float gelu(float x) { return static_cast<float>(0.5 * x * (1.0 + erf(x * 0.70710678118654752))); }
+TESSERA_HD float gelu_grad(float x, float dy) {
+  const double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
+  const double pdf = 0.39894228040143268 * exp(-0.5 * double(x) * x);
+  return static_cast<float>(dy * (cdf + x * pdf));
+}
+
 // ---- dropout ----
 // A counter-based random stream: entry i of draw `call` of a layer seeded `seed` gets the same
 // uniform number on every device and in any order (splitmix64's finaliser over the three).
@@ -116,5 +124,56 @@ TESSERA_HD float bn_normalize(float x, float mean, float inv_std) { return (x - 
 TESSERA_HD float bn_output(float xhat, float gamma, float beta) { return gamma * xhat + beta; }
 // The input gradient from the channel's gamma * inv_std (k) and its means of dy (mdy) and dy * xhat (mdyx).
 TESSERA_HD float bn_input_grad(float dy, float xhat, float k, float mdy, float mdyx) { return k * (dy - mdy - xhat * mdyx); }
+
+// ---- layer normalisation, one row of d entries (statistics in double) ----
+// xhat = (x - mean) / sqrt(var + eps) (var biased, as PyTorch's), y = gamma * xhat + beta; returns
+// the row's 1 / sqrt(var + eps).
+TESSERA_HD float layernorm_row(const float* x, int64_t d, float eps, const float* gamma, const float* beta, float* xhat, float* y) {
+  double s = 0, ss = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    s += x[i];
+    ss += double(x[i]) * x[i];
+  }
+  const double m = s / d, v = fmax(0.0, ss / d - m * m);
+  const float rstd = static_cast<float>(1.0 / sqrt(v + eps));
+  for (int64_t i = 0; i < d; ++i) {
+    xhat[i] = static_cast<float>((x[i] - m) * rstd);
+    y[i] = gamma[i] * xhat[i] + beta[i];
+  }
+  return rstd;
+}
+// The row's input gradient from dy: rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+TESSERA_HD void layernorm_row_grad(const float* dy, const float* xhat, const float* gamma, float rstd, int64_t d, float* dx) {
+  double mg = 0, mgx = 0;
+  for (int64_t i = 0; i < d; ++i) {
+    const double g = double(dy[i]) * gamma[i];
+    mg += g;
+    mgx += g * xhat[i];
+  }
+  mg /= d;
+  mgx /= d;
+  for (int64_t i = 0; i < d; ++i) dx[i] = static_cast<float>(rstd * (double(dy[i]) * gamma[i] - mg - xhat[i] * mgx));
+}
+
+// ---- causal attention, one row of scores ----
+// Softmax over the first `len` entries of s (the positions a query may attend to: itself and those
+// before it); the entries from len to t are set to 0.
+TESSERA_HD void causal_softmax_row(float* s, int64_t len, int64_t t) {
+  float mx = s[0];
+  for (int64_t j = 1; j < len; ++j) mx = fmaxf(mx, s[j]);
+  double z = 0;
+  for (int64_t j = 0; j < len; ++j) z += exp(double(s[j]) - mx);
+  for (int64_t j = 0; j < len; ++j) s[j] = static_cast<float>(exp(double(s[j]) - mx) / z);
+  for (int64_t j = len; j < t; ++j) s[j] = 0.0f;
+}
+// The scores' gradient from the probabilities p of a row whose first `len` of t entries were
+// attended to and their gradient dp (in place into dp): ds_j = scale * p_j (dp_j - sum_k p_k dp_k),
+// 0 for the masked entries.
+TESSERA_HD void softmax_row_grad(const float* p, float* dp, int64_t len, int64_t t, float scale) {
+  double dot = 0;
+  for (int64_t j = 0; j < len; ++j) dot += double(p[j]) * dp[j];
+  for (int64_t j = 0; j < len; ++j) dp[j] = static_cast<float>(scale * p[j] * (dp[j] - dot));
+  for (int64_t j = len; j < t; ++j) dp[j] = 0.0f;
+}
 
 }  // namespace tessera::kernels

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "worker/core/device.h"
 #include "worker/nn/dnnl_util.h"
 
 namespace tessera {
@@ -75,6 +76,75 @@ double Sequential::forward_flops(Shape in) const {
     in = l->output_shape(in);
   }
   return f;
+}
+
+void add_into(Tensor& acc, const Tensor& x) {
+  TESSERA_CHECK(acc.shape() == x.shape() && acc.device() == x.device() && acc.layout() == x.layout(), "sum of ",
+                shape_str(acc.shape()), " and ", shape_str(x.shape()));
+  if (acc.on_device()) {
+    gpu::add_into(acc.data(), x.data(), static_cast<size_t>(acc.numel()));
+    return;
+  }
+  float* a = acc.data();
+  const float* b = x.data();
+  const int64_t n = acc.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+Shape Residual::output_shape(const Shape& in) const {
+  const Shape out = body_.output_shape(in), side = shortcut_.output_shape(in);
+  if (out != side)
+    shape_error(detail::concat("its body gives ", shape_str(out), " but its shortcut ", shape_str(side), " for input ", shape_str(in)));
+  return out;
+}
+
+Tensor Residual::forward(const Tensor& x, bool training) {
+  Tensor y = body_.forward(x, training);
+  const Tensor side = shortcut_.layers().empty() ? x : shortcut_.forward(x, training);
+  TESSERA_CHECK(y.shape() == side.shape() && y.device() == side.device(), "layer ", name(), ": body ", shape_str(y.shape()),
+                " and shortcut ", shape_str(side.shape()));
+  if (y.data() == side.data()) y = y.clone();  // a body that passes its input on (an identity dropout)
+  add_into(y, side);
+  return y;
+}
+
+Tensor Residual::backward(const Tensor& dy) {
+  Tensor dx = body_.backward(dy);
+  if (!input_grad()) return Tensor();
+  const Tensor side = shortcut_.layers().empty() ? dy : shortcut_.backward(dy);
+  if (dx.data() == side.data()) dx = dx.clone();
+  add_into(dx, side);
+  return dx;
+}
+
+std::vector<Param*> Residual::params() {
+  std::vector<Param*> out = body_.params();
+  for (Param* p : shortcut_.params()) out.push_back(p);
+  return out;
+}
+
+void Residual::to(Device device) {
+  body_.to(device);
+  shortcut_.to(device);
+}
+
+double Residual::forward_flops(const Shape& in) const { return body_.forward_flops(in) + shortcut_.forward_flops(in); }
+
+std::vector<Layer*> Residual::sublayers() {
+  std::vector<Layer*> out;
+  for (Sequential* s : {&body_, &shortcut_})
+    for (auto& l : s->layers()) {
+      out.push_back(l.get());
+      for (Layer* inner : l->sublayers()) out.push_back(inner);
+    }
+  return out;
+}
+
+void init_normal(Tensor& t, float stddev, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> d(0.0f, stddev);
+  for (auto& v : t.span()) v = d(rng);
 }
 
 void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init) {

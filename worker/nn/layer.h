@@ -50,6 +50,8 @@ class Layer {
   virtual Layouts layouts() const { return Layouts::kPlain; }
   // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
   virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
+  // The layers inside this one (a residual block's), nested ones included.
+  virtual std::vector<Layer*> sublayers() { return {}; }
 
  protected:
   // Throws ConfigError("model.layers.<name>", reason).
@@ -85,6 +87,30 @@ class Sequential {
   std::vector<Layout> out_layout_;  // of each layer's output in the last forward pass
 };
 
+// acc += x, entry by entry (same shape, device and layout): skip connections and residual sums.
+void add_into(Tensor& acc, const Tensor& x);
+
+// A residual block: y = body(x) + shortcut(x), the shortcut the identity when it has no layers (a
+// Transformer block's, a ResNet bottleneck's when the shapes agree) or a projection. What follows
+// the sum (a ResNet block's ReLU) is the next layer.
+class Residual : public Layer {
+ public:
+  explicit Residual(std::string name) : Layer(std::move(name)) {}
+  const char* kind() const override { return "residual"; }
+  Sequential& body() { return body_; }
+  Sequential& shortcut() { return shortcut_; }
+  Shape output_shape(const Shape& in) const override;
+  Tensor forward(const Tensor& x, bool training) override;
+  Tensor backward(const Tensor& dy) override;
+  std::vector<Param*> params() override;
+  void to(Device device) override;
+  double forward_flops(const Shape& in) const override;
+  std::vector<Layer*> sublayers() override;
+
+ private:
+  Sequential body_, shortcut_;
+};
+
 // How a layer's weights and biases start (model.weightInit, model.biasInit).
 struct ParamInit {
   // kUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default for its Conv and Linear layers;
@@ -96,6 +122,9 @@ struct ParamInit {
   Biases biases = Biases::kUniform;
   float gain = 1.0f;  // scales the weights' spread (a model's output layer may start smaller)
 };
+
+// t's entries drawn from N(0, stddev), deterministic in `seed` (a Transformer's weights).
+void init_normal(Tensor& t, float stddev, uint64_t seed);
 
 // Draws a layer's weight (and bias, if not null) with `fan_in` inputs, deterministic in `seed`.
 void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init);

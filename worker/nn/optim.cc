@@ -44,9 +44,11 @@ class Sgd final : public Optimizer {
   OptimizerConfig c_;
 };
 
+// Adam; AdamW (decoupled) decays the weight apart from the gradient's moments, w *= 1 - lr * wd
+// before the step, as torch.optim.AdamW.
 class Adam final : public Optimizer {
  public:
-  explicit Adam(const OptimizerConfig& c) : c_(c) {}
+  explicit Adam(const OptimizerConfig& c) : c_(c), decoupled_(c.name == "adamw") {}
   void step(const std::vector<Param*>& params, double lr) override {
     ++steps_;
     const double b1 = c_.beta1, b2 = c_.beta2;
@@ -59,22 +61,29 @@ class Adam final : public Optimizer {
                               static_cast<float>(lr * std::sqrt(corr2) / corr1),
                               static_cast<float>(c_.eps * std::sqrt(corr2))};
     for (Param* p : params) {
-      const float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
+      float wd = p->decay ? static_cast<float>(c_.weight_decay) : 0.0f;
       float* w = p->value.data();
       const float* g = p->grad.data();
       float* m = slot(*p, "m").data();
       float* v = slot(*p, "v").data();
       const int64_t n = p->value.numel();
+      const float keep = decoupled_ ? static_cast<float>(1.0 - lr * wd) : 1.0f;
+      if (decoupled_) wd = 0.0f;
       if (p->value.on_device()) {
+        if (keep != 1.0f) gpu::scale(w, static_cast<size_t>(n), keep);
         gpu::adam_update(w, m, v, g, n, a, wd);
         continue;
       }
-      for (int64_t i = 0; i < n; ++i) kernels::adam_update(w[i], m[i], v[i], g[i], a, wd);
+      for (int64_t i = 0; i < n; ++i) {
+        w[i] *= keep;
+        kernels::adam_update(w[i], m[i], v[i], g[i], a, wd);
+      }
     }
   }
 
  private:
   OptimizerConfig c_;
+  bool decoupled_;
 };
 
 // Layer-wise adaptive rate scaling: each parameter's step is scaled by trust * |w| / (|g| + wd |w|).
@@ -121,7 +130,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
   if (!(c.momentum >= 0 && c.momentum < 1)) throw ConfigError("training.optimizer.momentum", detail::concat(c.momentum, " is outside [0, 1)"));
   if (!(c.weight_decay >= 0)) throw ConfigError("training.optimizer.weightDecay", detail::concat(c.weight_decay, " is negative"));
   if (c.name == "sgd") return std::make_unique<Sgd>(c);
-  if (c.name == "adam") {
+  if (c.name == "adam" || c.name == "adamw") {
     if (!(c.beta1 >= 0 && c.beta1 < 1)) throw ConfigError("training.optimizer.beta1", detail::concat(c.beta1, " is outside [0, 1)"));
     if (!(c.beta2 >= 0 && c.beta2 < 1)) throw ConfigError("training.optimizer.beta2", detail::concat(c.beta2, " is outside [0, 1)"));
     return std::make_unique<Adam>(c);
@@ -130,7 +139,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
     if (!(c.trust > 0)) throw ConfigError("training.optimizer.trust", detail::concat(c.trust, " must be positive"));
     return std::make_unique<Lars>(c);
   }
-  throw ConfigError("training.optimizer.name", "unknown optimizer '" + c.name + "' (expected sgd, adam or lars)");
+  throw ConfigError("training.optimizer.name", "unknown optimizer '" + c.name + "' (expected sgd, adam, adamw or lars)");
 }
 
 void validate(const ScheduleConfig& s) {

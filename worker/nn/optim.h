@@ -12,11 +12,11 @@
 namespace tessera {
 
 struct OptimizerConfig {
-  std::string name = "sgd";   // sgd | adam | lars
+  std::string name = "sgd";   // sgd | adam | adamw | lars
   double momentum = 0.9;      // sgd, lars
   bool nesterov = false;      // sgd
-  double weight_decay = 0.0;  // L2, on parameters with Param::decay
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam
+  double weight_decay = 0.0;  // on parameters with Param::decay: L2 (adamw: decoupled, w *= 1 - lr * wd)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
   double trust = 0.001;       // lars trust coefficient
 };
 

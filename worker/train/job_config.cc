@@ -25,6 +25,11 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.model.init.biases = s.model.bias_init == "zero" ? ParamInit::Biases::kZero : ParamInit::Biases::kUniform;
   j.model.seed = s.model.seed;
   j.model.spatial = SpatialGrid{s.parallelism.d, s.parallelism.h, s.parallelism.w};
+  j.model.vocab_size = static_cast<int>(s.dataset.vocab_size);
+  j.model.context = s.model.context;
+  j.model.width = s.model.width;
+  j.model.depth = s.model.depth;
+  j.model.heads = s.model.heads;
 
   j.dataset.kind = s.dataset.synthetic;
   j.dataset.size = s.model.input_size;
@@ -34,6 +39,11 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.validation_samples = s.dataset.validation_samples;
   j.data.format = s.dataset.format;
   j.data.path = s.dataset.path;
+  j.data.token_bytes = s.dataset.token_bytes;
+  if (s.dataset.format == "tokens") {
+    j.data.windows = s.dataset.samples;
+    j.data.validation_windows = s.dataset.validation_samples;
+  }
   j.data.validation_path = s.dataset.validation_path;
   j.data.validation_split = s.dataset.validation_split;
   j.data.crop = s.dataset.crop;

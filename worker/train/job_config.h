@@ -32,8 +32,10 @@ struct TrainingConfig {
 };
 
 struct DataConfig {
-  std::string format = "synthetic";  // synthetic | hdf5
-  std::string path, validation_path; // hdf5: directories indexed by `tessera data index`
+  std::string format = "synthetic";  // synthetic | hdf5 | tokens
+  std::string path, validation_path; // hdf5: directories indexed by `tessera data index`; tokens: path holds train.bin and val.bin
+  int token_bytes = 2;               // tokens: 2 (uint16) or 4 (uint32)
+  uint64_t windows = 0, validation_windows = 0;  // tokens: samples an epoch and in validation (0: all side by side)
   double validation_split = 0;       // hdf5 without validation_path: the fraction of path held out; 0: none
   bool crop = false;                 // samples: sub-volumes of the model's input size tiling each file's volume
   std::string input_key, target_key; // the array names the job expects the index to record; empty: any

@@ -17,6 +17,7 @@
 #include "worker/nn/gpu/ops.h"
 #include "worker/spatial/halo.h"
 #include "worker/data/file_dataset.h"
+#include "worker/data/tokens.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -173,6 +174,14 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
       train_ = open(dc.path, "path");
       if (!dc.validation_path.empty()) val_ = open(dc.validation_path, "validationPath");
     }
+  } else if (dc.format == "tokens") {
+    // nanoGPT's layout: train.bin and val.bin side by side, ids below the model's vocabulary.
+    const auto& mc = config_.model;
+    const uint32_t vocab = static_cast<uint32_t>(mc.vocab_size);
+    train_ = std::make_unique<TokenDataset>(TokenFile{dc.path + "/train.bin", dc.token_bytes, vocab}, mc.context,
+                                            config_.dataset.seed, dc.windows);
+    val_ = std::make_unique<TokenDataset>(TokenFile{dc.path + "/val.bin", dc.token_bytes, vocab}, mc.context,
+                                          config_.dataset.seed + 1000003, dc.validation_windows);
   } else {
     train_ = make_synthetic(config_.dataset);
     SyntheticConfig vc = config_.dataset;

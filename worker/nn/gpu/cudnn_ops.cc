@@ -309,4 +309,16 @@ void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t
         "linear backward-weights");
 }
 
+// C = op(A) op(B) row-major is C^T = op(B)^T op(A)^T column-major: the operands swap places.
+void gemm_batched(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                  int64_t stride_c, int64_t batch) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  auto op = [](char t) { return t == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N; };
+  check(cublasSgemmStridedBatched(handles().cublas, op(trans_b), op(trans_a), static_cast<int>(n), static_cast<int>(m),
+                                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
+                                  stride_a, &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
+        "batched gemm");
+}
+
 }  // namespace tessera::gpu

@@ -37,6 +37,54 @@ __global__ void k_leaky_relu_grad(const float* __restrict gate, const float* __r
                                   int64_t n, float s) {
   TESSERA_GRID_STRIDE(i, n) dx[i] = kernels::leaky_relu_grad(gate[i], dy[i], s);
 }
+__global__ void k_gelu(const float* __restrict x, float* __restrict y, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) y[i] = kernels::gelu(x[i]);
+}
+__global__ void k_gelu_grad(const float* __restrict x, const float* __restrict dy, float* __restrict dx, int64_t n) {
+  TESSERA_GRID_STRIDE(i, n) dx[i] = kernels::gelu_grad(x[i], dy[i]);
+}
+// Transformer rows: one thread per row (or per column for the parameter gradients).
+__global__ void k_layernorm(const float* __restrict x, const float* __restrict gamma, const float* __restrict beta,
+                            float* __restrict xhat, float* __restrict y, float* __restrict rstd, int64_t rows, int64_t d, float eps) {
+  TESSERA_GRID_STRIDE(r, rows) rstd[r] = kernels::layernorm_row(x + r * d, d, eps, gamma, beta, xhat + r * d, y + r * d);
+}
+__global__ void k_layernorm_grad(const float* __restrict dy, const float* __restrict xhat, const float* __restrict gamma,
+                                 const float* __restrict rstd, float* __restrict dx, int64_t rows, int64_t d) {
+  TESSERA_GRID_STRIDE(r, rows) kernels::layernorm_row_grad(dy + r * d, xhat + r * d, gamma, rstd[r], d, dx + r * d);
+}
+__global__ void k_layernorm_param_grad(const float* __restrict dy, const float* __restrict xhat, float* __restrict dgamma,
+                                       float* __restrict dbeta, int64_t rows, int64_t d) {
+  TESSERA_GRID_STRIDE(j, d) {
+    double g = 0, b = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      g += double(dy[r * d + j]) * xhat[r * d + j];
+      b += dy[r * d + j];
+    }
+    dgamma[j] += static_cast<float>(g);
+    dbeta[j] += static_cast<float>(b);
+  }
+}
+__global__ void k_embedding(const float* __restrict ids, const float* __restrict token, const float* __restrict position,
+                            float* __restrict y, int64_t total, int64_t t, int64_t d) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const int64_t row = i / d, col = i % d;
+    y[i] = token[static_cast<int64_t>(ids[row]) * d + col] + position[(row % t) * d + col];
+  }
+}
+__global__ void k_embedding_grad(const float* __restrict ids, const float* __restrict dy, float* __restrict dtoken,
+                                 float* __restrict dposition, int64_t total, int64_t t, int64_t d) {
+  TESSERA_GRID_STRIDE(i, total) {
+    const int64_t row = i / d, col = i % d;
+    atomicAdd(dtoken + static_cast<int64_t>(ids[row]) * d + col, dy[i]);
+    atomicAdd(dposition + (row % t) * d + col, dy[i]);
+  }
+}
+__global__ void k_causal_softmax(float* __restrict s, int64_t rows, int64_t t) {
+  TESSERA_GRID_STRIDE(r, rows) kernels::causal_softmax_row(s + r * t, r % t + 1, t);
+}
+__global__ void k_causal_softmax_grad(const float* __restrict p, float* __restrict dp, int64_t rows, int64_t t, float scale) {
+  TESSERA_GRID_STRIDE(r, rows) kernels::softmax_row_grad(p + r * t, dp + r * t, r % t + 1, t, scale);
+}
 __global__ void k_dropout(const float* __restrict x, float* __restrict y, float* __restrict mask, int64_t n, float rate,
                           uint64_t seed, uint64_t call) {
   TESSERA_GRID_STRIDE(i, n) {
@@ -237,6 +285,60 @@ void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, f
   k_leaky_relu_grad<<<blocks_for(n), kThreads, 0, cur()>>>(gate, dy, dx, n, slope);
   check_launch("leaky_relu_grad");
 }
+void gelu(const float* x, float* y, int64_t n) {
+  if (n == 0) return;
+  k_gelu<<<blocks_for(n), kThreads, 0, cur()>>>(x, y, n);
+  check_launch("gelu");
+}
+
+void gelu_grad(const float* x, const float* dy, float* dx, int64_t n) {
+  if (n == 0) return;
+  k_gelu_grad<<<blocks_for(n), kThreads, 0, cur()>>>(x, dy, dx, n);
+  check_launch("gelu_grad");
+}
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* xhat, float* y, float* rstd,
+                       int64_t rows, int64_t d, float eps) {
+  if (rows == 0) return;
+  k_layernorm<<<blocks_for(rows), kThreads, 0, cur()>>>(x, gamma, beta, xhat, y, rstd, rows, d, eps);
+  check_launch("layernorm_forward");
+}
+
+void layernorm_backward(const float* dy, const float* xhat, const float* gamma, const float* rstd, float* dgamma,
+                        float* dbeta, float* dx, int64_t rows, int64_t d) {
+  if (rows == 0) return;
+  k_layernorm_grad<<<blocks_for(rows), kThreads, 0, cur()>>>(dy, xhat, gamma, rstd, dx, rows, d);
+  check_launch("layernorm_backward");
+  k_layernorm_param_grad<<<blocks_for(d), kThreads, 0, cur()>>>(dy, xhat, dgamma, dbeta, rows, d);
+  check_launch("layernorm_param_grad");
+}
+
+void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t, int64_t d) {
+  const int64_t total = n * t * d;
+  if (total == 0) return;
+  k_embedding<<<blocks_for(total), kThreads, 0, cur()>>>(ids, token, position, y, total, t, d);
+  check_launch("embedding_forward");
+}
+
+void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t, int64_t d) {
+  const int64_t total = n * t * d;
+  if (total == 0) return;
+  k_embedding_grad<<<blocks_for(total), kThreads, 0, cur()>>>(ids, dy, dtoken, dposition, total, t, d);
+  check_launch("embedding_backward");
+}
+
+void causal_softmax(float* s, int64_t rows, int64_t t) {
+  if (rows == 0) return;
+  k_causal_softmax<<<blocks_for(rows), kThreads, 0, cur()>>>(s, rows, t);
+  check_launch("causal_softmax");
+}
+
+void causal_softmax_grad(const float* p, float* dp, int64_t rows, int64_t t, float scale) {
+  if (rows == 0) return;
+  k_causal_softmax_grad<<<blocks_for(rows), kThreads, 0, cur()>>>(p, dp, rows, t, scale);
+  check_launch("causal_softmax_grad");
+}
+
 void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call) {
   if (n <= 0) return;
   k_dropout<<<blocks_for(n), kThreads, 0, cur()>>>(x, y, mask, n, rate, seed, call);

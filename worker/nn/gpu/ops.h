@@ -20,6 +20,8 @@ namespace tessera::gpu {
 // ---- element-wise (n entries) ----
 void leaky_relu(const float* x, float* y, int64_t n, float slope);
 void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, float slope);
+void gelu(const float* x, float* y, int64_t n);
+void gelu_grad(const float* x, const float* dy, float* dx, int64_t n);
 // y = x * mask with mask[i] = kernels::dropout_scale(seed, call, i, rate).
 void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call);
 void multiply(const float* a, const float* b, float* y, int64_t n);  // y = a * b
@@ -68,6 +70,27 @@ void batchnorm_backward_with_sums(const float* dy, const float* xhat, const floa
 // dgamma, dbeta accumulate (+=); dx written.
 void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
                         float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner);
+
+// ---- Transformer rows (nn/transformer.h) ----
+// Layer normalisation of `rows` rows of d: xhat, y and each row's rstd written.
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* xhat, float* y, float* rstd,
+                       int64_t rows, int64_t d, float eps);
+// dx written; dgamma, dbeta accumulate (+=) over the rows.
+void layernorm_backward(const float* dy, const float* xhat, const float* gamma, const float* rstd, float* dgamma,
+                        float* dbeta, float* dx, int64_t rows, int64_t d);
+// y (n*t, d): row (i, j) = token[ids[i, j]] + position[j]. ids are floats, already checked below the vocabulary.
+void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t, int64_t d);
+// dtoken[ids[i, j]] += dy row (i, j); dposition[j] += the same.
+void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t, int64_t d);
+// Rows of t scores, row r the query at position r % t: kernels::causal_softmax_row in place.
+void causal_softmax(float* s, int64_t rows, int64_t t);
+// kernels::softmax_row_grad of each row, in place into dp.
+void causal_softmax_grad(const float* p, float* dp, int64_t rows, int64_t t, float scale);
+// `batch` row-major products C_b = alpha op(A_b) op(B_b) + beta C_b, op(A) m x k, op(B) k x n, with
+// the matrices of product b at A + b * stride_a (and so on); trans_a / trans_b: 'N' or 'T'.
+void gemm_batched(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                  int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta, float* c, int64_t ldc,
+                  int64_t stride_c, int64_t batch);
 
 // ---- cuDNN convolution: conv (y = x * w) or transposed (deconv), 2D or 3D ----
 struct ConvShape {

@@ -10,6 +10,8 @@ namespace {
 
 void leaky_relu(const float*, float*, int64_t, float) { no_cuda(); }
 void leaky_relu_grad(const float*, const float*, float*, int64_t, float) { no_cuda(); }
+void gelu(const float*, float*, int64_t) { no_cuda(); }
+void gelu_grad(const float*, const float*, float*, int64_t) { no_cuda(); }
 void dropout(const float*, float*, float*, int64_t, float, uint64_t, uint64_t) { no_cuda(); }
 void multiply(const float*, const float*, float*, int64_t) { no_cuda(); }
 void add_bias(float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
@@ -58,5 +60,17 @@ void Pool::backward(const float*, const float*, const float*, float*) { no_cuda(
 void linear_forward(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void linear_backward_data(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void linear_backward_weights(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void layernorm_forward(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float) { no_cuda(); }
+void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t) {
+  no_cuda();
+}
+void embedding_forward(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void embedding_backward(const float*, const float*, float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void causal_softmax(float*, int64_t, int64_t) { no_cuda(); }
+void causal_softmax_grad(const float*, float*, int64_t, int64_t, float) { no_cuda(); }
+void gemm_batched(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                  float, float*, int64_t, int64_t, int64_t) {
+  no_cuda();
+}
 
 }  // namespace tessera::gpu
