@@ -237,6 +237,45 @@ class DatasetFilesTest(unittest.TestCase):
         os.remove(os.path.join(d, "manifest.tsv"))
         self.index_fails(d, "case_00002_x.npy' has no labels", "case_00002_y.npy' is missing")
 
+    def token_job(self, name, path, vocab, token_bytes=2):
+        return self.job(name, {"name": "transformer", "context": 16, "width": 16, "depth": 1, "heads": 2},
+                        {"format": "tokens", "path": path, "vocabSize": vocab, "tokenBytes": token_bytes, "samples": 32,
+                         "validationSamples": 8}, spatial=1)
+
+    def test_nanogpt_token_files_uint16_and_uint32(self):
+        # English text from Debian's fortunes package as byte ids, written as nanoGPT's prepare scripts
+        # write them (numpy's tofile, no header); uint32 ids shifted past 2^16 with a vocabulary to match.
+        with open("/usr/share/games/fortunes/fortunes", "rb") as f:
+            ids = np.frombuffer(f.read(), dtype=np.uint8).astype(np.int64)
+        cut = len(ids) * 9 // 10
+        for dtype, offset in ((np.uint16, 0), (np.uint32, 70000)):
+            name = np.dtype(dtype).name
+            d = self.path("tokens-" + name, "x")[:-2]
+            (ids[:cut] + offset).astype(dtype).tofile(os.path.join(d, "train.bin"))
+            (ids[cut:] + offset).astype(dtype).tofile(os.path.join(d, "val.bin"))
+            out = self.train(self.token_job("tokens-" + name, d, 256 + offset, np.dtype(dtype).itemsize))
+            self.assertIn("validation loss", out)
+
+    def test_bad_token_files_are_named_with_the_problem(self):
+        def fresh(name, train, val=np.arange(100) % 256):
+            d = self.path(name, "x")[:-2]
+            np.asarray(train).astype(np.uint16).tofile(os.path.join(d, "train.bin"))
+            if val is not None:
+                np.asarray(val).astype(np.uint16).tofile(os.path.join(d, "val.bin"))
+            return d
+
+        text = np.arange(200) % 256
+        d = fresh("odd", text)
+        with open(os.path.join(d, "train.bin"), "ab") as f:
+            f.write(b"\x01")
+        self.run_fails(self.token_job("odd", d, 256), "train.bin", "401 bytes is not a whole number of 2-byte tokens")
+        d = fresh("over", np.concatenate([text, [300]]))
+        self.run_fails(self.token_job("over", d, 256), "train.bin", "token 200 is id 300, not below the vocabulary size 256")
+        d = fresh("short", text[:10])
+        self.run_fails(self.token_job("short", d, 256), "train.bin", "holds 10 tokens; a window of context 16 needs at least 17")
+        d = fresh("noval", text, val=None)
+        self.run_fails(self.token_job("noval", d, 256), "val.bin")
+
     def test_dataset_names_are_configurable(self):
         d = self.path("named", "x")[:-2]
         for i in range(4):
