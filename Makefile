@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 # ccache hashes paths relative to the build directory, so the build trees below share its objects.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps deps-bench configure build cluster-tools images test check-options test-asan fuzz run bench bench-cluster bench-parity clean
+.PHONY: all deps configure build cluster-tools images test check-options test-asan fuzz run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -68,20 +68,13 @@ run: build
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
 	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml --fresh $(RUN_ARGS)
 
-# The PyTorch peers of `tessera-bench` need python3-torch, and bench/parity.py reads the dataset
-# with python3-h5py (neither is needed by the tests).
-deps-bench: deps
-	@for p in python3-torch python3-h5py; do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || apt-get install -y -q $$p; \
-	done
-
 # Validation MSE of the make run recipe in Tessera and PyTorch, 3 seeds each (about 25 minutes).
-bench-parity: build deps-bench
+bench-parity: build deps
 	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
 	/usr/bin/python3 bench/parity.py --data $(DATA_DIR) --tessera $(BUILD_DIR)/bin/tessera --seeds 1,2,3 --threads 2
 
-bench: build deps-bench cluster-tools
+bench: build deps cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json
 	$(BUILD_DIR)/bin/tessera-bench train --model cosmoflow --size 64 --threads 2 --json
 	$(BUILD_DIR)/bin/tessera-bench spatial --model cosmoflow --size 128 --splits 1,2,4 --json
@@ -97,7 +90,7 @@ bench: build deps-bench cluster-tools
 # The emulated cloud cluster (root: network namespaces): exchanges, training throughput against
 # PyTorch DDP, time to a validation loss, the cost model and the plots (docs/benchmarks.md).
 CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
-bench-cluster: build deps-bench
+bench-cluster: build deps
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only cpu,calibration,exchange,bucket,train,overlap,ddp --repeat 3

@@ -20,6 +20,7 @@ packages=(
   prometheus python3-matplotlib unzip              # the dashboard's test and pictures; helm (scripts/helm.sh)
   xz-utils                                         # the GPU check's bundle (scripts/gpu-check.sh)
   fortunes                                         # English text for the language model's token files (tessera data generate --kind text)
+  python3-torch                                    # the models against PyTorch's on the same weights (tests/parity)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Writes PyTorch's reference (bench/torch_<model>.py --dump) into a temporary directory and runs the
+# parity test on it; the directory goes however the test ends.
+# usage: torch_parity_test.sh TEST_BINARY SOURCE_DIR PYTHON
+set -euo pipefail
+test_bin=$1 src=$2 python=$3
+dir=$(mktemp -d /tmp/tessera-parity.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+"$python" "$src/bench/torch_transformer.py" --dump "$dir/transformer"
+TESSERA_TORCH_REFERENCE="$dir" "$test_bin"
