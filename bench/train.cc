@@ -38,31 +38,57 @@ nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const
                                     " --iters ", iters, " --hidden ", hidden));
 }
 
+// The Transformer's peer (bench/torch_transformer.py), or null without python3-torch.
+nlohmann::json torch_transformer(const ModelConfig& m, int batch, int threads, int iters) {
+  return python_peer(detail::concat("torch_transformer.py --vocab ", m.vocab_size, " --context ", m.context, " --width ", m.width,
+                                    " --depth ", m.depth, " --heads ", m.heads, " --batch ", batch, " --threads ", threads,
+                                    " --iters ", iters));
+}
+
 int train(int argc, char** argv) {
   ModelConfig mc;
   mc.name = "cosmoflow";
   mc.input_size = 64;
+  mc.vocab_size = 256;
+  mc.width = 512;
+  mc.depth = 8;
+  mc.heads = 8;
   int batch = 4, threads = 2, iters = 5;
   bool json = false;
   Flags flags("tessera-bench train",
-              "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n");
+              "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+              "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] ...\n");
   flags.text("--model", &mc.name)
       .integer("--size", &mc.input_size, 4, 4096)
+      .integer("--context", &mc.context, 1, 1 << 16)
+      .integer("--width", &mc.width, 1, 1 << 16)
+      .integer("--depth", &mc.depth, 1, 1024)
+      .integer("--heads", &mc.heads, 1, 1024)
+      .integer("--vocab", &mc.vocab_size, 1, 1 << 24)
       .integer("--batch", &batch, 1, 1 << 20)
       .integer("--threads", &threads, 1, 1024)
       .integer("--iters", &iters, 1, 100000)
       .toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
   omp_set_num_threads(threads);
+  const bool language = mc.name == "transformer";
   auto model = make_model(mc);
   Shape in = {batch};
   for (int64_t d : model->sample_shape()) in.push_back(d);
   Shape tgt = {batch};
   for (int64_t d : model->target_shape()) tgt.push_back(d);
   Tensor x = random_tensor(in, 1), y = random_tensor(tgt, 2);
+  const int classes = language ? mc.vocab_size : 3;
+  if (language)
+    for (auto& v : x.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 1e4) % classes);
   if (model->task() != Task::kRegression)
-    for (auto& v : y.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 3) % 3);
-  auto opt = make_optimizer(OptimizerConfig{});
+    for (auto& v : y.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 1e4) % classes);
+  OptimizerConfig oc;
+  if (language) {  // as its peer: AdamW
+    oc.name = "adamw";
+    oc.weight_decay = 0.1;
+  }
+  auto opt = make_optimizer(oc);
   auto params = model->params();
   double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
   int timed = -1;                           // the warm-up step is not counted
@@ -103,11 +129,19 @@ int train(int argc, char** argv) {
     shape = l->output_shape(shape);
   }
 
-  nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"size", mc.input_size}, {"batch", batch},
-                        {"threads", threads}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3},
+  nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"batch", batch}, {"threads", threads},
+                        {"parameters", model->num_params()}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3},
                         {"forward_ms", fwd_s * 1e3}, {"backward_ms", bwd_s * 1e3}, {"update_ms", upd_s * 1e3}};
+  if (language) {
+    out["context"] = mc.context;
+    out["tokens_per_second"] = sps * mc.context;
+  } else {
+    out["size"] = mc.input_size;
+  }
   nlohmann::json torch = nullptr;
-  if (mc.name == "cosmoflow") {
+  if (language) {
+    torch = torch_transformer(mc, batch, threads, iters);
+  } else if (mc.name == "cosmoflow") {
     std::string hidden;
     for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
     torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
@@ -125,8 +159,12 @@ int train(int argc, char** argv) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("%s at %d^3, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size,
-              batch, threads, sps, step_s * 1e3);
+  if (language)
+    std::printf("transformer of %.1fM parameters at context %d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)",
+                model->num_params() / 1e6, mc.context, batch, threads, sps, step_s * 1e3);
+  else
+    std::printf("%s at %d^3, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size, batch,
+                threads, sps, step_s * 1e3);
   if (!torch.is_null())
     std::printf("; PyTorch %s: %.2f samples/s; ratio %.2fx", torch["version"].get<std::string>().c_str(),
                 torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());

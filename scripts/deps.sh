@@ -21,6 +21,7 @@ packages=(
   xz-utils                                         # the GPU check's bundle (scripts/gpu-check.sh)
   fortunes                                         # English text for the language model's token files (tessera data generate --kind text)
   python3-torch                                    # the models against PyTorch's on the same weights (tests/parity)
+  libopenblas0-pthread                             # PyTorch's BLAS as users install it (the reference BLAS is 20x slower)
 )
 # kubectl: Debian's kubernetes-client, unless another package already provides the command.
 command -v kubectl >/dev/null || packages+=(kubernetes-client)
