@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Datasets as users already have them, written with h5py and numpy (Debian's python3-h5py and
-python3-numpy), not with Tessera: each layout is indexed by `tessera data index`, the blocks that
+python3-numpy), not with Tessera: each sample layout is indexed by `tessera data index`, the blocks that
 the ranks of a spatial-2 job read (`tessera data read`) equal slices of the whole file read with
-h5py or numpy, and a short job trains on it end to end through `tessera run`. Every bad input gets
+h5py or numpy, and a short job trains on it end to end through `tessera run`; token files as
+nanoGPT writes them (no index: their layout is fixed) train a Transformer the same way. Every bad input gets
 an error naming the file and the problem, and a failed index leaves no manifest behind.
 
 usage: dataset_files_test.py --bin BUILD/bin [unittest args]
