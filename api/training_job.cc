@@ -46,7 +46,7 @@ ModelSpec parse_model(const ConfigNode& m) {
   m.allow_only({"name", "inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "dropout",
                 "leakySlope", "batchNorm", "seed", "weightInit", "biasInit", "context", "width", "depth", "heads"});
   ModelSpec s;
-  s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d", "transformer"});
+  s.name = m.choice("name", s.name, {"cosmoflow", "unet3d", "cnn2d", "resnet50", "transformer"});
   s.context = static_cast<int>(m.integer("context", s.context, 1, 1 << 16));
   s.width = static_cast<int>(m.integer("width", s.width, 1, 1 << 16));
   s.depth = static_cast<int>(m.integer("depth", s.depth, 1, 1024));
@@ -95,12 +95,13 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
 }
 
 TrainingSpec parse_training(const ConfigNode& t) {
-  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "threads", "logEverySeconds", "seed",
-                "loaderThreads", "prefetchBatches"});
+  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "labelSmoothing", "threads", "logEverySeconds",
+                "seed", "loaderThreads", "prefetchBatches"});
   TrainingSpec s;
   s.epochs = static_cast<int>(t.integer("epochs", s.epochs, 1, 1000000));
   s.batch_size = static_cast<int>(t.integer("batchSize", s.batch_size, 1, 1 << 24));
   s.grad_clip = t.number("gradClip", 0, Interval::at_least(0));
+  s.label_smoothing = t.number("labelSmoothing", 0, {0, 1, false, true});
   s.threads = static_cast<int>(t.integer("threads", 0, 0, 4096));
   s.log_every_seconds = t.number("logEverySeconds", s.log_every_seconds, Interval::above(0));
   s.seed = static_cast<uint64_t>(t.integer("seed", 1, 0, INT64_MAX));
@@ -198,6 +199,8 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     par.problem("data", detail::concat(s.parallelism.data, " replicas x ", g, " ranks per spatial group is not ", worker_count));
   }
   const bool volumes = s.model.name == "cosmoflow" || s.model.name == "unet3d";
+  if (s.training.label_smoothing > 0 && s.model.name == "cosmoflow")
+    spec.child("training").problem("labelSmoothing", "applies to classifiers' cross-entropy; cosmoflow is a regression");
   if (g > 1 && !volumes)
     spatial.problem("", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); " + s.model.name + " runs data-parallel");
   if (s.device == "cpu" && s.cache.device_bytes > 0)

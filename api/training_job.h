@@ -27,7 +27,7 @@ struct ResourcesSpec {
 };
 
 struct ModelSpec {
-  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d | transformer
+  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d | resnet50 | transformer
   int input_size = 32;             // W: input C x W^3 (cnn2d: C x W^2)
   int context = 256, width = 256, depth = 4, heads = 4;  // transformer
   int in_channels = 0;             // 0: the model's default
@@ -94,6 +94,7 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
   double grad_clip = 0;              // max global gradient norm; 0: off
+  double label_smoothing = 0;        // classifiers: the cross-entropy's target puts 1 - eps on the label, eps / C on each class
   int threads = 0;                   // compute threads per rank; 0: the launcher's or OpenMP's choice
   double log_every_seconds = 5;
   uint64_t seed = 1;                 // data order

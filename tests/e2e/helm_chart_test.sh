@@ -121,7 +121,7 @@ echo "PASS helm install created the CRD, the Deployment (2 replicas, restrictive
 
 # kubectl explain documents the API from the CRD's descriptions.
 explain=$(kubectl explain trainingjob.spec.training.optimizer 2>&1)
-[[ $explain == *"Peak learning rate"* && $explain == *"sgd (with momentum), adam, or lars"* ]] || fail "kubectl explain: $explain"
+[[ $explain == *"Peak learning rate"* && $explain == *"sgd (with momentum), adam, adamw"* ]] || fail "kubectl explain: $explain"
 echo "PASS kubectl explain trainingjob.spec.training.optimizer shows the field descriptions"
 
 # The controller's account may create and update Secrets, never read one: a job's token Secret is

@@ -440,6 +440,31 @@ TEST(NnLoss, GradientsMatchFiniteDifferences) {
   lab[0] = 1;
   lab[1] = 0;
   EXPECT_EQ(accuracy(perfect, lab), 1.0);
+  // Label smoothing: the loss against (1 - eps) one-hot + eps / C, and its gradient.
+  const double eps = 0.1;
+  auto sm = softmax_cross_entropy(logits, labels, eps);
+  EXPECT_LT(fd_error([&] { return softmax_cross_entropy(logits, labels, eps).loss; }, logits, sm.grad), 1e-2);
+  Tensor row({1, 4});
+  for (int k = 0; k < 4; ++k) row[k] = 0.5f * k;
+  Tensor one({1});
+  one[0] = 2;
+  double z = 0;
+  for (int k = 0; k < 4; ++k) z += std::exp(0.5 * k);
+  double want = 0;
+  for (int k = 0; k < 4; ++k) want -= ((k == 2 ? 1 - eps : 0) + eps / 4) * (0.5 * k - std::log(z));
+  EXPECT_NEAR(softmax_cross_entropy(row, one, eps).loss, want, 1e-6);
+  // Top-k accuracy: the label among the k highest logits (ties go to the lower class, as the arg-max).
+  Tensor scores({2, 5});
+  for (int k = 0; k < 5; ++k) {
+    scores[k] = static_cast<float>(k);       // ranks 4 3 2 1 0
+    scores[5 + k] = 1.0f;                    // all tied: class 0 first
+  }
+  Tensor truth({2});
+  truth[0] = 2;  // third highest
+  truth[1] = 3;  // fourth in the tie's order
+  EXPECT_EQ(accuracy(scores, truth, 1), 0.0);
+  EXPECT_EQ(accuracy(scores, truth, 3), 0.5);
+  EXPECT_EQ(accuracy(scores, truth, 4), 1.0);
 }
 
 // ---- the Transformer's layers ----
@@ -526,6 +551,17 @@ TEST(NnBackward, TransformerLayers) {
   check_gradients(res, random_tensor({4, 5}, 47));
   EXPECT_EQ(res.params().size(), 4u);
   EXPECT_EQ(res.sublayers().size(), 3u);
+  // A ResNet bottleneck's shape: convolutions and BatchNorm in the body, a strided projection in the shortcut.
+  Residual bottleneck("bottleneck");
+  ConvOptions c1{3, 4, 1, 1, 0, 2, false, 11}, c2{4, 4, 3, 2, 1, 2, false, 12}, cs{3, 4, 1, 2, 0, 2, false, 13};
+  bottleneck.body().add(std::make_unique<Conv>("bottleneck.conv1", c1));
+  bottleneck.body().add(std::make_unique<BatchNorm>("bottleneck.bn1", 4));
+  bottleneck.body().add(std::make_unique<GELU>("bottleneck.act"));  // smooth: a ReLU kink would make the differences noisy
+  bottleneck.body().add(std::make_unique<Conv>("bottleneck.conv2", c2));
+  bottleneck.body().add(std::make_unique<BatchNorm>("bottleneck.bn2", 4));
+  bottleneck.shortcut().add(std::make_unique<Conv>("bottleneck.downsample.0", cs));
+  bottleneck.shortcut().add(std::make_unique<BatchNorm>("bottleneck.downsample.1", 4));
+  check_gradients(bottleneck, random_tensor({3, 3, 6, 6}, 52), 3e-3);
 
   // The embedding's tables (its input, token ids, has no gradient); the tied output's input and,
   // through the table it shares, the embedding's token gradient.

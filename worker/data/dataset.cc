@@ -39,7 +39,7 @@ class SyntheticDataset final : public Dataset {
   Sample generate(uint64_t index) const {
     if (c_.kind == "cosmo") return cosmo_sample(c_.size, c_.seed, index);
     if (c_.kind == "shapes") return shapes_sample(c_.size, c_.classes, c_.seed, index);
-    return image_sample(c_.size, c_.classes, c_.seed, index);
+    return image_sample(c_.size, c_.classes, c_.seed, index, c_.channels);
   }
   SyntheticConfig c_;
   Shape input_, target_;

@@ -60,6 +60,7 @@ struct SyntheticConfig {
   uint64_t samples = 256;
   uint64_t seed = 1;
   int classes = 0;             // shapes 3, images 10 by default
+  int channels = 1;            // images: channels of each sample
   size_t memo_bytes = size_t{1} << 30;  // generated samples kept in memory up to this many bytes
 };
 

@@ -152,17 +152,21 @@ Sample shapes_sample(int W, int classes, uint64_t seed, uint64_t index) {
   return Sample{input, label};
 }
 
-Sample image_sample(int W, int classes, uint64_t seed, uint64_t index) {
+Sample image_sample(int W, int classes, uint64_t seed, uint64_t index, int channels) {
   auto rng = rng_for(seed, index);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::normal_distribution<float> noise(0.0f, 0.5f);
   const int label = static_cast<int>(u(rng) * classes) % classes;
   const double theta = M_PI * (label + 0.2 + 0.6 * u(rng)) / classes;
   const double freq = 2 * M_PI / (3.0 + 2.0 * u(rng)), phase = 2 * M_PI * u(rng);
-  Tensor input({1, W, W}), target(Shape{});
-  for (int h = 0; h < W; ++h)
-    for (int w = 0; w < W; ++w)
-      input[h * W + w] = static_cast<float>(std::sin(freq * (w * std::cos(theta) + h * std::sin(theta)) + phase)) + noise(rng);
+  Tensor input({channels, W, W}), target(Shape{});
+  for (int c = 0; c < channels; ++c) {
+    const double shift = c ? 2 * M_PI * u(rng) : 0.0;  // channel 0 is the one-channel image
+    for (int h = 0; h < W; ++h)
+      for (int w = 0; w < W; ++w)
+        input[(c * W + h) * W + w] =
+            static_cast<float>(std::sin(freq * (w * std::cos(theta) + h * std::sin(theta)) + phase + shift)) + noise(rng);
+  }
   target[0] = static_cast<float>(label);
   return Sample{input, target};
 }

@@ -6,7 +6,8 @@
 //           (log A, n, r, log nbar), each scaled to [-1, 1].
 //   shapes  1 x W^3 volumes with a few solid spheres and boxes in noise; voxel labels 0 (background),
 //           1 (sphere), 2 (box).
-//   images  1 x W^2 noisy oriented gratings; the label is the orientation bin (classes bins).
+//   images  C x W^2 noisy oriented gratings (each channel its own phase and noise); the label is the
+//           orientation bin (classes bins).
 // All functions are pure and thread-safe.
 #pragma once
 
@@ -29,7 +30,7 @@ void log1p_inplace(Tensor& t);
 // raw: the densities themselves (as stored in files); otherwise log1p-transformed (as trained on).
 Sample cosmo_sample(int W, uint64_t seed, uint64_t index, bool raw = false);
 Sample shapes_sample(int W, int classes, uint64_t seed, uint64_t index);
-Sample image_sample(int W, int classes, uint64_t seed, uint64_t index);
+Sample image_sample(int W, int classes, uint64_t seed, uint64_t index, int channels = 1);
 
 // In-place 3D FFT of an n^3 complex array (n a power of two); inverse scales by 1/n^3.
 void fft3d(std::vector<double>& re, std::vector<double>& im, int n, bool inverse);

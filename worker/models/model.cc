@@ -14,7 +14,7 @@
 namespace tessera {
 
 LossResult Model::loss(const Tensor& out, const Tensor& target) const {
-  return task() == Task::kRegression ? mse_loss(out, target) : softmax_cross_entropy(out, target);
+  return task() == Task::kRegression ? mse_loss(out, target) : softmax_cross_entropy(out, target, label_smoothing_);
 }
 
 double Model::metric(const Tensor& out, const Tensor& target) const {
@@ -245,6 +245,62 @@ std::unique_ptr<Model> transformer(const ModelConfig& c) {
   return m;
 }
 
+// ResNet-50 v1.5 (torchvision's resnet50, the layer names its own): a 7x7 stride-2 convolution,
+// BatchNorm, ReLU and 3x3 stride-2 max-pooling; four stages of 3, 4, 6 and 3 bottleneck blocks of
+// widths base, 2 base, 4 base and 8 base (base 64), each block 1x1 -> 3x3 (the stage's stride 2 here,
+// as v1.5 puts it) -> 1x1 to 4x the width with BatchNorm after every convolution, its shortcut a
+// strided 1x1 projection with BatchNorm where the shape changes, ReLU after the sum; global average
+// pooling and a fully connected layer to the classes. Convolutions have no bias (BatchNorm's beta
+// takes its place). Inputs are C x W^2 with W a multiple of 32.
+std::unique_ptr<Model> resnet50(const ModelConfig& c) {
+  if (c.input_size < 32 || c.input_size % 32)
+    throw ConfigError("model.inputSize", detail::concat(c.input_size, ": resnet50 needs a multiple of 32 (its stride)"));
+  const int in_ch = c.in_channels ? c.in_channels : 3, base = c.base_channels ? c.base_channels : 64;
+  const int classes = c.outputs ? c.outputs : 1000, W = c.input_size;
+  auto m = std::make_unique<SequentialModel>("resnet50", Task::kClassification, Shape{in_ch, W, W}, Shape{});
+  Sequential& net = m->net();
+  uint64_t seed = c.seed * 1000;
+  auto conv = [&](Sequential& s, const std::string& name, int in, int out, int k, int stride) {
+    ConvOptions o{in, out, k, stride, k / 2, 2, false, ++seed};
+    o.init = c.init;
+    s.add(std::make_unique<Conv>(name, o));
+  };
+  auto bn = [&](Sequential& s, const std::string& name, int channels) { s.add(std::make_unique<BatchNorm>(name, channels)); };
+  conv(net, "conv1", in_ch, base, 7, 2);
+  bn(net, "bn1", base);
+  net.add(std::make_unique<ReLU>("relu"));
+  net.add(std::make_unique<Pool>("maxpool", PoolOptions{true, 3, 2, 1, 2}));
+  int in = base;
+  const int blocks[4] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    const int width = base << stage, out = 4 * width;
+    for (int b = 0; b < blocks[stage]; ++b) {
+      const int stride = b == 0 && stage > 0 ? 2 : 1;
+      const std::string n = "layer" + std::to_string(stage + 1) + "." + std::to_string(b);
+      auto& block = static_cast<Residual&>(net.add(std::make_unique<Residual>(n)));
+      conv(block.body(), n + ".conv1", in, width, 1, 1);
+      bn(block.body(), n + ".bn1", width);
+      block.body().add(std::make_unique<ReLU>(n + ".relu1"));
+      conv(block.body(), n + ".conv2", width, width, 3, stride);
+      bn(block.body(), n + ".bn2", width);
+      block.body().add(std::make_unique<ReLU>(n + ".relu2"));
+      conv(block.body(), n + ".conv3", width, out, 1, 1);
+      bn(block.body(), n + ".bn3", out);
+      if (stride != 1 || in != out) {
+        conv(block.shortcut(), n + ".downsample.0", in, out, 1, stride);
+        bn(block.shortcut(), n + ".downsample.1", out);
+      }
+      net.add(std::make_unique<ReLU>(n + ".relu"));
+      in = out;
+    }
+  }
+  net.add(std::make_unique<Pool>("avgpool", PoolOptions{false, W / 32, 1, 0, 2}));
+  net.add(std::make_unique<Flatten>("flatten"));
+  net.add(std::make_unique<Linear>("fc", in, classes, ++seed, c.init));
+  net.layers().front()->set_input_grad(false);
+  return m;
+}
+
 // 3D U-Net with three levels: (conv k3 + BN + ReLU) x 2 per level, max-pool 2 down, deconv k2 s2 up,
 // skip connections concatenated on channels, a 1x1x1 conv to the class logits.
 class UNet3D final : public Model {
@@ -417,11 +473,19 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.spatial.size() > 1 && !supports_spatial(c.name))
     throw ConfigError("parallelism.spatial", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); '" + c.name +
                                                  "' runs data-parallel");
-  if (c.name == "cosmoflow") return cosmoflow(c, spatial);
-  if (c.name == "cnn2d") return cnn2d(c);
-  if (c.name == "unet3d") return std::make_unique<UNet3D>(c, spatial);
-  if (c.name == "transformer") return transformer(c);
-  throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d, cnn2d or transformer)");
+  if (c.label_smoothing < 0 || c.label_smoothing >= 1)
+    throw ConfigError("training.labelSmoothing", detail::concat(c.label_smoothing, " is outside [0, 1)"));
+  std::unique_ptr<Model> m;
+  if (c.name == "cosmoflow") m = cosmoflow(c, spatial);
+  else if (c.name == "cnn2d") m = cnn2d(c);
+  else if (c.name == "unet3d") m = std::make_unique<UNet3D>(c, spatial);
+  else if (c.name == "transformer") m = transformer(c);
+  else if (c.name == "resnet50") m = resnet50(c);
+  else throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d, cnn2d, resnet50 or transformer)");
+  if (c.label_smoothing > 0 && m->task() == Task::kRegression)
+    throw ConfigError("training.labelSmoothing", "applies to classifiers' cross-entropy; " + c.name + " is a regression");
+  m->set_label_smoothing(c.label_smoothing);
+  return m;
 }
 
 }  // namespace tessera

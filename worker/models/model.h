@@ -32,6 +32,7 @@ struct ModelConfig {
   // transformer: a sample is `context` token ids of a vocabulary of `vocab_size` (the dataset's);
   // `depth` pre-norm blocks of `width`, `heads` attention heads each.
   int vocab_size = 0, context = 256, width = 256, depth = 4, heads = 4;
+  double label_smoothing = 0;      // classifiers' cross-entropy (training.labelSmoothing)
 };
 
 // The fully connected widths the model builds: c.hidden, or the model's default when empty.
@@ -75,6 +76,7 @@ class Model {
 
   // The loss that trains this model's task, and its metric (MAE for regression, accuracy else).
   LossResult loss(const Tensor& output, const Tensor& target) const;
+  void set_label_smoothing(double eps) { label_smoothing_ = eps; }
   double metric(const Tensor& output, const Tensor& target) const;
   const char* metric_name() const;
   int64_t num_params();
@@ -82,6 +84,9 @@ class Model {
   void to(Device device) {
     for (Layer* l : layers()) l->to(device);
   }
+
+ private:
+  double label_smoothing_ = 0;
 };
 
 // Validates the configuration (ConfigError on model.*) and builds the model. With config.spatial

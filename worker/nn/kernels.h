@@ -57,19 +57,27 @@ TESSERA_HD double mse_term(float y, float t, double inv_n) {
 TESSERA_HD float mse_grad(float y, float t, double inv_n) { return static_cast<float>(2.0 * (double(y) - t) * inv_n); }
 
 // Softmax cross-entropy at one position: `c` logits at x[0], x[stride], ..., its label, its weight
-// in the mean (inv). Writes the gradient at the same offsets of g; returns the position's loss term.
-// A label outside [0, c) gives NaN (the caller reports it).
-TESSERA_HD double softmax_xent_position(const float* x, int64_t stride, int64_t c, int64_t label, double inv, float* g) {
+// in the mean (inv), and label smoothing eps: the target distribution is (1 - eps) on the label and
+// eps / c on every class (PyTorch's cross_entropy(label_smoothing=eps)). Writes the gradient
+// (p - target) * inv at the same offsets of g; returns the position's loss term. A label outside
+// [0, c) gives NaN (the caller reports it).
+TESSERA_HD double softmax_xent_position(const float* x, int64_t stride, int64_t c, int64_t label, double inv, float* g,
+                                        double eps = 0.0) {
   if (label < 0 || label >= c) return NAN;
   float mx = x[0];
   for (int64_t k = 1; k < c; ++k) mx = fmaxf(mx, x[k * stride]);
-  double z = 0;
-  for (int64_t k = 0; k < c; ++k) z += exp(double(x[k * stride]) - mx);
+  double z = 0, mean = 0;
+  for (int64_t k = 0; k < c; ++k) {
+    z += exp(double(x[k * stride]) - mx);
+    mean += x[k * stride];
+  }
+  mean /= c;
   for (int64_t k = 0; k < c; ++k) {
     const double p = exp(double(x[k * stride]) - mx) / z;
-    g[k * stride] = static_cast<float>((p - (k == label ? 1.0 : 0.0)) * inv);
+    g[k * stride] = static_cast<float>((p - (k == label ? 1.0 - eps : 0.0) - eps / c) * inv);
   }
-  return (log(z) + mx - x[label * stride]) * inv;
+  // -sum_k target_k log p_k, with log p_k = x_k - mx - log z.
+  return (log(z) + mx - (1.0 - eps) * x[label * stride] - eps * mean) * inv;
 }
 
 // ---- optimiser updates, one parameter entry: w the weight, g its gradient ----

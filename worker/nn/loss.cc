@@ -32,13 +32,13 @@ void check_labels(const Tensor& logits, const Tensor& labels) {
 }
 }  // namespace
 
-LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
+LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing) {
   check_labels(logits, labels);
   TESSERA_CHECK(logits.device() == labels.device(), "cross-entropy of logits and labels on different devices");
   const int64_t n = logits.dim(0), c = logits.dim(1), inner = logits.numel() / (n * c);
   LossResult r{0, Tensor(logits.shape(), Layout::kPlain, logits.device())};
   if (logits.on_device()) {
-    r.loss = gpu::softmax_cross_entropy(logits.data(), labels.data(), r.grad.data(), n, c, inner);
+    r.loss = gpu::softmax_cross_entropy(logits.data(), labels.data(), r.grad.data(), n, c, inner, label_smoothing);
     return r;
   }
   const double inv = 1.0 / std::max<int64_t>(1, n * inner);
@@ -47,7 +47,7 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
       const int64_t base = i * c * inner + j;
       const int64_t label = static_cast<int64_t>(labels[i * inner + j]);
       TESSERA_CHECK(label >= 0 && label < c, "label ", label, " outside [0, ", c, ")");
-      r.loss += kernels::softmax_xent_position(logits.data() + base, inner, c, label, inv, r.grad.data() + base);
+      r.loss += kernels::softmax_xent_position(logits.data() + base, inner, c, label, inv, r.grad.data() + base, label_smoothing);
     }
   return r;
 }
@@ -61,7 +61,7 @@ double mean_absolute_error(const Tensor& prediction, const Tensor& target) {
   return y.numel() ? s / y.numel() : 0;
 }
 
-double accuracy(const Tensor& logits_in, const Tensor& labels_in) {
+double accuracy(const Tensor& logits_in, const Tensor& labels_in, int top) {
   const Tensor logits = logits_in.to(Device::kCpu), labels = labels_in.to(Device::kCpu);
   check_labels(logits, labels);
   const int64_t n = logits.dim(0), c = logits.dim(1), inner = logits.numel() / (n * c);
@@ -69,10 +69,16 @@ double accuracy(const Tensor& logits_in, const Tensor& labels_in) {
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < inner; ++j) {
       const int64_t base = i * c * inner + j;
-      int64_t best = 0;
-      for (int64_t k = 1; k < c; ++k)
-        if (logits[base + k * inner] > logits[base + best * inner]) best = k;
-      right += best == static_cast<int64_t>(labels[i * inner + j]);
+      const int64_t label = static_cast<int64_t>(labels[i * inner + j]);
+      // The label is among the top when fewer than `top` classes rank above it: a higher logit, or an
+      // equal one of a lower class (the arg-max takes the first).
+      int64_t above = 0;
+      const float mine = label >= 0 && label < c ? logits[base + label * inner] : 0.0f;
+      for (int64_t k = 0; k < c && above < top; ++k) {
+        const float v = logits[base + k * inner];
+        above += v > mine || (v == mine && k < label);
+      }
+      right += label >= 0 && label < c && above < top;
     }
   return n * inner > 0 ? static_cast<double>(right) / static_cast<double>(n * inner) : 0.0;
 }

@@ -30,12 +30,14 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.model.width = s.model.width;
   j.model.depth = s.model.depth;
   j.model.heads = s.model.heads;
+  j.model.label_smoothing = s.training.label_smoothing;
 
   j.dataset.kind = s.dataset.synthetic;
   j.dataset.size = s.model.input_size;
   j.dataset.samples = s.dataset.samples;
   j.dataset.seed = s.dataset.seed;
   if (s.model.outputs && j.dataset.kind != "cosmo") j.dataset.classes = s.model.outputs;
+  if (j.dataset.kind == "images") j.dataset.channels = s.model.in_channels ? s.model.in_channels : s.model.name == "resnet50" ? 3 : 1;
   j.validation_samples = s.dataset.validation_samples;
   j.data.format = s.dataset.format;
   j.data.path = s.dataset.path;

@@ -128,11 +128,11 @@ __global__ void k_mse(const float* __restrict y, const float* __restrict t, floa
 }
 // One thread per position (n * inner); out[1] counts labels outside [0, c), out[2] holds the first's position + 1.
 __global__ void k_softmax_xent(const float* __restrict x, const float* __restrict labels, float* __restrict g, int64_t n,
-                               int64_t c, int64_t inner, double inv, double* out) {
+                               int64_t c, int64_t inner, double inv, double eps, double* out) {
   double s = 0;
   TESSERA_GRID_STRIDE(p, n * inner) {
     const int64_t i = p / inner, j = p % inner, base = i * c * inner + j;
-    const double term = kernels::softmax_xent_position(x + base, inner, c, static_cast<int64_t>(labels[p]), inv, g + base);
+    const double term = kernels::softmax_xent_position(x + base, inner, c, static_cast<int64_t>(labels[p]), inv, g + base, eps);
     if (term != term) {
       atomicAdd(&out[1], 1.0);
     } else {
@@ -403,12 +403,13 @@ double mse(const float* y, const float* t, float* grad, int64_t n) {
   return out.read()[0];
 }
 
-double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner) {
+double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner,
+                             double label_smoothing) {
   const int64_t positions = n * inner;
   if (positions <= 0) return 0;
   Scratch out(2);
   k_softmax_xent<<<blocks_for(positions), kThreads, 0, cur()>>>(logits, labels, grad, n, c, inner,
-                                                                 1.0 / static_cast<double>(positions), out.get());
+                                                                 1.0 / static_cast<double>(positions), label_smoothing, out.get());
   check_launch("softmax_cross_entropy");
   const std::vector<double> r = out.read();
   if (r[1] > 0)

@@ -39,9 +39,10 @@ void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64
 double sum_squares(const float* x, int64_t n);
 // Mean squared error of y against t: the loss, and its gradient into grad.
 double mse(const float* y, const float* t, float* grad, int64_t n);
-// Softmax cross-entropy of logits (n, c, inner) against labels (n, inner) stored as floats; throws
-// Error naming the first label outside [0, c).
-double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner);
+// Softmax cross-entropy of logits (n, c, inner) against labels (n, inner) stored as floats, with
+// label smoothing (kernels::softmax_xent_position); throws Error counting the labels outside [0, c).
+double softmax_cross_entropy(const float* logits, const float* labels, float* grad, int64_t n, int64_t c, int64_t inner,
+                             double label_smoothing);
 
 // ---- optimiser updates (n entries of one parameter) ----
 void sgd_update(float* w, float* v, const float* g, int64_t n, float lr, float mu, float wd, bool nesterov);

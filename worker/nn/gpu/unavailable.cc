@@ -29,7 +29,7 @@ void batchnorm_backward_with_sums(const float*, const float*, const float*, cons
 void swap_leading_dims(const float*, float*, int64_t, int64_t, int64_t, bool) { no_cuda(); }
 double sum_squares(const float*, int64_t) { no_cuda(); }
 double mse(const float*, const float*, float*, int64_t) { no_cuda(); }
-double softmax_cross_entropy(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
+double softmax_cross_entropy(const float*, const float*, float*, int64_t, int64_t, int64_t, double) { no_cuda(); }
 void sgd_update(float*, float*, const float*, int64_t, float, float, float, bool) { no_cuda(); }
 void adam_update(float*, float*, float*, const float*, int64_t, const kernels::AdamArgs&, float) { no_cuda(); }
 void lars_update(float*, float*, const float*, int64_t, float, float, float) { no_cuda(); }
