@@ -128,11 +128,11 @@ spec:
 """
 
 
-def train_tessera(tessera, data, seed, config, work, init):
-    name = f"parity-{config}-{seed}"
+def run_tessera(tessera, work, name, text):
+    """Runs the manifest `text` with `tessera run` in work/name; returns its validation loss and seconds."""
     path = os.path.join(work, name + ".yaml")
     with open(path, "w") as f:
-        f.write(manifest(name, os.path.abspath(data), seed, config, init))
+        f.write(text)
     wd = os.path.join(work, name)
     t0 = time.time()
     run = subprocess.run([tessera, "run", path, "--fresh", "--work-dir", wd, "--progress", "60"],
@@ -142,6 +142,11 @@ def train_tessera(tessera, data, seed, config, work, init):
     with open(os.path.join(wd, "status.json")) as f:
         status = json.load(f)
     return status["status"]["validation"]["loss"], time.time() - t0
+
+
+def train_tessera(tessera, data, seed, config, work, init):
+    name = f"parity-{config}-{seed}"
+    return run_tessera(tessera, work, name, manifest(name, os.path.abspath(data), seed, config, init))
 
 
 def main():

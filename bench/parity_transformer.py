@@ -20,15 +20,13 @@ import argparse
 import json
 import math
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from parity import run_tessera  # the same `tessera run` of a manifest as the CosmoFlow comparison
 from torch_transformer import Transformer, loss_of
 
 RECIPE = {"context": 64, "width": 128, "depth": 4, "heads": 4, "lr": 0.003, "min_lr": 0.0003, "weight_decay": 0.1,
@@ -119,18 +117,7 @@ spec:
 
 def train_tessera(tessera, data, seed, work):
     name = f"parity-transformer-{seed}"
-    path = os.path.join(work, name + ".yaml")
-    with open(path, "w") as f:
-        f.write(manifest(name, os.path.abspath(data), seed))
-    wd = os.path.join(work, name)
-    t0 = time.time()
-    run = subprocess.run([tessera, "run", path, "--fresh", "--work-dir", wd, "--progress", "60"], capture_output=True,
-                         text=True)
-    if run.returncode != 0:
-        sys.exit(f"parity: {name} failed ({run.returncode}):\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
-    with open(os.path.join(wd, "status.json")) as f:
-        status = json.load(f)
-    return status["status"]["validation"]["loss"], time.time() - t0
+    return run_tessera(tessera, work, name, manifest(name, os.path.abspath(data), seed))
 
 
 def main():
