@@ -2,8 +2,9 @@
 //   mstopk      CUDA MSTopK at 25.6M floats, densities 0.001 and 0.01, against one pass over the
 //               same floats in device memory (a sum of squares: each float read once)
 //   conv3d      TFLOP/s of CosmoFlow's 3D convolutions at 128^3 (forward, backward-data,
-//               backward-weights; TF32 allowed, as PyTorch's default)
-//   cosmoflow   samples/s of a CosmoFlow training step at 128^3 on the GPU
+//               backward-weights; TF32 allowed, as PyTorch's default), in cuDNN's NCDHW and NDHWC
+//   cosmoflow   samples/s of a CosmoFlow training step at 128^3 on the GPU, and each layer's
+//               forward and backward milliseconds
 //   curves      50 steps of CosmoFlow at 64^3 on the GPU and on the CPU from the same weights and
 //               batches (TF32 off): the largest relative difference of the two loss curves
 // Built where CUDA is; it needs a GPU to run (it says so and exits 2 without one).
@@ -78,22 +79,32 @@ void mstopk(int repeat) {
 
 void conv3d(int repeat, int batch) {
   gpu::set_conv_tf32(true);
-  // CosmoFlow's convolutions at 128^3: 4 -> 16 channels at 128^3, then doubling as the volume halves.
+  // CosmoFlow's convolutions at 128^3: 4 -> 16 channels at 128^3, then doubling as the volume halves,
+  // each in cuDNN's two layouts (the tensors' contents do not matter to the timing).
   std::vector<std::array<int, 3>> shapes = {{4, 16, 128}, {16, 32, 64}, {32, 64, 32}, {64, 128, 16}};
   for (auto [ci, co, s] : shapes) {
-    ConvOptions o;
-    o.in_channels = ci;
-    o.out_channels = co;
-    Conv conv("conv", o);
-    conv.to(Device::kCuda);
-    const Tensor x = random_tensor({batch, ci, s, s, s}, 2).to(Device::kCuda);
-    Tensor y = conv.forward(x, true);
-    const Tensor dy = random_tensor(y.shape(), 3).to(Device::kCuda);
-    const double flops = 2.0 * batch * s * s * s * ci * co * 27;
-    const double fwd = median_seconds(repeat, [&] { y = conv.forward(x, true); });
-    const double bwd = median_seconds(repeat, [&] { conv.backward(dy); });
-    print({{"figure", "conv3d"}, {"batch", batch}, {"in", ci}, {"out", co}, {"size", s}, {"fwd_tflops", flops / fwd / 1e12},
-           {"bwd_tflops", 2 * flops / bwd / 1e12}});
+    for (bool channels_last : {false, true}) {
+      gpu::ConvShape cs;
+      cs.in = {batch, ci, s, s, s};
+      cs.out = {batch, co, s, s, s};
+      cs.in_channels = ci;
+      cs.out_channels = co;
+      cs.kernel = 3;
+      cs.pad = {1, 1, 1};
+      cs.channels_last = channels_last;
+      gpu::Conv conv(cs);
+      const Tensor x = random_tensor(cs.in, 2).to(Device::kCuda), w = random_tensor({co, ci, 3, 3, 3}, 3).to(Device::kCuda);
+      Tensor y(cs.out, Layout::kPlain, Device::kCuda), dx(cs.in, Layout::kPlain, Device::kCuda),
+          dw({co, ci, 3, 3, 3}, Layout::kPlain, Device::kCuda);
+      const double flops = 2.0 * batch * s * s * s * ci * co * 27;
+      const double fwd = median_seconds(repeat, [&] { conv.forward(x.data(), w.data(), y.data()); });
+      const double bwd_data = median_seconds(repeat, [&] { conv.backward_data(y.data(), w.data(), dx.data()); });
+      const double bwd_filter = median_seconds(repeat, [&] { conv.backward_weights(x.data(), y.data(), dw.data()); });
+      print({{"figure", "conv3d"}, {"layout", channels_last ? "ndhwc" : "ncdhw"}, {"batch", batch}, {"in", ci}, {"out", co},
+             {"size", s}, {"fwd_tflops", flops / fwd / 1e12}, {"bwd_data_tflops", flops / bwd_data / 1e12},
+             {"bwd_filter_tflops", flops / bwd_filter / 1e12}, {"fwd_ms", fwd * 1e3}, {"bwd_data_ms", bwd_data * 1e3},
+             {"bwd_filter_ms", bwd_filter * 1e3}});
+    }
   }
 }
 
@@ -121,6 +132,33 @@ void cosmoflow_step(int repeat, int batch) {
   });
   print({{"figure", "cosmoflow"}, {"framework", "tessera"}, {"size", 128}, {"batch", batch}, {"step_ms", s * 1e3},
          {"samples_per_second", batch / s}});
+  // Where the step goes: each layer's forward and backward alone (the stream idle between them),
+  // medians over `repeat` steps; the loss and the optimizer's update are the rest.
+  const std::vector<Layer*> layers = model->layers();
+  std::vector<std::vector<double>> fwd(layers.size()), bwd(layers.size());
+  auto timed = [](const std::function<void()>& fn) {
+    gpu::synchronize();
+    const auto t0 = Clock::now();
+    fn();
+    gpu::synchronize();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  for (int r = 0; r < repeat; ++r) {
+    for (Param* p : params) p->grad.zero();
+    std::vector<Tensor> acts = {x};
+    for (size_t i = 0; i < layers.size(); ++i)
+      fwd[i].push_back(timed([&] { acts.push_back(layers[i]->forward(acts.back(), true)); }));
+    Tensor dy = model->loss(acts.back(), t).grad;
+    for (size_t i = layers.size(); i-- > 0;) bwd[i].push_back(timed([&] { dy = layers[i]->backward(dy); }));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2] * 1e3;
+  };
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < layers.size(); ++i)
+    rows.push_back({{"layer", layers[i]->name()}, {"fwd_ms", median(fwd[i])}, {"bwd_ms", median(bwd[i])}});
+  print({{"figure", "cosmoflow_layers"}, {"size", 128}, {"batch", batch}, {"layers", rows}});
 }
 
 void curves(int steps, int batch) {

@@ -3,7 +3,8 @@
 
 Prints one JSON line: samples/s of forward + backward + SGD update, and forward / backward GFLOP/s
 of each conv3d layer shape. --device cuda runs it on the GPU as a user would tune it there
-(channels_last_3d, torch.backends.cudnn.benchmark, TF32 for convolutions as PyTorch's default).
+(channels_last_3d, torch.backends.cudnn.benchmark, TF32 for convolutions as PyTorch's default);
+--layout ncdhw keeps PyTorch's default contiguous layout there instead.
 """
 import argparse
 import json
@@ -48,6 +49,7 @@ def main():
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--hidden", type=str, default="2048,256")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--layout", choices=["ndhwc", "ncdhw"], default="ndhwc", help="on the GPU: channels_last_3d or not")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -58,8 +60,9 @@ def main():
     y = torch.randn(a.batch, 4)
     if a.device == "cuda":
         torch.backends.cudnn.benchmark = True
-        net = net.to("cuda", memory_format=torch.channels_last_3d)
-        x = x.to("cuda", memory_format=torch.channels_last_3d)
+        layout = torch.channels_last_3d if a.layout == "ndhwc" else torch.contiguous_format
+        net = net.to("cuda", memory_format=layout)
+        x = x.to("cuda", memory_format=layout)
         y = y.to("cuda")
         sync = torch.cuda.synchronize
     opt = torch.optim.SGD(net.parameters(), lr=1e-4, momentum=0.9)
@@ -73,7 +76,7 @@ def main():
     step_s = timed(step, a.iters, sync)
     if a.device == "cuda":  # the figure gpu-check compares; the per-layer table is the CPU benchmark's
         print(json.dumps({"figure": "cosmoflow", "framework": "pytorch", "version": torch.__version__, "device": "cuda",
-                          "size": a.size, "batch": a.batch, "step_ms": step_s * 1e3,
+                          "layout": a.layout, "size": a.size, "batch": a.batch, "step_ms": step_s * 1e3,
                           "samples_per_second": a.batch / step_s}))
         return
     convs = []

@@ -125,7 +125,8 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   while (size > 4) {
     const int out = std::min(base << block, c.max_channels);
     const std::string b = "block" + std::to_string(block + 1);
-    ConvOptions conv{ch, out, 3, 1, 1, 3, true, ++seed};
+    // Before BatchNorm a bias would be subtracted again with the mean: the convolution has none.
+    ConvOptions conv{ch, out, 3, 1, 1, 3, !c.batchnorm, ++seed};
     conv.init = c.init;
     const PoolOptions pool{true, 2, 2, 0, 3};
     // Without batch norm between them, the activation runs inside the convolution (a post-op).

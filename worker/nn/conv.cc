@@ -332,8 +332,10 @@ Tensor ConvLayer<T>::forward_device(const Tensor& x, bool training) {
   }
   const Shape& out = y.shape();
   const int64_t inner = y.numel() / std::max<int64_t>(1, out[0] * out[1]);
-  if (options_.bias) gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
-  if (options_.activation) gpu::leaky_relu(y.data(), y.data(), y.numel(), options_.activation_slope);
+  if (options_.activation)
+    gpu::bias_leaky_relu(y.data(), options_.bias ? bias_.value.data() : nullptr, out[0], out[1], inner, options_.activation_slope);
+  else if (options_.bias)
+    gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
   if (training) {
     x_ = xin;  // padded where the convolution padded it
     if (options_.activation) y_ = y;

@@ -2,6 +2,7 @@
 // per entry (grid-stride), each entry computed by the nn/kernels.h function the CPU path runs too.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/error.h"
@@ -99,6 +100,19 @@ __global__ void k_multiply(const float* __restrict a, const float* __restrict b,
 __global__ void k_add_bias(float* __restrict y, const float* __restrict b, int64_t total, int64_t c, int64_t inner) {
   TESSERA_GRID_STRIDE(i, total) y[i] += b[(i / inner) % c];
 }
+// y = leaky(y + b) (b may be null; without `act` only the sum) over planes of `inner` entries: block
+// row blockIdx.y takes whole planes, so that no entry divides its index to find its channel.
+__global__ void k_bias_act_planes(float* __restrict y, const float* __restrict b, int64_t planes, int64_t c, int64_t inner,
+                                  bool act, float slope) {
+  for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
+    const float add = b ? b[p % c] : 0.0f;
+    float* row = y + p * inner;
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < inner; j += (int64_t)gridDim.x * blockDim.x) {
+      const float v = row[j] + add;
+      row[j] = act ? kernels::leaky_relu(v, slope) : v;
+    }
+  }
+}
 
 // Block-wide sum of one double per thread into *out (atomically, over blocks).
 __device__ void block_sum_into(double v, double* out) {
@@ -156,15 +170,17 @@ __global__ void k_lars(float* __restrict w, float* __restrict v, const float* __
   TESSERA_GRID_STRIDE(i, n) kernels::lars_update(w[i], v[i], g[i], rate, mu, wd);
 }
 
-// Per channel (one block each): sums over (n, inner) of a into out[ch] and, with `second`, of a * b
-// (b null: a * a) into out[c + ch].
+// Per channel: sums over (n, inner) of a into out[ch] and, with `second`, of a * b (b null: a * a)
+// into out[c + ch]. Block (ch, part) takes part `blockIdx.y` of each sample's run of `inner`
+// entries, so that a layer of few channels over a large volume still fills the GPU; the blocks'
+// partial sums meet by atomic addition.
 __global__ void k_channel_sums(const float* __restrict a, const float* __restrict b, int64_t n, int64_t c, int64_t inner,
                                double* out, bool second) {
   const int64_t ch = blockIdx.x;
   double s = 0, q = 0;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t off = (i * c + ch) * inner;
-    for (int64_t j = threadIdx.x; j < inner; j += blockDim.x) {
+    for (int64_t j = blockIdx.y * (int64_t)blockDim.x + threadIdx.x; j < inner; j += (int64_t)gridDim.y * blockDim.x) {
       const float v = a[off + j];
       s += v;
       if (second) q += double(v) * (b ? b[off + j] : v);
@@ -174,6 +190,15 @@ __global__ void k_channel_sums(const float* __restrict a, const float* __restric
   if (!second) return;
   __syncthreads();
   block_sum_into(q, &out[c + ch]);
+}
+
+// k_channel_sums over c channels of n x inner entries each: about 2048 blocks in all where there
+// are entries for them (at least 16 a thread in each part).
+void channel_sums_into(const float* a, const float* b, int64_t n, int64_t c, int64_t inner, double* out, bool second) {
+  const int64_t by_entries = std::max<int64_t>(1, inner / (16 * kThreads));
+  const int64_t by_grid = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, c));
+  const dim3 grid(static_cast<unsigned>(c), static_cast<unsigned>(std::min<int64_t>({by_entries, by_grid, 65535})));
+  k_channel_sums<<<grid, kThreads, 0, cur()>>>(a, b, n, c, inner, out, second);
 }
 __global__ void k_bn_finalize(const double* __restrict sums, float* mean, float* inv_std, float* running_mean,
                               float* running_var, int64_t c, double count, float momentum, float eps) {
@@ -273,6 +298,59 @@ class Scratch {
   double* d_ = nullptr;
 };
 
+// One thread per output: its window's first largest entry; y gets the value, or that entry of dx
+// gets dy and the window's other entries zero. I: 32-bit indices where the tensor allows them (a
+// 64-bit division costs several times a 32-bit one, and there are four per output).
+template <class I>
+__global__ void k_max_pool_tiles(const float* __restrict x, float* __restrict y, const float* __restrict dy,
+                                 float* __restrict dx, I outputs, I D, I H, I W, I od, I oh, I ow, int kd, int k) {
+  for (I o = blockIdx.x * blockDim.x + threadIdx.x; o < outputs; o += gridDim.x * blockDim.x) {
+    I t = o;
+    const I w = t % ow;
+    t /= ow;
+    const I h = t % oh;
+    t /= oh;
+    const I d = t % od;
+    const I plane = t / od;
+    const I base = ((plane * D + d * kd) * H + h * k) * W + w * k;
+    I best = base;
+    float top = x[base];
+    for (int a = 0; a < kd; ++a)
+      for (int b = 0; b < k; ++b)
+        for (int c = 0; c < k; ++c) {
+          const I i = base + (a * H + b) * W + c;
+          if (x[i] > top) {
+            top = x[i];
+            best = i;
+          }
+        }
+    if (y) y[o] = top;
+    if (!dx) continue;
+    for (int a = 0; a < kd; ++a)
+      for (int b = 0; b < k; ++b)
+        for (int c = 0; c < k; ++c) {
+          const I i = base + (a * H + b) * W + c;
+          dx[i] = i == best ? dy[o] : 0.0f;
+        }
+  }
+}
+
+void max_pool_tiles_launch(const float* x, float* y, const float* dy, float* dx, const Dims5& in, int kd, int k) {
+  const int64_t od = in[2] / kd, oh = in[3] / k, ow = in[4] / k, outputs = in[0] * in[1] * od * oh * ow;
+  const int64_t entries = in[0] * in[1] * in[2] * in[3] * in[4];
+  if (dx && (in[2] % kd || in[3] % k || in[4] % k))  // rows past the last window
+    check(cudaMemsetAsync(dx, 0, entries * sizeof(float), cur()), "cudaMemsetAsync");
+  if (outputs <= 0) return;
+  if (entries < (int64_t(1) << 31))
+    k_max_pool_tiles<uint32_t><<<blocks_for(outputs), kThreads, 0, cur()>>>(
+        x, y, dy, dx, uint32_t(outputs), uint32_t(in[2]), uint32_t(in[3]), uint32_t(in[4]), uint32_t(od), uint32_t(oh),
+        uint32_t(ow), kd, k);
+  else
+    k_max_pool_tiles<int64_t><<<blocks_for(outputs), kThreads, 0, cur()>>>(x, y, dy, dx, outputs, in[2], in[3], in[4], od,
+                                                                          oh, ow, kd, k);
+  check_launch("max_pool_tiles");
+}
+
 }  // namespace
 
 void leaky_relu(const float* x, float* y, int64_t n, float slope) {
@@ -352,13 +430,27 @@ void multiply(const float* a, const float* b, float* y, int64_t n) {
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) {
   const int64_t total = n * c * inner;
   if (total <= 0) return;
-  k_add_bias<<<blocks_for(total), kThreads, 0, cur()>>>(y, bias, total, c, inner);
+  if (inner < kThreads) {  // a fully connected layer's rows: too short for a block each
+    k_add_bias<<<blocks_for(total), kThreads, 0, cur()>>>(y, bias, total, c, inner);
+  } else {
+    bias_leaky_relu(y, bias, n, c, inner, 1.0f);  // slope 1: the identity
+    return;
+  }
   check_launch("add_bias");
+}
+void bias_leaky_relu(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, float slope) {
+  const int64_t planes = n * c;
+  if (planes * inner <= 0) return;
+  const int64_t rows = std::min<int64_t>(planes, 65535);
+  const int64_t across = std::min<int64_t>((inner + kThreads - 1) / kThreads, std::max<int64_t>(1, 8192 / rows));
+  k_bias_act_planes<<<dim3(static_cast<unsigned>(across), static_cast<unsigned>(rows)), kThreads, 0, cur()>>>(
+      y, bias, planes, c, inner, slope != 1.0f, slope);
+  check_launch("bias_leaky_relu");
 }
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner) {
   if (n * c * inner <= 0) return;
   Scratch sums(c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, nullptr, n, c, inner, sums.get(), false);
+  channel_sums_into(dy, nullptr, n, c, inner, sums.get(), false);
   k_add_sums<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), db, c);
   check_launch("bias_grad");
 }
@@ -378,6 +470,13 @@ void copy_box(const float* src, const Dims5& src_shape, const Dims5& from, float
   }
   k_copy_box<<<blocks_for(total), kThreads, 0, cur()>>>(src, dst, b, total, add);
   check_launch("copy_box");
+}
+
+void max_pool_tiles(const float* x, float* y, const Dims5& in, int kd, int k) {
+  max_pool_tiles_launch(x, y, nullptr, nullptr, in, kd, k);
+}
+void max_pool_tiles_backward(const float* x, const float* dy, float* dx, const Dims5& in, int kd, int k) {
+  max_pool_tiles_launch(x, nullptr, dy, dx, in, kd, k);
 }
 
 void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate) {
@@ -439,7 +538,7 @@ void batchnorm_forward_train(const float* x, float* xhat, float* y, const float*
   const int64_t total = n * c * inner;
   if (total <= 0) return;
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(x, nullptr, n, c, inner, sums.get(), true);
+  channel_sums_into(x, nullptr, n, c, inner, sums.get(), true);
   k_bn_finalize<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(
       sums.get(), mean, inv_std, running_mean, running_var, c, static_cast<double>(n * inner), momentum, eps);
   k_bn_normalize<<<blocks_for(total), kThreads, 0, cur()>>>(x, xhat, y, gamma, beta, mean, inv_std, total, c, inner);
@@ -462,7 +561,7 @@ void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const 
 std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner) {
   if (n * c * inner <= 0) return std::vector<double>(2 * c, 0.0);
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(a, b, n, c, inner, sums.get(), true);
+  channel_sums_into(a, b, n, c, inner, sums.get(), true);
   check_launch("channel_sums");
   return sums.read();
 }
@@ -495,7 +594,7 @@ void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, 
   const int64_t total = n * c * inner;
   if (total <= 0) return;
   Scratch sums(2 * c);
-  k_channel_sums<<<static_cast<int>(c), kThreads, 0, cur()>>>(dy, xhat, n, c, inner, sums.get(), true);
+  channel_sums_into(dy, xhat, n, c, inner, sums.get(), true);
   k_bn_param_grads<<<static_cast<int>((c + kThreads - 1) / kThreads), kThreads, 0, cur()>>>(sums.get(), dgamma, dbeta, c);
   k_bn_backward<<<blocks_for(total), kThreads, 0, cur()>>>(dy, xhat, gamma, inv_std, sums.get(), dx, total, c, inner,
                                                             static_cast<double>(n * inner));

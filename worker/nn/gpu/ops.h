@@ -26,12 +26,20 @@ void gelu_grad(const float* x, const float* dy, float* dx, int64_t n);
 void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call);
 void multiply(const float* a, const float* b, float* y, int64_t n);  // y = a * b
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner);  // y(n, c, inner) += bias(c)
+// y(n, c, inner) = leaky_relu(y + bias(c), slope) in one pass (bias may be null): a convolution's
+// bias and activation.
+void bias_leaky_relu(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, float slope);
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);   // db(c) += sum over n, inner
 // The box `extent` at offset `from` of src (5-D, plain) into dst at offset `to` (+= when adding):
 // halos, explicit padding and crops on the device.
 using Dims5 = std::array<int64_t, 5>;
 void copy_box(const float* src, const Dims5& src_shape, const Dims5& from, float* dst, const Dims5& dst_shape,
               const Dims5& to, const Dims5& extent, bool add);
+// Max pooling whose windows tile the input (kernel = stride, no padding) over (N, C, D, H, W), a 2D
+// input as D = 1 with kd = 1: y, or dx from dy (each window's gradient goes to its first largest
+// entry; entries no window reaches get zero).
+void max_pool_tiles(const float* x, float* y, const Dims5& in, int kd, int k);
+void max_pool_tiles_backward(const float* x, const float* dy, float* dx, const Dims5& in, int kd, int k);
 // dst (b, a, inner) = src (a, b, inner) with the first two dimensions swapped (+= when accumulating).
 void swap_leading_dims(const float* src, float* dst, int64_t a, int64_t b, int64_t inner, bool accumulate);
 
@@ -100,6 +108,9 @@ struct ConvShape {
   int in_channels = 0, out_channels = 0, kernel = 1, stride = 1;
   std::vector<int> pad;           // per spatial dimension (cuDNN pads both sides alike)
   bool transposed = false;        // deconv: the weight is (out_channels, in_channels, k...) as on the CPU
+  // Input, output and weight stored channels-last, (N, spatial..., C) and (K, k..., C); the shapes
+  // above still name (N, C, spatial...).
+  bool channels_last = false;
 };
 
 // Descriptors and the algorithms chosen for one shape. The algorithm search (cudnnFind*, which

@@ -15,8 +15,11 @@ void gelu_grad(const float*, const float*, float*, int64_t) { no_cuda(); }
 void dropout(const float*, float*, float*, int64_t, float, uint64_t, uint64_t) { no_cuda(); }
 void multiply(const float*, const float*, float*, int64_t) { no_cuda(); }
 void add_bias(float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
+void bias_leaky_relu(float*, const float*, int64_t, int64_t, int64_t, float) { no_cuda(); }
 void bias_grad(const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void copy_box(const float*, const Dims5&, const Dims5&, float*, const Dims5&, const Dims5&, const Dims5&, bool) { no_cuda(); }
+void max_pool_tiles(const float*, float*, const Dims5&, int, int) { no_cuda(); }
+void max_pool_tiles_backward(const float*, const float*, float*, const Dims5&, int, int) { no_cuda(); }
 std::vector<double> channel_sums(const float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void batchnorm_forward_with_sums(const float*, float*, float*, const float*, const float*, float*, float*, float*, float*,
                                  int64_t, int64_t, int64_t, const std::vector<double>&, double, float, float) {
