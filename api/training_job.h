@@ -39,7 +39,7 @@ struct ModelSpec {
   double leaky_slope = 0.3;
   bool batch_norm = false;
   uint64_t seed = 1;
-  std::string weight_init = "uniform";  // uniform (PyTorch's default) | heNormal
+  std::string weight_init;              // uniform (PyTorch's default) | heNormal; empty: the model's own
   std::string bias_init = "uniform";    // uniform (PyTorch's default) | zero
 };
 

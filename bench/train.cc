@@ -45,6 +45,13 @@ nlohmann::json torch_transformer(const ModelConfig& m, int batch, int threads, i
                                     " --iters ", iters));
 }
 
+// ResNet-50's peer (bench/torch_resnet50.py) in one of PyTorch's layouts (nhwc: channels_last),
+// or null without python3-torch.
+nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const char* layout) {
+  return python_peer(detail::concat("torch_resnet50.py --size ", size, " --batch ", batch, " --threads ", threads, " --iters ", iters,
+                                    " --layout ", layout));
+}
+
 int train(int argc, char** argv) {
   ModelConfig mc;
   mc.name = "cosmoflow";
@@ -57,6 +64,7 @@ int train(int argc, char** argv) {
   bool json = false;
   Flags flags("tessera-bench train",
               "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+              "       tessera-bench train --model resnet50 --size 224 ...   (PyTorch in both of its layouts)\n"
               "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] ...\n");
   flags.text("--model", &mc.name)
       .integer("--size", &mc.input_size, 4, 4096)
@@ -71,14 +79,15 @@ int train(int argc, char** argv) {
       .toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
   omp_set_num_threads(threads);
-  const bool language = mc.name == "transformer";
+  const bool language = mc.name == "transformer", resnet = mc.name == "resnet50";
+  if (resnet) mc.label_smoothing = 0.1;  // as its peer
   auto model = make_model(mc);
   Shape in = {batch};
   for (int64_t d : model->sample_shape()) in.push_back(d);
   Shape tgt = {batch};
   for (int64_t d : model->target_shape()) tgt.push_back(d);
   Tensor x = random_tensor(in, 1), y = random_tensor(tgt, 2);
-  const int classes = language ? mc.vocab_size : 3;
+  const int classes = language ? mc.vocab_size : resnet ? 1000 : 3;
   if (language)
     for (auto& v : x.span()) v = static_cast<float>(static_cast<int>(std::fabs(v) * 1e4) % classes);
   if (model->task() != Task::kRegression)
@@ -88,6 +97,7 @@ int train(int argc, char** argv) {
     oc.name = "adamw";
     oc.weight_decay = 0.1;
   }
+  if (resnet) oc.weight_decay = 5e-5;  // as its peer: SGD with momentum and weight decay
   auto opt = make_optimizer(oc);
   auto params = model->params();
   double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
@@ -110,10 +120,10 @@ int train(int argc, char** argv) {
   fwd_s /= iters, bwd_s /= iters, upd_s /= iters;
   const double sps = batch / step_s;
 
-  // Conv layer shapes of the model, each timed alone.
+  // The 3D models' conv layer shapes, each timed alone (their layers run one after another).
   nlohmann::json convs = nlohmann::json::array();
   Shape shape = in;
-  for (Layer* l : model->layers()) {
+  for (Layer* l : in.size() == 5 ? model->layers() : std::vector<Layer*>{}) {
     if (auto* c = dynamic_cast<Conv*>(l); c && c->options().spatial_dims == 3) {
       Conv conv("bench", c->options());
       // In the layout the model's convolutions see (channels-last), so no reorder is timed.
@@ -141,6 +151,15 @@ int train(int argc, char** argv) {
   nlohmann::json torch = nullptr;
   if (language) {
     torch = torch_transformer(mc, batch, threads, iters);
+  } else if (resnet) {
+    // The user's best of PyTorch's two layouts is the peer; both are reported.
+    const nlohmann::json nhwc = torch_resnet50(mc.input_size, batch, threads, iters, "nhwc");
+    const nlohmann::json nchw = torch_resnet50(mc.input_size, batch, threads, iters, "nchw");
+    if (!nhwc.is_null() && !nchw.is_null()) {
+      out["torch_channels_last_samples_per_second"] = nhwc["samples_per_second"];
+      out["torch_nchw_samples_per_second"] = nchw["samples_per_second"];
+      torch = nhwc["samples_per_second"].get<double>() >= nchw["samples_per_second"].get<double>() ? nhwc : nchw;
+    }
   } else if (mc.name == "cosmoflow") {
     std::string hidden;
     for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
@@ -163,13 +182,16 @@ int train(int argc, char** argv) {
     std::printf("transformer of %.1fM parameters at context %d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)",
                 model->num_params() / 1e6, mc.context, batch, threads, sps, step_s * 1e3);
   else
-    std::printf("%s at %d^3, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size, batch,
-                threads, sps, step_s * 1e3);
+    std::printf("%s at %d^%d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size,
+                static_cast<int>(model->sample_shape().size()) - 1, batch, threads, sps, step_s * 1e3);
   if (!torch.is_null())
     std::printf("; PyTorch %s: %.2f samples/s; ratio %.2fx", torch["version"].get<std::string>().c_str(),
                 torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());
   else
     std::printf("; PyTorch baseline not available (install python3-torch)");
+  if (out.contains("torch_nchw_samples_per_second"))
+    std::printf("\n  PyTorch channels_last %.2f, NCHW %.2f samples/s", out["torch_channels_last_samples_per_second"].get<double>(),
+                out["torch_nchw_samples_per_second"].get<double>());
   std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
   for (const auto& c : convs) {
     std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),

@@ -7,4 +7,5 @@ test_bin=$1 src=$2 python=$3
 dir=$(mktemp -d /tmp/tessera-parity.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 "$python" "$src/bench/torch_transformer.py" --dump "$dir/transformer"
+"$python" "$src/bench/torch_resnet50.py" --dump "$dir/resnet50"
 TESSERA_TORCH_REFERENCE="$dir" "$test_bin"

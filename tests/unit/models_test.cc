@@ -108,7 +108,9 @@ TEST(ModelsTest, TransformerShapesParametersAndGradients) {
   later[4] = static_cast<float>((static_cast<int>(later[4]) + 1) % 11);
   const Tensor out2 = m->forward(later, false);
   for (int64_t i = 0; i < 12 * 11; ++i)
-    if (i / 11 < 4 || i / 11 >= 6) EXPECT_EQ(out[i], out2[i]) << "row " << i / 11;
+    if (i / 11 < 4 || i / 11 >= 6) {
+      EXPECT_EQ(out[i], out2[i]) << "row " << i / 11;
+    }
   // Spread the initial weights so the gradients are not all tiny.
   std::mt19937 rng(3);
   std::normal_distribution<float> n(0.0f, 0.3f);
@@ -167,6 +169,32 @@ TEST(ModelsTest, ResNet50ParametersShapesAndFit) {
   }
   std::printf("resnet50 (base 4): loss on one batch %.4f -> %.4f in 8 steps\n", first, last);
   EXPECT_LT(last, 0.5 * first);
+  // Its convolutions start as torchvision's, N(0, 2 / fan-out), unless the manifest says otherwise;
+  // the classifier as PyTorch's Linear, U(-1/sqrt(fan-in), 1/sqrt(fan-in)).
+  auto spread = [](const Param& p) {
+    double s = 0;
+    for (float v : p.value.span()) s += double(v) * v;
+    return std::sqrt(s / p.value.numel());
+  };
+  auto param = [](Model& model, const std::string& name) -> Param& {
+    for (Param* p : model.params())
+      if (p->name == name) return *p;
+    throw std::runtime_error("no parameter " + name);
+  };
+  c.base_channels = 16;
+  auto fresh = make_model(c);
+  // layer1.0.conv3: 1x1 from 16 to 64 channels (fan-out 64); conv2: 3x3 of 16 (fan-out 144).
+  EXPECT_NEAR(spread(param(*fresh, "layer1.0.conv3.weight")), std::sqrt(2.0 / 64), 0.05 * std::sqrt(2.0 / 64));
+  EXPECT_NEAR(spread(param(*fresh, "layer1.0.conv2.weight")), std::sqrt(2.0 / 144), 0.05 * std::sqrt(2.0 / 144));
+  const Param& fc = param(*fresh, "fc.weight");
+  const double bound = 1.0 / std::sqrt(64.0 * 8);  // 8 x base x 4 = 512 inputs
+  for (float v : fc.value.span()) EXPECT_LE(std::fabs(v), bound);
+  EXPECT_NEAR(spread(fc), bound / std::sqrt(3.0), 0.1 * bound);
+  ModelConfig uniform = c;
+  uniform.init.weights = ParamInit::Weights::kUniform;
+  auto u = make_model(uniform);
+  for (float v : param(*u, "layer1.0.conv3.weight").value.span()) EXPECT_LE(std::fabs(v), 1.0 / std::sqrt(16.0));
+  c.base_channels = 4;
   c.input_size = 48;
   try {
     make_model(c);

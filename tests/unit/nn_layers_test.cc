@@ -67,15 +67,16 @@ double fd_error(const std::function<double()>& loss, Tensor& v, const Tensor& an
   return std::sqrt(num / std::max(den, 1e-12));
 }
 
-// Checks dx and every parameter gradient of `layer` at input x.
+// Checks dx and every parameter gradient of `layer` at input x (its output read as plain: a layer
+// that takes either layout may answer channels-last).
 void check_gradients(Layer& layer, Tensor x, double tol = 1e-3) {
-  Tensor y = layer.forward(x, true);
+  Tensor y = dnnl_util::to_layout(layer.forward(x, true), Layout::kPlain);
   Tensor r = random_tensor(y.shape(), 99);
   for (Param* p : layer.params()) p->grad.zero();
   Tensor dx = layer.backward(r);
   std::vector<Tensor> grads;
   for (Param* p : layer.params()) grads.push_back(p->grad.clone());
-  auto loss = [&] { return weighted_sum(layer.forward(x, true), r); };
+  auto loss = [&] { return weighted_sum(dnnl_util::to_layout(layer.forward(x, true), Layout::kPlain), r); };
   double ex = fd_error(loss, x, dx);
   std::printf("  %-12s dx rel. error %.2e", layer.name().c_str(), ex);
   EXPECT_LT(ex, tol) << layer.name() << " input gradient";
@@ -363,8 +364,13 @@ TEST(NnLayout, LayersGiveTheSameResultInEitherLayout) {
   Conv conv("conv", {3, 4, 3, 1, 1, 3, true, 5});
   Pool pool("pool", {true, 2, 2, 0, 3});
   LeakyReLU act("act", 0.3f);
+  BatchNorm bn("bn", 3);
+  bn.params()[0]->value = random_tensor({3}, 34, 0.5f);
+  Residual res("res");  // its sum in the body's layout (channels-last after a convolution)
+  res.body().add(std::make_unique<Conv>("res.conv", ConvOptions{3, 3, 3, 1, 1, 3, false, 6}));
+  res.body().add(std::make_unique<BatchNorm>("res.bn", 3));
   Tensor x = distinct_tensor({2, 3, 4, 6, 4}, 30);
-  for (Layer* l : std::vector<Layer*>{&conv, &act, &pool}) {
+  for (Layer* l : std::vector<Layer*>{&conv, &act, &pool, &bn, &res}) {
     Tensor yp = l->forward(x, true);
     Tensor dyp = random_tensor(yp.shape(), 31);
     Tensor dxp = l->backward(dyp);
@@ -373,8 +379,9 @@ TEST(NnLayout, LayersGiveTheSameResultInEitherLayout) {
     EXPECT_EQ(yc.layout(), Layout::kChannelsLast) << l->name();
     Tensor dxc = l->backward(dnnl_util::to_layout(dyp, Layout::kChannelsLast));
     EXPECT_EQ(dxc.layout(), Layout::kChannelsLast) << l->name();
-    expect_near_all(dnnl_util::to_layout(yc, Layout::kPlain), yp, 1e-5f, l->name().c_str());
-    expect_near_all(dnnl_util::to_layout(dxc, Layout::kPlain), dxp, 1e-5f, l->name().c_str());
+    auto plain = [](const Tensor& t) { return dnnl_util::to_layout(t, Layout::kPlain); };
+    expect_near_all(plain(yc), plain(yp), 1e-5f, l->name().c_str());
+    expect_near_all(plain(dxc), plain(dxp), 1e-5f, l->name().c_str());
   }
 }
 
@@ -384,7 +391,7 @@ TEST(NnLayout, SequentialKeepsChannelsLastInsideAndMatchesLayerByLayer) {
     s.add(std::make_unique<LeakyReLU>("act1", 0.3f));
     s.add(std::make_unique<Pool>("pool1", PoolOptions{true, 2, 2, 0, 3}));
     s.add(std::make_unique<Conv>("conv2", ConvOptions{4, 3, 3, 1, 1, 3, false, 8}));
-    s.add(std::make_unique<BatchNorm>("bn2", 3));  // plain only: converted there and back
+    s.add(std::make_unique<BatchNorm>("bn2", 3));  // either layout: stays channels-last
     s.add(std::make_unique<ReLU>("relu2"));
     s.add(std::make_unique<Flatten>("flatten"));
     s.add(std::make_unique<Linear>("fc", 3 * 2 * 3 * 2, 5, 9));
@@ -507,7 +514,9 @@ TEST(NnForward, CausalAttentionMatchesItsDefinitionAndSeesNoLaterPosition) {
   for (int64_t r = 0; r < 10; ++r)
     for (int64_t k = 0; k < 6; ++k) {
       const bool may_change = r == 3 || r == 4;
-      if (!may_change) EXPECT_EQ(y[r * 6 + k], y2[r * 6 + k]) << "row " << r;
+      if (!may_change) {
+        EXPECT_EQ(y[r * 6 + k], y2[r * 6 + k]) << "row " << r;
+      }
     }
   EXPECT_NE(y[4 * 6], y2[4 * 6]);
   EXPECT_THROW(attn.output_shape({7, 18}), ConfigError);  // not whole sequences of 5

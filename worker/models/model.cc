@@ -261,9 +261,15 @@ std::unique_ptr<Model> resnet50(const ModelConfig& c) {
   auto m = std::make_unique<SequentialModel>("resnet50", Task::kClassification, Shape{in_ch, W, W}, Shape{});
   Sequential& net = m->net();
   uint64_t seed = c.seed * 1000;
+  // Unless the manifest says otherwise, convolutions start as torchvision's: He normal over the fan-out.
+  ParamInit conv_init = c.init;
+  if (conv_init.weights == ParamInit::Weights::kDefault) {
+    conv_init.weights = ParamInit::Weights::kHeNormal;
+    conv_init.fan = ParamInit::Fan::kOut;
+  }
   auto conv = [&](Sequential& s, const std::string& name, int in, int out, int k, int stride) {
     ConvOptions o{in, out, k, stride, k / 2, 2, false, ++seed};
-    o.init = c.init;
+    o.init = conv_init;
     s.add(std::make_unique<Conv>(name, o));
   };
   auto bn = [&](Sequential& s, const std::string& name, int channels) { s.add(std::make_unique<BatchNorm>(name, channels)); };

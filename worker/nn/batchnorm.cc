@@ -1,12 +1,80 @@
 #include "worker/nn/batchnorm.h"
 
+#include <omp.h>
+
 #include <cmath>
+#include <vector>
 
 #include "common/error.h"
 #include "worker/nn/gpu/ops.h"
 #include "worker/nn/kernels.h"
 
 namespace tessera {
+
+namespace {
+
+// Per-channel sums over (N, spatial) of a, and of a * b, of host tensors in either layout (plain:
+// (n, c, inner); channels-last: (n * inner, c)), into s[0, c) and s[c, 2c). Threads sum their own
+// parts, which are added in thread order: the same result for the same thread count.
+void channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner, bool channels_last, double* s) {
+  if (!channels_last) {
+#pragma omp parallel for schedule(static)
+    for (int64_t ch = 0; ch < c; ++ch) {
+      double sa = 0, sb = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float* pa = a + (i * c + ch) * inner;
+        const float* pb = b + (i * c + ch) * inner;
+        for (int64_t j = 0; j < inner; ++j) {
+          sa += pa[j];
+          sb += double(pa[j]) * pb[j];
+        }
+      }
+      s[ch] = sa;
+      s[c + ch] = sb;
+    }
+    return;
+  }
+  const int64_t rows = n * inner;
+  const int threads = omp_get_max_threads();
+  std::vector<double> parts(static_cast<size_t>(threads) * 2 * c, 0.0);
+#pragma omp parallel num_threads(threads)
+  {
+    double* part = parts.data() + static_cast<size_t>(omp_get_thread_num()) * 2 * c;
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* pa = a + r * c;
+      const float* pb = b + r * c;
+#pragma omp simd
+      for (int64_t ch = 0; ch < c; ++ch) {
+        part[ch] += pa[ch];
+        part[c + ch] += double(pa[ch]) * pb[ch];
+      }
+    }
+  }
+  for (int64_t k = 0; k < 2 * c; ++k) s[k] = 0;
+  for (int t = 0; t < threads; ++t)
+    for (int64_t k = 0; k < 2 * c; ++k) s[k] += parts[static_cast<size_t>(t) * 2 * c + k];
+}
+
+// f(offset, channel) for every entry of a host tensor in either layout, threaded.
+template <class F>
+void for_each_entry(int64_t n, int64_t c, int64_t inner, bool channels_last, F f) {
+  if (channels_last) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < n * inner; ++r)
+#pragma omp simd
+      for (int64_t ch = 0; ch < c; ++ch) f(r * c + ch, ch);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t plane = 0; plane < n * c; ++plane) {
+    const int64_t ch = plane % c;
+#pragma omp simd
+    for (int64_t j = 0; j < inner; ++j) f(plane * inner + j, ch);
+  }
+}
+
+}  // namespace
 
 BatchNorm::BatchNorm(std::string name, int channels, float momentum, float eps)
     : Layer(std::move(name)), channels_(channels), momentum_(momentum), eps_(eps) {
@@ -60,29 +128,20 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
                                  momentum_, eps_);
     return y;
   }
-  Tensor y(x.shape());
+  const bool cl = x.channels_last();
+  Tensor y(x.shape(), x.layout());
   std::vector<float> mean(c), inv(c);
   if (training) {
     // Partial sums (sum, sum of squares, count) per channel, reduced across ranks when asked.
     std::vector<double> stats(2 * c + 1, 0.0);
-    for (int64_t i = 0; i < n; ++i)
-      for (int64_t ch = 0; ch < c; ++ch) {
-        const float* p = x.data() + (i * c + ch) * inner;
-        double s = 0, q = 0;
-        for (int64_t j = 0; j < inner; ++j) {
-          s += p[j];
-          q += double(p[j]) * p[j];
-        }
-        stats[ch] += s;
-        stats[c + ch] += q;
-      }
+    channel_sums(x.data(), x.data(), n, c, inner, cl, stats.data());
     stats[2 * c] = static_cast<double>(n * inner);
     if (reducer_) reducer_(stats);
     count_ = stats[2 * c];
     for (int64_t ch = 0; ch < c; ++ch)
       kernels::bn_statistics(stats[ch], stats[c + ch], count_, eps_, momentum_, mean[ch], inv[ch], running_mean_[ch],
                              running_var_[ch]);
-    xhat_ = Tensor(x.shape());
+    xhat_ = Tensor(x.shape(), x.layout());
     inv_std_.assign(inv.begin(), inv.end());
   } else {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -90,16 +149,14 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
       inv[ch] = 1.0f / std::sqrt(running_var_[ch] + eps_);
     }
   }
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t off = (i * c + ch) * inner;
-      const float g = gamma_.value[ch], b = beta_.value[ch], m = mean[ch], s = inv[ch];
-      for (int64_t j = 0; j < inner; ++j) {
-        const float h = kernels::bn_normalize(x[off + j], m, s);
-        if (training) xhat_[off + j] = h;
-        y[off + j] = kernels::bn_output(h, g, b);
-      }
-    }
+  const float *xp = x.data(), *g = gamma_.value.data(), *b = beta_.value.data(), *m = mean.data(), *is = inv.data();
+  float* yp = y.data();
+  float* hp = training ? xhat_.data() : nullptr;
+  for_each_entry(n, c, inner, cl, [&](int64_t k, int64_t ch) {
+    const float h = kernels::bn_normalize(xp[k], m[ch], is[ch]);
+    if (hp) hp[k] = h;
+    yp[k] = kernels::bn_output(h, g[ch], b[ch]);
+  });
   return y;
 }
 
@@ -123,33 +180,27 @@ Tensor BatchNorm::backward(const Tensor& dy) {
                             beta_.grad.data(), dx.data(), n, c, inner);
     return dx;
   }
+  TESSERA_CHECK(dy.layout() == xhat_.layout(), "layer ", name(), ": gradient layout differs from the forward pass");
+  const bool cl = dy.channels_last();
   // Global sums of dy and dy * xhat per channel (reduced like the forward statistics).
   std::vector<double> sums(2 * c + 1, 0.0);
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t off = (i * c + ch) * inner;
-      double s = 0, q = 0;
-      for (int64_t j = 0; j < inner; ++j) {
-        s += dy[off + j];
-        q += double(dy[off + j]) * xhat_[off + j];
-      }
-      sums[ch] += s;
-      sums[c + ch] += q;
-    }
+  channel_sums(dy.data(), xhat_.data(), n, c, inner, cl, sums.data());
   // Parameter gradients are this rank's share; the caller sums them over ranks like any weight.
   for (int64_t ch = 0; ch < c; ++ch) {
     beta_.grad[ch] += static_cast<float>(sums[ch]);
     gamma_.grad[ch] += static_cast<float>(sums[c + ch]);
   }
   if (reducer_) reducer_(sums);
-  Tensor dx(dy.shape());
-  for (int64_t i = 0; i < n; ++i)
-    for (int64_t ch = 0; ch < c; ++ch) {
-      const int64_t off = (i * c + ch) * inner;
-      const float k = gamma_.value[ch] * inv_std_[ch];
-      const float mdy = static_cast<float>(sums[ch] / count_), mdyx = static_cast<float>(sums[c + ch] / count_);
-      for (int64_t j = 0; j < inner; ++j) dx[off + j] = kernels::bn_input_grad(dy[off + j], xhat_[off + j], k, mdy, mdyx);
-    }
+  std::vector<float> k(c), mdy(c), mdyx(c);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    k[ch] = gamma_.value[ch] * inv_std_[ch];
+    mdy[ch] = static_cast<float>(sums[ch] / count_);
+    mdyx[ch] = static_cast<float>(sums[c + ch] / count_);
+  }
+  Tensor dx(dy.shape(), dy.layout());
+  const float *g = dy.data(), *h = xhat_.data(), *kp = k.data(), *mp = mdy.data(), *mxp = mdyx.data();
+  float* o = dx.data();
+  for_each_entry(n, c, inner, cl, [&](int64_t e, int64_t ch) { o[e] = kernels::bn_input_grad(g[e], h[e], kp[ch], mp[ch], mxp[ch]); });
   return dx;
 }
 

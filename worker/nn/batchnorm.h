@@ -25,6 +25,8 @@ class BatchNorm : public Layer {
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
   std::vector<Param*> params() override { return {&gamma_, &beta_}; }
+  // Per channel on the host in either layout; on the device plain, as every device activation.
+  Layouts layouts() const override { return Layouts::kEither; }
   void to(Device device) override;  // the running statistics too
   void set_stats_reducer(StatsReducer r) { reducer_ = std::move(r); }
   // Running statistics (part of a checkpoint).

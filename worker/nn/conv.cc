@@ -77,14 +77,15 @@ ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)
                                      ", kernel ", o.kernel, ", stride ", o.stride, ", padding ", o.padding,
                                      ", spatial dims ", o.spatial_dims, ", activation slope ", o.activation_slope, ")"));
   Shape ws = {o.out_channels, o.in_channels};
-  int64_t fan_in = o.in_channels;
+  int64_t fan_in = o.in_channels, fan_out = o.out_channels;
   for (int i = 0; i < o.spatial_dims; ++i) {
     ws.push_back(o.kernel);
     fan_in *= o.kernel;
+    fan_out *= o.kernel;
   }
   weight_ = Param{this->name() + ".weight", Tensor(ws), Tensor::zeros(ws), true};
   if (o.bias) bias_ = Param{this->name() + ".bias", Tensor::zeros({o.out_channels}), Tensor::zeros({o.out_channels}), false};
-  init_params(weight_.value, o.bias ? &bias_.value : nullptr, fan_in, o.seed, o.init);
+  init_params(weight_.value, o.bias ? &bias_.value : nullptr, fan_in, fan_out, o.seed, o.init);
 }
 
 template <class T>

@@ -32,6 +32,7 @@ Layer& Sequential::add(std::unique_ptr<Layer> layer) {
 
 Tensor Sequential::forward(const Tensor& x, bool training) {
   out_layout_.resize(layers_.size());
+  in_layout_ = x.layout();
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = *layers_[i];
@@ -40,7 +41,7 @@ Tensor Sequential::forward(const Tensor& x, bool training) {
     h = l.forward(h, training);
     out_layout_[i] = h.layout();
   }
-  return in_layout(h, Layout::kPlain);
+  return keep_layouts_ ? h : in_layout(h, Layout::kPlain);
 }
 
 Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
@@ -50,7 +51,7 @@ Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
     g = layers_[i]->backward(in_layout(g, out_layout_[i]));
     if (ready) (*ready)(*layers_[i]);
   }
-  return in_layout(g, Layout::kPlain);
+  return in_layout(g, keep_layouts_ ? in_layout_ : Layout::kPlain);
 }
 
 std::vector<Param*> Sequential::params() {
@@ -101,7 +102,7 @@ Shape Residual::output_shape(const Shape& in) const {
 
 Tensor Residual::forward(const Tensor& x, bool training) {
   Tensor y = body_.forward(x, training);
-  const Tensor side = shortcut_.layers().empty() ? x : shortcut_.forward(x, training);
+  const Tensor side = in_layout(shortcut_.layers().empty() ? x : shortcut_.forward(x, training), y.layout());
   TESSERA_CHECK(y.shape() == side.shape() && y.device() == side.device(), "layer ", name(), ": body ", shape_str(y.shape()),
                 " and shortcut ", shape_str(side.shape()));
   if (y.data() == side.data()) y = y.clone();  // a body that passes its input on (an identity dropout)
@@ -112,7 +113,7 @@ Tensor Residual::forward(const Tensor& x, bool training) {
 Tensor Residual::backward(const Tensor& dy) {
   Tensor dx = body_.backward(dy);
   if (!input_grad()) return Tensor();
-  const Tensor side = shortcut_.layers().empty() ? dy : shortcut_.backward(dy);
+  const Tensor side = in_layout(shortcut_.layers().empty() ? dy : shortcut_.backward(dy), dx.layout());
   if (dx.data() == side.data()) dx = dx.clone();
   add_into(dx, side);
   return dx;
@@ -147,11 +148,13 @@ void init_normal(Tensor& t, float stddev, uint64_t seed) {
   for (auto& v : t.span()) v = d(rng);
 }
 
-void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init) {
+void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, int64_t fan_out, uint64_t seed, const ParamInit& init) {
   std::mt19937_64 rng(seed);
   const float inv = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(fan_in, 1)));
   if (init.weights == ParamInit::Weights::kHeNormal) {
-    std::normal_distribution<float> n(0.0f, init.gain * std::sqrt(2.0f) * inv);
+    const int64_t fan = init.fan == ParamInit::Fan::kOut ? fan_out : fan_in;
+    const float spread = std::sqrt(2.0f / static_cast<float>(std::max<int64_t>(fan, 1)));
+    std::normal_distribution<float> n(0.0f, init.gain * spread);
     for (auto& v : weight.span()) v = n(rng);
   } else {
     std::uniform_real_distribution<float> u(-init.gain * inv, init.gain * inv);

@@ -69,9 +69,12 @@ using GradReady = std::function<void(Layer&)>;
 // Layers applied in order. It takes and returns plain tensors; inside, activations stay
 // channels-last from one layer that wants them to the next (no conversion between a convolution, its
 // activation and its pooling), and are converted only where a layer needs plain ones. Activations on
-// the GPU stay plain throughout (cuDNN takes them so).
+// the GPU stay plain throughout (cuDNN takes them so). A Sequential inside a layer (a residual
+// block's body) may keep its layouts: it returns its last layer's output as that layer made it, and
+// the input gradient in the layout its input came in.
 class Sequential {
  public:
+  void keep_layouts() { keep_layouts_ = true; }
   Layer& add(std::unique_ptr<Layer> layer);
   Tensor forward(const Tensor& x, bool training);
   // `ready` (may be null) hears of each layer once its backward() has run.
@@ -85,6 +88,8 @@ class Sequential {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<Layout> out_layout_;  // of each layer's output in the last forward pass
+  Layout in_layout_ = Layout::kPlain;
+  bool keep_layouts_ = false;
 };
 
 // acc += x, entry by entry (same shape, device and layout): skip connections and residual sums.
@@ -92,10 +97,15 @@ void add_into(Tensor& acc, const Tensor& x);
 
 // A residual block: y = body(x) + shortcut(x), the shortcut the identity when it has no layers (a
 // Transformer block's, a ResNet bottleneck's when the shapes agree) or a projection. What follows
-// the sum (a ResNet block's ReLU) is the next layer.
+// the sum (a ResNet block's ReLU) is the next layer. The sum is in the body's output layout (a
+// ResNet block's stays channels-last on the host from block to block).
 class Residual : public Layer {
  public:
-  explicit Residual(std::string name) : Layer(std::move(name)) {}
+  explicit Residual(std::string name) : Layer(std::move(name)) {
+    body_.keep_layouts();
+    shortcut_.keep_layouts();
+  }
+  Layouts layouts() const override { return Layouts::kEither; }
   const char* kind() const override { return "residual"; }
   Sequential& body() { return body_; }
   Sequential& shortcut() { return shortcut_; }
@@ -114,11 +124,17 @@ class Residual : public Layer {
 // How a layer's weights and biases start (model.weightInit, model.biasInit).
 struct ParamInit {
   // kUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default for its Conv and Linear layers;
-  // kHeNormal: N(0, 2 / fan_in), which keeps the activations' scale through ReLU layers.
-  enum class Weights { kUniform, kHeNormal };
+  // kHeNormal: N(0, 2 / fan), which keeps the activations' scale through ReLU layers; kDefault: the
+  // model's choice (make_model resolves it: resnet50's convolutions He normal over their fan-out,
+  // as torchvision's; every other layer uniform).
+  enum class Weights { kDefault, kUniform, kHeNormal };
+  // The fan He normal divides by: the inputs a weight's output sums over, or (kOut, torchvision's
+  // kaiming_normal_ with mode fan_out) the outputs one input reaches.
+  enum class Fan { kIn, kOut };
   // kUniform: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), PyTorch's default; kZero: zero.
   enum class Biases { kUniform, kZero };
-  Weights weights = Weights::kUniform;
+  Weights weights = Weights::kDefault;
+  Fan fan = Fan::kIn;
   Biases biases = Biases::kUniform;
   float gain = 1.0f;  // scales the weights' spread (a model's output layer may start smaller)
 };
@@ -126,7 +142,8 @@ struct ParamInit {
 // t's entries drawn from N(0, stddev), deterministic in `seed` (a Transformer's weights).
 void init_normal(Tensor& t, float stddev, uint64_t seed);
 
-// Draws a layer's weight (and bias, if not null) with `fan_in` inputs, deterministic in `seed`.
-void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, uint64_t seed, const ParamInit& init);
+// Draws a layer's weight (and bias, if not null) with `fan_in` inputs and `fan_out` outputs,
+// deterministic in `seed`.
+void init_params(Tensor& weight, Tensor* bias, int64_t fan_in, int64_t fan_out, uint64_t seed, const ParamInit& init);
 
 }  // namespace tessera

@@ -13,7 +13,7 @@ Linear::Linear(std::string name, int in_features, int out_features, uint64_t see
     throw ConfigError("model.layers." + this->name(), detail::concat("linear: invalid sizes ", in_, " -> ", out_));
   weight_ = Param{this->name() + ".weight", Tensor({out_, in_}), Tensor::zeros({out_, in_}), true};
   bias_ = Param{this->name() + ".bias", Tensor::zeros({out_}), Tensor::zeros({out_}), false};
-  init_params(weight_.value, &bias_.value, in_, seed, init);
+  init_params(weight_.value, &bias_.value, in_, out_, seed, init);
 }
 
 Shape Linear::output_shape(const Shape& in) const {

@@ -21,7 +21,9 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.model.dropout = static_cast<float>(s.model.dropout);
   j.model.leaky_slope = static_cast<float>(s.model.leaky_slope);
   j.model.batchnorm = s.model.batch_norm;
-  j.model.init.weights = s.model.weight_init == "heNormal" ? ParamInit::Weights::kHeNormal : ParamInit::Weights::kUniform;
+  j.model.init.weights = s.model.weight_init == "heNormal"  ? ParamInit::Weights::kHeNormal
+                         : s.model.weight_init == "uniform" ? ParamInit::Weights::kUniform
+                                                            : ParamInit::Weights::kDefault;
   j.model.init.biases = s.model.bias_init == "zero" ? ParamInit::Biases::kZero : ParamInit::Biases::kUniform;
   j.model.seed = s.model.seed;
   j.model.spatial = SpatialGrid{s.parallelism.d, s.parallelism.h, s.parallelism.w};

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of Tessera's ResNet-50 (model.name: resnet50): v1.5 as torchvision builds it, in
+plain torch.nn with torchvision's parameter names (conv1, bn1, layer1.0.conv1, ...,
+layer2.0.downsample.0, fc), so that no torchvision is needed.
+
+  torch_resnet50.py [--size 224 --batch 8 --threads 2 --iters 3 --layout nhwc|nchw --classes 1000]
+      the speed peer of `tessera-bench train --model resnet50`: one JSON line with the samples/s of
+      forward + backward + SGD (momentum) update, tuned as a user would tune it on the CPU
+      (torch.backends.mkldnn on; --layout nhwc: channels_last, nchw: PyTorch's default layout).
+  torch_resnet50.py --dump DIR [--seed 1]
+      the reference of tests/parity/torch_parity_test.sh: a narrow model's weights, a batch, its
+      logits, the label-smoothed loss and every parameter's gradient (BatchNorm in training mode), as
+      float32 .npy files named as Tessera names them (DIR/param/<name>.npy, DIR/grad/<name>.npy)
+      with DIR/config.json.
+"""
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Bottleneck(nn.Module):
+    """1x1 -> 3x3 (the block's stride, v1.5) -> 1x1 to 4x the width, BatchNorm after each; the
+    shortcut a strided 1x1 projection with BatchNorm where the shape changes; ReLU after the sum."""
+
+    def __init__(self, inplanes, width, stride):
+        super().__init__()
+        out = 4 * width
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.downsample = None
+        if stride != 1 or inplanes != out:
+            self.downsample = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.bn3(self.conv3(y))
+        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNet50(nn.Module):
+    def __init__(self, classes=1000, base=64, channels=3):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, base, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(base)
+        inplanes = base
+        for stage, blocks in enumerate((3, 4, 6, 3)):
+            width = base << stage
+            layers = []
+            for b in range(blocks):
+                layers.append(Bottleneck(inplanes, width, 2 if b == 0 and stage > 0 else 1))
+                inplanes = 4 * width
+            setattr(self, "layer%d" % (stage + 1), nn.Sequential(*layers))
+        self.fc = nn.Linear(inplanes, classes)
+        for m in self.modules():  # torchvision's initialisation
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, stride=2, padding=1)
+        for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
+            x = stage(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+    def tessera_names(self):
+        """Parameter -> the name Tessera gives it (worker/models/model.cc): BatchNorm's weight and
+        bias are its gamma and beta."""
+        bn = {id(m) for m in self.modules() if isinstance(m, nn.BatchNorm2d)}
+        owner = {id(p): m for m in self.modules() for p in m.parameters(recurse=False)}
+        names = {}
+        for name, p in self.named_parameters():
+            if id(owner[id(p)]) in bn:
+                name = name.replace(".weight", ".gamma").replace(".bias", ".beta")
+            names[p] = name
+        return names
+
+
+def dump(out, seed):
+    cfg = {"size": 96, "base": 4, "classes": 10, "batch": 8, "label_smoothing": 0.1}
+    torch.manual_seed(seed)
+    model = ResNet50(cfg["classes"], cfg["base"]).train()
+    with torch.no_grad():  # BatchNorm's affine terms away from 1 and 0, so that their gradients matter
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.weight.add_(torch.randn_like(m.weight) * 0.2)
+                m.bias.add_(torch.randn_like(m.bias) * 0.2)
+    x = torch.randn(cfg["batch"], 3, cfg["size"], cfg["size"])
+    y = torch.randint(0, cfg["classes"], (cfg["batch"],))
+    logits = model(x)
+    loss = F.cross_entropy(logits, y, label_smoothing=cfg["label_smoothing"])
+    loss.backward()
+    names = model.tessera_names()
+    for sub in ("param", "grad"):
+        os.makedirs(os.path.join(out, sub), exist_ok=True)
+    for p, name in names.items():
+        np.save(os.path.join(out, "param", name + ".npy"), p.detach().numpy().astype(np.float32))
+        np.save(os.path.join(out, "grad", name + ".npy"), p.grad.numpy().astype(np.float32))
+    np.save(os.path.join(out, "input.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(out, "target.npy"), y.numpy().astype(np.float32))
+    np.save(os.path.join(out, "logits.npy"), logits.detach().numpy().astype(np.float32))
+    cfg.update({"loss": loss.item(), "parameters": len(names), "torch": torch.__version__})
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def speed(a):
+    torch.set_num_threads(a.threads)
+    torch.backends.mkldnn.enabled = True
+    torch.manual_seed(0)
+    fmt = torch.channels_last if a.layout == "nhwc" else torch.contiguous_format
+    model = ResNet50(a.classes).train().to(memory_format=fmt)
+    x = torch.randn(a.batch, 3, a.size, a.size).to(memory_format=fmt)
+    y = torch.randint(0, a.classes, (a.batch,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-5)
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(model(x), y, label_smoothing=0.1).backward()
+        opt.step()
+
+    step()
+    t0 = time.perf_counter()
+    for _ in range(a.iters):
+        step()
+    step_s = (time.perf_counter() - t0) / a.iters
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "layout": a.layout,
+                      "samples_per_second": a.batch / step_s, "step_ms": step_s * 1e3,
+                      "parameters": sum(p.numel() for p in model.parameters())}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dump", type=str, default="")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--classes", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--layout", choices=["nhwc", "nchw"], default="nhwc")
+    a = p.parse_args()
+    if a.dump:
+        dump(a.dump, a.seed)
+    else:
+        speed(a)
+
+
+if __name__ == "__main__":
+    main()
