@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -61,9 +62,10 @@ int train(int argc, char** argv) {
   mc.depth = 8;
   mc.heads = 8;
   int batch = 4, threads = 2, iters = 5;
-  bool json = false;
+  bool json = false, layers = false;
   Flags flags("tessera-bench train",
               "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+              "       [--layers]: where the step goes, by kind of layer (forward and backward ms a step)\n"
               "       tessera-bench train --model resnet50 --size 224 ...   (PyTorch in both of its layouts)\n"
               "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] ...\n");
   flags.text("--model", &mc.name)
@@ -76,7 +78,8 @@ int train(int argc, char** argv) {
       .integer("--batch", &batch, 1, 1 << 20)
       .integer("--threads", &threads, 1, 1024)
       .integer("--iters", &iters, 1, 100000)
-      .toggle("--json", &json);
+      .toggle("--json", &json)
+      .toggle("--layers", &layers);
   if (!flags.parse(argc, argv, 2)) return 0;
   omp_set_num_threads(threads);
   const bool language = mc.name == "transformer", resnet = mc.name == "resnet50";
@@ -102,6 +105,13 @@ int train(int argc, char** argv) {
   auto params = model->params();
   double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
   int timed = -1;                           // the warm-up step is not counted
+  // --layers: seconds by kind of layer (those without inner layers; a residual block's sum and its
+  // layout conversions are what is left of the step), over the timed steps.
+  std::map<std::string, std::array<double, 2>> by_kind;
+  if (layers)
+    set_layer_timer([&](const Layer& l, bool backward, double s) {
+      if (timed >= 0 && const_cast<Layer&>(l).sublayers().empty()) by_kind[l.kind()][backward] += s;
+    });
   const double step_s = time_it([&] {
     auto t0 = Clock::now();
     for (Param* p : params) p->grad.zero();
@@ -117,6 +127,7 @@ int train(int argc, char** argv) {
       upd_s += std::chrono::duration<double>(t3 - t2).count();
     }
   }, iters);
+  set_layer_timer(nullptr);
   fwd_s /= iters, bwd_s /= iters, upd_s /= iters;
   const double sps = batch / step_s;
 
@@ -174,6 +185,17 @@ int train(int argc, char** argv) {
     }
   }
   out["convs"] = convs;
+  if (layers) {
+    nlohmann::json kinds = nlohmann::json::object();
+    double f = 0, b = 0;
+    for (const auto& [kind, t] : by_kind) {
+      kinds[kind] = {{"forward_ms", t[0] / iters * 1e3}, {"backward_ms", t[1] / iters * 1e3}};
+      f += t[0] / iters;
+      b += t[1] / iters;
+    }
+    kinds["(between layers)"] = {{"forward_ms", (fwd_s - f) * 1e3}, {"backward_ms", (bwd_s - b) * 1e3}};
+    out["layers"] = kinds;
+  }
   if (json) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
@@ -193,6 +215,10 @@ int train(int argc, char** argv) {
     std::printf("\n  PyTorch channels_last %.2f, NCHW %.2f samples/s", out["torch_channels_last_samples_per_second"].get<double>(),
                 out["torch_nchw_samples_per_second"].get<double>());
   std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
+  if (layers)
+    for (const auto& [kind, t] : out["layers"].items())
+      std::printf("  %-18s forward %7.1f ms, backward %7.1f ms\n", kind.c_str(), t["forward_ms"].get<double>(),
+                  t["backward_ms"].get<double>());
   for (const auto& c : convs) {
     std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
                 c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());

@@ -26,7 +26,7 @@ void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
 
 void keep_freed_tensor_memory() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, -1);  // never: a step's activations (GiBs for ResNet-50) come back next step
 }
 
 int64_t shape_numel(const Shape& s) {

@@ -32,9 +32,10 @@ int64_t live_tensor_bytes();
 int64_t peak_tensor_bytes();
 void reset_peak_tensor_bytes();
 
-// Keeps freed storage of up to 256 MiB in this process's heap for the next tensor instead of giving
-// it back to the system (glibc's mmap and trim thresholds): a training step frees and allocates the
-// same sizes every step, and unmapping them only to fault them in again, zeroed, costs kernel time,
+// Keeps freed storage (blocks of up to 256 MiB; the heap is never trimmed) in this process's heap for
+// the next tensor instead of giving it back to the system (glibc's mmap and trim thresholds): a
+// training step frees and allocates the same sizes every step, and unmapping them only to fault them
+// in again, zeroed, costs kernel time,
 // more so on a virtual machine whose page tables are shadowed (an unmap there makes the next access to
 // any memory fault: MSTopK after a 100 MB free took 70-80 ms instead of 6). Called once at the start
 // of the worker and the benchmarks.

@@ -141,7 +141,8 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
     for (int64_t ch = 0; ch < c; ++ch)
       kernels::bn_statistics(stats[ch], stats[c + ch], count_, eps_, momentum_, mean[ch], inv[ch], running_mean_[ch],
                              running_var_[ch]);
-    xhat_ = Tensor(x.shape(), x.layout());
+    // Last step's buffer when it fits (only this layer holds it): no fresh pages to fault in.
+    if (xhat_.shape() != x.shape() || xhat_.layout() != x.layout() || xhat_.on_device()) xhat_ = Tensor(x.shape(), x.layout());
     inv_std_.assign(inv.begin(), inv.end());
   } else {
     for (int64_t ch = 0; ch < c; ++ch) {

@@ -1,5 +1,6 @@
 #include "worker/nn/layer.h"
 
+#include <chrono>
 #include <cmath>
 #include <random>
 
@@ -23,7 +24,24 @@ void Layer::to(Device device) {
 namespace {
 // t in `layout` (host tensors; device activations are plain).
 Tensor in_layout(const Tensor& t, Layout layout) { return t.on_device() ? t : dnnl_util::to_layout(t, layout); }
+
+LayerTimer g_layer_timer;
+
+// f() for layer l, timed when a LayerTimer is set (on the GPU, with the stream idle at both ends).
+template <class F>
+Tensor timed(const Layer& l, bool backward, F f) {
+  if (!g_layer_timer) return f();
+  static const bool device = gpu::device_count() > 0;
+  if (device) gpu::synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  Tensor out = f();
+  if (device) gpu::synchronize();
+  g_layer_timer(l, backward, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return out;
+}
 }  // namespace
+
+void set_layer_timer(LayerTimer timer) { g_layer_timer = std::move(timer); }
 
 Layer& Sequential::add(std::unique_ptr<Layer> layer) {
   layers_.push_back(std::move(layer));
@@ -38,7 +56,7 @@ Tensor Sequential::forward(const Tensor& x, bool training) {
     Layer& l = *layers_[i];
     if (l.layouts() == Layer::Layouts::kChannelsLast && h.rank() >= 3) h = in_layout(h, Layout::kChannelsLast);
     if (l.layouts() == Layer::Layouts::kPlain) h = in_layout(h, Layout::kPlain);
-    h = l.forward(h, training);
+    h = timed(l, false, [&] { return l.forward(h, training); });
     out_layout_[i] = h.layout();
   }
   return keep_layouts_ ? h : in_layout(h, Layout::kPlain);
@@ -48,7 +66,8 @@ Tensor Sequential::backward(const Tensor& dy, const GradReady* ready) {
   TESSERA_CHECK(out_layout_.size() == layers_.size(), "backward before forward");
   Tensor g = dy;
   for (size_t i = layers_.size(); i-- > 0;) {
-    g = layers_[i]->backward(in_layout(g, out_layout_[i]));
+    const Tensor dy_i = in_layout(g, out_layout_[i]);
+    g = timed(*layers_[i], true, [&] { return layers_[i]->backward(dy_i); });
     if (ready) (*ready)(*layers_[i]);
   }
   return in_layout(g, keep_layouts_ ? in_layout_ : Layout::kPlain);

@@ -66,6 +66,12 @@ class Layer {
 // backward() has run), so they can be sent while the pass goes on.
 using GradReady = std::function<void(Layer&)>;
 
+// While set (not null), every Sequential reports each layer's forward and backward wall time to it,
+// a residual block's inner layers as well as the block (`tessera-bench train --layers`). One
+// thread's training at a time: it is a process-wide setting.
+using LayerTimer = std::function<void(const Layer&, bool backward, double seconds)>;
+void set_layer_timer(LayerTimer timer);
+
 // Layers applied in order. It takes and returns plain tensors; inside, activations stay
 // channels-last from one layer that wants them to the next (no conversion between a convolution, its
 // activation and its pooling), and are converted only where a layer needs plain ones. Activations on
