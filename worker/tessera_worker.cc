@@ -145,6 +145,7 @@ nlohmann::ordered_json validation_fields(const EpochRecord& e) {
   if (!e.validated) return {{"validated", false}};
   nlohmann::ordered_json v = {{"val_loss", e.val_loss}, {"val_metric", e.val_metric}, {"baseline_loss", e.baseline_loss},
                               {"baseline_metric", e.baseline_metric}};
+  if (e.val_top5 >= 0) v["val_top5"] = e.val_top5;
   if (!e.iou.empty()) v["iou"] = e.iou;
   return v;
 }

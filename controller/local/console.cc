@@ -80,7 +80,7 @@ void JobConsole::report(const LocalResult& r) const {
                        fixed_digits(r.val_loss / std::max(r.baseline_loss, 1e-12), 3), "x; MAE ", fixed_digits(r.val_metric, 4)));
   else
     say(detail::concat("  validation loss ", fixed_digits(r.val_loss, 4), ", accuracy ", fixed_digits(r.val_metric, 4),
-                       class_scores_text(r.baseline_metric, r.iou)));
+                       r.val_top5 >= 0 ? ", top-5 " + fixed_digits(r.val_top5, 4) : "", class_scores_text(r.baseline_metric, r.iou)));
 }
 
 }  // namespace tessera::local

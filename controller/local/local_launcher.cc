@@ -349,6 +349,7 @@ class Launch {
       result_.validated = s.value("validated", true);
       result_.val_loss = s.value("val_loss", 0.0);
       result_.val_metric = s.value("val_metric", 0.0);
+      result_.val_top5 = s.value("val_top5", -1.0);
       result_.baseline_loss = s.value("baseline_loss", 0.0);
       result_.baseline_metric = s.value("baseline_metric", 0.0);
       if (s.contains("iou")) result_.iou = s["iou"].get<std::vector<double>>();

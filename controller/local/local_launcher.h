@@ -62,6 +62,7 @@ struct LocalResult {
   int64_t switch_step = -1;
   bool validated = true;     // false: the job has no validation set
   double val_loss = 0, val_metric = 0, baseline_loss = 0, baseline_metric = 0;
+  double val_top5 = -1;  // classifiers of more than 5 classes; -1: none
   std::vector<double> iou;  // segmentation: per class
   int exit_code() const { return phase == "Failed" ? 1 : 0; }
 };

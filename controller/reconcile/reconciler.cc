@@ -1330,6 +1330,7 @@ json validation_status(const json& summary) {
             {"metric", summary.value("val_metric", 0.0)},
             {"baselineLoss", summary.value("baseline_loss", 0.0)},
             {"baselineMetric", summary.value("baseline_metric", 0.0)}};
+  if (summary.contains("val_top5")) v["top5"] = summary["val_top5"];
   if (summary.contains("iou")) v["iou"] = summary["iou"];
   return v;
 }

@@ -368,6 +368,7 @@ TEST(CliTest, SegmentationReportsTheMajorityClassAndPerClassIoU) {
   const json v = json::parse(read_file(dir + "/wd/status.json"))["status"]["validation"];
   EXPECT_GT(v["baselineMetric"].get<double>(), 0.0) << v;
   EXPECT_LE(v["baselineMetric"].get<double>(), 1.0) << v;
+  EXPECT_FALSE(v.contains("top5")) << v;  // a segmentation's accuracy is per voxel: no top-5
   ASSERT_EQ(v["iou"].size(), 3u) << v;  // unet3d's default 3 classes
   for (const auto& x : v["iou"]) {
     EXPECT_GE(x.get<double>(), 0.0);

@@ -148,6 +148,14 @@ TEST(TrainingTest, EveryModelLearnsWithTheDefaults) {
       std::printf("%s: validation accuracy %.4f vs the most frequent class %.4f\n", tag.c_str(),
                   last["val_metric"].get<double>(), last["baseline_metric"].get<double>());
       EXPECT_GT(last["val_metric"].get<double>(), last["baseline_metric"].get<double>() + 0.02);
+      // A classifier of more than 5 classes also reports its top-5 accuracy (cnn2d has 10).
+      EXPECT_EQ(last.contains("val_top5"), c.synthetic == "images");
+      if (last.contains("val_top5")) {
+        std::printf("%s: top-5 accuracy %.4f\n", tag.c_str(), last["val_top5"].get<double>());
+        EXPECT_GE(last["val_top5"].get<double>(), last["val_metric"].get<double>());
+        EXPECT_LE(last["val_top5"].get<double>(), 1.0);
+        EXPECT_GT(last["val_top5"].get<double>(), 0.5);  // 5 guesses of 10 classes at random
+      }
     }
   }
   std::filesystem::remove_all(dir);

@@ -364,11 +364,13 @@ TEST(ReconcileTest, AllPodsSucceededSucceedsTheJob) {
   Observed o = running(0, {{"runPolicy", {{"ttlSecondsAfterFinished", 60}}}});
   o.job["status"]["switchStep"] = 8;
   o.pods = {pod(0, 0, "Succeeded", 0), pod(0, 1, "Succeeded", 0)};
-  o.pods[0].message = R"({"type":"summary","job":"j","steps":48,"samples_per_second":12.5,"val_loss":0.1,"val_metric":0.2,"baseline_loss":0.3})";
+  o.pods[0].message =
+      R"({"type":"summary","job":"j","steps":48,"samples_per_second":12.5,"val_loss":0.1,"val_metric":0.2,"baseline_loss":0.3,"val_top5":0.7})";
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed", "stop rendezvous"}));
   EXPECT_EQ(d.actions[0].object["step"], 48);
   EXPECT_EQ(d.actions[0].object["validation"]["baselineLoss"], 0.3);
+  EXPECT_EQ(d.actions[0].object["validation"]["top5"], 0.7);
   EXPECT_EQ(d.actions[0].object["trainingPhase"], "dense");
   EXPECT_EQ(d.actions[0].object["completionTime"], format_time(kNow));
   EXPECT_EQ(d.requeue_after, std::chrono::milliseconds(60100));

@@ -307,7 +307,7 @@ EpochRecord Trainer::validate(int epoch) {
   }
   const int64_t n = static_cast<int64_t>(val_->size());
   const int64_t b = std::max<int64_t>(1, config_.training.batch_size / replicas_);
-  double loss_sum = 0, metric_sum = 0, count = 0;
+  double loss_sum = 0, metric_sum = 0, count = 0, top5_sum = 0;
   std::vector<double> target_sum, target_sq;
   std::vector<double> tally;  // classes: [targets of class c..., predictions of c..., correct c...]
   for (int64_t start = replica_ * b; start < n; start += b * replicas_) {
@@ -323,7 +323,11 @@ EpochRecord Trainer::validate(int epoch) {
     loss_sum += model_->loss(out, targets).loss * k;
     metric_sum += model_->metric(out, targets) * k;
     count += k;
-    if (model_->task() != Task::kRegression) tally_classes(out.to(Device::kCpu), batch.targets, tally);
+    if (model_->task() != Task::kRegression) {
+      const Tensor host = out.to(Device::kCpu);
+      tally_classes(host, batch.targets, tally);
+      if (model_->task() == Task::kClassification && host.dim(1) > 5) top5_sum += accuracy(host, batch.targets, 5) * k;
+    }
     if (model_->task() == Task::kRegression) {
       const int64_t t = batch.targets.numel() / batch.targets.dim(0);
       target_sum.resize(t, 0.0);
@@ -341,9 +345,11 @@ EpochRecord Trainer::validate(int epoch) {
   target_sq.resize(t, 0.0);
   v.insert(v.end(), target_sum.begin(), target_sum.end());
   v.insert(v.end(), target_sq.begin(), target_sq.end());
+  v.push_back(top5_sum);
   if (groups_) groups_->world->allreduce(std::span<double>(v));
   r.val_loss = v[0] / v[2];
   r.val_metric = v[1] / v[2];
+  const double top5 = v.back() / v[2];
   // Predict-the-mean baseline: the variance of each target, averaged over targets.
   for (size_t i = 0; i < t; ++i) {
     const double mean = v[3 + i] / v[2];
@@ -362,6 +368,7 @@ EpochRecord Trainer::validate(int epoch) {
       most = std::max(most, tally[k]);
     }
     r.baseline_metric = total > 0 ? most / total : 0.0;
+    if (model_->task() == Task::kClassification && classes > 5) r.val_top5 = top5;
     if (model_->task() == Task::kSegmentation)
       for (size_t k = 0; k < c; ++k) {
         const double joined = tally[k] + tally[c + k] - tally[2 * c + k];
@@ -735,7 +742,8 @@ TrainSummary Trainer::run() {
             model_->task() == Task::kRegression
                 ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
                 : class_scores_text(e.baseline_metric, e.iou);
-        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric, scale);
+        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
+                 e.val_top5 >= 0 ? detail::concat(", top-5 ", e.val_top5) : "", scale);
       }
     }
   }

@@ -53,6 +53,7 @@ struct EpochRecord {
   bool validated = true;       // false: the job has no validation set, and the figures below are not set
   double val_loss = 0;         // mean validation loss
   double val_metric = 0;       // MAE (regression) or accuracy
+  double val_top5 = -1;        // classifiers of more than 5 classes: top-5 accuracy; -1 otherwise
   double baseline_loss = 0;    // predict-the-mean MSE on the validation set (regression only)
   double baseline_metric = 0;  // accuracy of always predicting the most frequent class (classification, segmentation)
   std::vector<double> iou;     // segmentation: intersection over union of each class
