@@ -15,13 +15,12 @@ layer2.0.downsample.0, fc), so that no torchvision is needed.
 """
 import argparse
 import json
-import os
-import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_reference import step_seconds, write_reference
 
 
 class Bottleneck(nn.Module):
@@ -102,18 +101,7 @@ def dump(out, seed):
     logits = model(x)
     loss = F.cross_entropy(logits, y, label_smoothing=cfg["label_smoothing"])
     loss.backward()
-    names = model.tessera_names()
-    for sub in ("param", "grad"):
-        os.makedirs(os.path.join(out, sub), exist_ok=True)
-    for p, name in names.items():
-        np.save(os.path.join(out, "param", name + ".npy"), p.detach().numpy().astype(np.float32))
-        np.save(os.path.join(out, "grad", name + ".npy"), p.grad.numpy().astype(np.float32))
-    np.save(os.path.join(out, "input.npy"), x.numpy().astype(np.float32))
-    np.save(os.path.join(out, "target.npy"), y.numpy().astype(np.float32))
-    np.save(os.path.join(out, "logits.npy"), logits.detach().numpy().astype(np.float32))
-    cfg.update({"loss": loss.item(), "parameters": len(names), "torch": torch.__version__})
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    write_reference(out, model.tessera_names(), x, y, logits, loss, cfg)
 
 
 def speed(a):
@@ -131,11 +119,7 @@ def speed(a):
         F.cross_entropy(model(x), y, label_smoothing=0.1).backward()
         opt.step()
 
-    step()
-    t0 = time.perf_counter()
-    for _ in range(a.iters):
-        step()
-    step_s = (time.perf_counter() - t0) / a.iters
+    step_s = step_seconds(step, a.iters)
     print(json.dumps({"framework": "pytorch", "version": torch.__version__, "layout": a.layout,
                       "samples_per_second": a.batch / step_s, "step_ms": step_s * 1e3,
                       "parameters": sum(p.numel() for p in model.parameters())}))

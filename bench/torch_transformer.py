@@ -19,13 +19,12 @@ projections back into the residual stream N(0, 0.02 / sqrt(2 depth)), biases 0.
 import argparse
 import json
 import math
-import os
-import time
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_reference import step_seconds, write_reference
 
 
 class Block(nn.Module):
@@ -101,18 +100,7 @@ def dump(out, seed):
     logits = model(ids)
     loss = loss_of(logits, targets)
     loss.backward()
-    names = model.tessera_names()
-    for sub in ("param", "grad"):
-        os.makedirs(os.path.join(out, sub), exist_ok=True)
-    for p, name in names.items():
-        np.save(os.path.join(out, "param", name + ".npy"), p.detach().numpy().astype(np.float32))
-        np.save(os.path.join(out, "grad", name + ".npy"), p.grad.numpy().astype(np.float32))
-    np.save(os.path.join(out, "input.npy"), ids.numpy().astype(np.float32))
-    np.save(os.path.join(out, "target.npy"), targets.numpy().astype(np.float32))
-    np.save(os.path.join(out, "logits.npy"), logits.detach().reshape(-1, cfg["vocab"]).numpy().astype(np.float32))
-    cfg.update({"loss": loss.item(), "parameters": len(names), "torch": torch.__version__})
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f)
+    write_reference(out, model.tessera_names(), ids, targets, logits, loss, cfg)
 
 
 def speed(a):
@@ -128,11 +116,7 @@ def speed(a):
         loss_of(model(ids), targets).backward()
         opt.step()
 
-    step()
-    t0 = time.perf_counter()
-    for _ in range(a.iters):
-        step()
-    step_s = (time.perf_counter() - t0) / a.iters
+    step_s = step_seconds(step, a.iters)
     print(json.dumps({"framework": "pytorch", "version": torch.__version__, "samples_per_second": a.batch / step_s,
                       "step_ms": step_s * 1e3, "parameters": sum(p.numel() for p in model.parameters())}))
 
