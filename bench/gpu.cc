@@ -9,10 +9,12 @@
 //               batches (TF32 off): the largest relative difference of the two loss curves
 // Built where CUDA is; it needs a GPU to run (it says so and exits 2 without one).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,32 +134,24 @@ void cosmoflow_step(int repeat, int batch) {
   });
   print({{"figure", "cosmoflow"}, {"framework", "tessera"}, {"size", 128}, {"batch", batch}, {"step_ms", s * 1e3},
          {"samples_per_second", batch / s}});
-  // Where the step goes: each layer's forward and backward alone (the stream idle between them),
-  // medians over `repeat` steps; the loss and the optimizer's update are the rest.
+  // Where the step goes: each layer's forward and backward alone (the layer timer idles the stream
+  // at both ends), medians over `repeat` steps; the loss and the optimizer's update are the rest.
   const std::vector<Layer*> layers = model->layers();
-  std::vector<std::vector<double>> fwd(layers.size()), bwd(layers.size());
-  auto timed = [](const std::function<void()>& fn) {
-    gpu::synchronize();
-    const auto t0 = Clock::now();
-    fn();
-    gpu::synchronize();
-    return std::chrono::duration<double>(Clock::now() - t0).count();
-  };
+  std::map<const Layer*, std::array<std::vector<double>, 2>> times;
+  set_layer_timer([&](const Layer& l, bool backward, double s) { times[&l][backward].push_back(s); });
   for (int r = 0; r < repeat; ++r) {
     for (Param* p : params) p->grad.zero();
-    std::vector<Tensor> acts = {x};
-    for (size_t i = 0; i < layers.size(); ++i)
-      fwd[i].push_back(timed([&] { acts.push_back(layers[i]->forward(acts.back(), true)); }));
-    Tensor dy = model->loss(acts.back(), t).grad;
-    for (size_t i = layers.size(); i-- > 0;) bwd[i].push_back(timed([&] { dy = layers[i]->backward(dy); }));
+    const Tensor out = model->forward(x, true);
+    model->backward(model->loss(out, t).grad);
   }
+  set_layer_timer(nullptr);
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2] * 1e3;
   };
   nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < layers.size(); ++i)
-    rows.push_back({{"layer", layers[i]->name()}, {"fwd_ms", median(fwd[i])}, {"bwd_ms", median(bwd[i])}});
+  for (const Layer* l : layers)
+    rows.push_back({{"layer", l->name()}, {"fwd_ms", median(times[l][0])}, {"bwd_ms", median(times[l][1])}});
   print({{"figure", "cosmoflow_layers"}, {"size", 128}, {"batch", batch}, {"layers", rows}});
 }
 

@@ -427,24 +427,29 @@ void multiply(const float* a, const float* b, float* y, int64_t n) {
   k_multiply<<<blocks_for(n), kThreads, 0, cur()>>>(a, b, y, n);
   check_launch("multiply");
 }
-void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) {
-  const int64_t total = n * c * inner;
-  if (total <= 0) return;
-  if (inner < kThreads) {  // a fully connected layer's rows: too short for a block each
-    k_add_bias<<<blocks_for(total), kThreads, 0, cur()>>>(y, bias, total, c, inner);
-  } else {
-    bias_leaky_relu(y, bias, n, c, inner, 1.0f);  // slope 1: the identity
-    return;
-  }
-  check_launch("add_bias");
-}
-void bias_leaky_relu(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, float slope) {
+namespace {
+// k_bias_act_planes over n x c planes of `inner` entries.
+void bias_act_planes(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, bool act, float slope) {
   const int64_t planes = n * c;
-  if (planes * inner <= 0) return;
   const int64_t rows = std::min<int64_t>(planes, 65535);
   const int64_t across = std::min<int64_t>((inner + kThreads - 1) / kThreads, std::max<int64_t>(1, 8192 / rows));
   k_bias_act_planes<<<dim3(static_cast<unsigned>(across), static_cast<unsigned>(rows)), kThreads, 0, cur()>>>(
-      y, bias, planes, c, inner, slope != 1.0f, slope);
+      y, bias, planes, c, inner, act, slope);
+}
+}  // namespace
+
+void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner) {
+  const int64_t total = n * c * inner;
+  if (total <= 0) return;
+  if (inner < kThreads)  // a fully connected layer's rows: too short for a block each
+    k_add_bias<<<blocks_for(total), kThreads, 0, cur()>>>(y, bias, total, c, inner);
+  else
+    bias_act_planes(y, bias, n, c, inner, false, 0.0f);
+  check_launch("add_bias");
+}
+void bias_leaky_relu(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, float slope) {
+  if (n * c * inner <= 0) return;
+  bias_act_planes(y, bias, n, c, inner, true, slope);
   check_launch("bias_leaky_relu");
 }
 void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner) {
