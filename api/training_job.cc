@@ -71,7 +71,7 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
   d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath",
                 "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume", "tokenBytes", "vocabSize"});
   DatasetSpec s;
-  s.format = d.choice("format", s.format, {"synthetic", "hdf5", "tokens"});
+  s.format = d.choice("format", s.format, {"synthetic", "hdf5", "tokens", "imagefolder"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
   const bool tokens = s.format == "tokens";  // windows: all that fit unless given
   s.samples = static_cast<uint64_t>(d.integer("samples", tokens ? 0 : 256, 1, INT64_MAX));
@@ -239,7 +239,8 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
     spec.problem("dataset", "required: where the samples come from (format: hdf5 with a path, or format: synthetic "
                             "for generated samples)");
   } else if (!data.has("format") && !data.has("synthetic")) {
-    data.problem("format", "required: hdf5 (the files under path), tokens (token files under path) or synthetic (generated samples)");
+    data.problem("format", "required: hdf5 (the files under path), imagefolder (JPEG images under path/train and path/val), "
+                           "tokens (token files under path) or synthetic (generated samples)");
   }
   const bool language = s.model.name == "transformer", tokens = s.dataset.format == "tokens";
   if (language && spec.has("dataset") && !tokens)
@@ -247,6 +248,9 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   else if (tokens && !language)
     data.problem("format", "tokens: token files train a language model (model.name: transformer), not " + s.model.name);
   const std::string fits = s.model.name == "cosmoflow" ? "cosmo" : s.model.name == "unet3d" ? "shapes" : "images";
+  const bool image_folder = s.dataset.format == "imagefolder";
+  if (image_folder && fits != "images" && !language)
+    data.problem("format", "imagefolder: JPEG images train a 2D image classifier (resnet50, cnn2d or cnn25m), not " + s.model.name);
   if (language) {
     if (data.has("synthetic")) data.problem("synthetic", "model transformer has no generated data: give token files (format: tokens)");
   } else if (s.dataset.synthetic.empty()) {
@@ -260,6 +264,10 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
       data.problem("vocabSize", "required for token files: every token id is below it (256 for `tessera data generate --kind text`)");
     for (const char* f : {"validationPath", "validationSplit", "crop", "inputKey", "targetKey"})
       if (data.has(f)) data.problem(f, "applies to an hdf5 dataset; token files hold their validation tokens in path/val.bin");
+  } else if (image_folder) {
+    if (s.dataset.path.empty()) data.problem("path", "required for an imagefolder dataset: the directory holding train/ and val/");
+    for (const char* f : {"validationPath", "validationSplit", "crop", "inputKey", "targetKey"})
+      if (data.has(f)) data.problem(f, "applies to an hdf5 dataset; an imagefolder dataset validates on the images under path/val");
   } else if (s.dataset.format == "hdf5") {
     if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
     if (!s.dataset.validation_path.empty() && s.dataset.validation_split > 0)
@@ -308,9 +316,9 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
     for (const char* k : {"context", "width", "depth", "heads"}) note(model, k, "applies to model transformer, not " + s.model.name);
   }
   const ConfigNode data = spec.child("dataset");
-  if (s.dataset.format == "hdf5") {
+  if (s.dataset.format == "hdf5" || s.dataset.format == "imagefolder") {
     for (const char* k : {"samples", "validationSamples", "seed"})
-      note(data, k, "has no effect on an hdf5 dataset (it applies to generated samples; the files give the samples)");
+      note(data, k, "has no effect on an " + s.dataset.format + " dataset (it applies to generated samples; the files give the samples)");
   } else {
     note(data, "remoteThrottle", "has no effect on " + std::string(s.dataset.format == "tokens" ? "token files" : "synthetic data") +
                                       " (it slows reads of the remote tier of an hdf5 dataset)");

@@ -53,7 +53,7 @@ struct VolumeSpec {
 };
 
 struct DatasetSpec {
-  std::string format = "synthetic";  // synthetic | hdf5 | tokens
+  std::string format = "synthetic";  // synthetic | hdf5 | tokens | imagefolder
   std::string synthetic;             // cosmo | shapes | images; empty: the model's (cosmoflow: cosmo, ...)
   uint64_t samples = 256;            // synthetic: training samples; tokens: windows an epoch (0: all side by side)
   uint64_t validation_samples = 64;  // synthetic: validation samples; tokens: validation windows (0: all)

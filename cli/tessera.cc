@@ -11,10 +11,12 @@
 //       port); --prometheus starts Debian's Prometheus scraping them (default 127.0.0.1:9090)
 //   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]
 //       writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv
+//   tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] ...
+//       writes an ImageFolder of JPEGs and its manifest.tsv
 //   tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]
 //                          [--progress S]
 //       scans a directory of HDF5 files or .npy pairs, checks them and writes its manifest.tsv
-//   tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX
+//   tessera data read JOB.yaml --sample I [--rank R] [--validation] [--epoch E] --out PREFIX
 //       writes the block of a sample that a rank of the job reads (PREFIX_x.npy, PREFIX_y.npy)
 //   tessera data verify DIR
 //       reads every file of a dataset and checks it against the manifest
@@ -39,6 +41,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "worker/data/dataset_index.h"
+#include "worker/data/image_folder.h"
 #include "worker/data/tokens.h"
 #include "worker/spatial/partition.h"
 #include "worker/train/job_config.h"
@@ -64,12 +67,17 @@ constexpr const char* kRunUsage =
 constexpr const char* kGenerateUsage =
     "usage: tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
     "       tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
+    "       tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S]\n"
+    "                             [--validation-fraction F] [--replace]\n"
     "Writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv into DIR, which\n"
     "must be new or empty; --replace replaces a dataset already there. CosmoFlow sizes are powers of\n"
     "two, U-Net sizes multiples of 4.\n"
     "--kind text writes a language model's token files as nanoGPT does: train.bin and val.bin (uint16\n"
     "ids, byte-level: vocabulary 256) and meta.json, from English text: the Debian package fortunes'\n"
-    "files, or --source. The last --validation-fraction of the text (default 0.1) is val.bin.\n";
+    "files, or --source. The last --validation-fraction of the text (default 0.1) is val.bin.\n"
+    "--kind images writes an ImageFolder (DIR/train/<shape>/*.jpg and DIR/val/<shape>/*.jpg) of W x W\n"
+    "JPEGs of K kinds of shape (2-10, default 10) in random colours, places and sizes on noisy\n"
+    "backgrounds, N for training and N times --validation-fraction for validation, and indexes it.\n";
 constexpr const char* kIndexUsage =
     "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
     "                              [--progress S]\n"
@@ -78,6 +86,9 @@ constexpr const char* kIndexUsage =
     "every file agrees (shapes, types, target lengths, no NaN in float volumes, whole labels) and writes\n"
     "DIR/manifest.tsv with every file's size and checksum. The files are not changed. docs/data.md\n"
     "describes the layouts.\n"
+    "A DIR with a train/ directory (or --layout imagefolder) is an ImageFolder dataset: JPEG images in\n"
+    "DIR/train/<class>/ and DIR/val/<class>/. Every image is decoded on every core to find damaged\n"
+    "files (all listed); empty classes and class sets that differ between train/ and val/ are errors.\n"
     "  --layout L       cosmo (C, D, H, W), cosmo-channels-last (D, H, W, C), unet, unet-npy (default: detected)\n"
     "  --input-key K    the HDF5 dataset of the volume (default full, else volume)\n"
     "  --target-key K   the HDF5 dataset of the targets or labels (default unitPar, else segmentation)\n"
@@ -86,11 +97,13 @@ constexpr const char* kIndexUsage =
     "  --channels C     which end of a 4-d cosmo volume holds the channels, when detection cannot tell\n"
     "  --progress S     report progress every S seconds (default 5)\n";
 constexpr const char* kReadUsage =
-    "usage: tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
+    "usage: tessera data read JOB.yaml --sample I [--rank R] [--validation] [--epoch E] --out PREFIX\n"
     "Reads sample I of the job's dataset (spec.dataset.path, or validationPath with --validation;\n"
     "samples are numbered in file order, a cropped file's sub-volumes in D, H, W order) as rank R of\n"
     "the job reads it: its block under spec.parallelism.spatial, transformed. Writes the block to\n"
-    "PREFIX_x.npy and its targets (or labels) to PREFIX_y.npy, float32.\n";
+    "PREFIX_x.npy and its targets (or labels) to PREFIX_y.npy, float32.\n"
+    "An imagefolder dataset's sample I is image I of train/ (val/ with --validation), in the manifest's\n"
+    "order, as the model gets it: (3, S, S), normalised; a training image as augmented in --epoch E.\n";
 constexpr const char* kNodeUsage =
     "usage: tessera node remove|add NODE --work-dir DIR\n"
     "Changes the virtual cluster of the tessera run whose work directory is DIR while its job runs:\n"
@@ -108,6 +121,7 @@ int usage(int code) {
                "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
                "  tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
+               "  tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] [--replace]\n"
                "  tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
                "                     [--progress S]\n"
                "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
@@ -119,7 +133,7 @@ int usage(int code) {
 
 int data_generate(int argc, char** argv) {
   std::string kind, out, source;
-  int64_t samples = -1, size = -1, seed = 1;
+  int64_t samples = -1, size = -1, seed = 1, classes = 10;
   double validation_fraction = 0.1;
   bool float32 = false, replace = false;
   Flags flags("tessera data generate", kGenerateUsage);
@@ -130,11 +144,22 @@ int data_generate(int argc, char** argv) {
       .integer("--seed", &seed, 0, std::numeric_limits<int64_t>::max())
       .toggle("--float32", &float32)
       .text("--source", &source)
+      .integer("--classes", &classes, 2, 10)
       .real("--validation-fraction", &validation_fraction, Interval{0, 1, true, true})
       .toggle("--replace", &replace);
   if (!flags.parse(argc, argv, 3)) return 0;
   const bool int16 = !float32;
-  if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow, unet or text)");
+  if (kind.empty()) throw ConfigError("--kind", "required (cosmoflow, unet, images or text)");
+  if (kind == "images") {
+    if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
+    if (size < 8) throw ConfigError("--size", "required, at least 8");
+    if (out.empty()) throw ConfigError("--out", "required");
+    const ImageFolderIndex x = generate_image_folder(out, static_cast<uint64_t>(samples), static_cast<int>(size), static_cast<int>(classes),
+                                                     static_cast<uint64_t>(seed), validation_fraction, replace);
+    std::printf("wrote an ImageFolder of %zu training and %zu validation JPEGs (%lldx%lld, %zu classes) to %s\n", x.train.size(),
+                x.val.size(), static_cast<long long>(size), static_cast<long long>(size), x.classes.size(), out.c_str());
+    return 0;
+  }
   if (kind == "text") {
     if (out.empty()) throw ConfigError("--out", "required");
     std::vector<std::string> sources;
@@ -273,6 +298,15 @@ int data_index(int argc, char** argv) {
       .positional(&dirs, 1, 1, "dataset directory");
   if (!flags.parse(argc, argv, 3)) return 0;
   const std::string dir = dirs[0];
+  if (o.layout == "imagefolder" || (o.layout.empty() && is_image_folder(dir))) {
+    for (auto [flag, value] : {std::pair{"--input-key", &o.input_key}, {"--target-key", &o.target_key}, {"--transform", &o.transform},
+                               {"--channels", &o.channels}})
+      if (!value->empty()) throw ConfigError(flag, "applies to HDF5 and .npy datasets, not to the ImageFolder under " + dir);
+    const ImageFolderIndex x = index_image_folder(dir, o.progress_seconds);
+    std::printf("%s: indexed an ImageFolder of %s (%zu train, %zu val) in %s/manifest.tsv\n", dir.c_str(),
+                detail::concat(x.classes.size(), x.classes.size() == 1 ? " class" : " classes").c_str(), x.train.size(), x.val.size(), dir.c_str());
+    return 0;
+  }
   const DatasetIndex x = index_dataset(dir, o);
   std::printf("%s: indexed %s (%s) in %s/manifest.tsv\n", dir.c_str(), detail::count(x.entries.size(), "sample").c_str(),
               x.describe().c_str(), dir.c_str());
@@ -282,11 +316,12 @@ int data_index(int argc, char** argv) {
 int data_read(int argc, char** argv) {
   std::vector<std::string> files;
   std::string out;
-  int64_t sample = -1, rank = 0;
+  int64_t sample = -1, rank = 0, epoch = 0;
   bool validation = false;
   Flags flags("tessera data read", kReadUsage);
   flags.integer("--sample", &sample, 0, std::numeric_limits<int64_t>::max())
       .integer("--rank", &rank, 0, 65535)
+      .integer("--epoch", &epoch, 0, 1 << 30)
       .toggle("--validation", &validation)
       .text("--out", &out)
       .positional(&files, 1, 1, "manifest");
@@ -295,7 +330,25 @@ int data_read(int argc, char** argv) {
   if (sample < 0) throw ConfigError("--sample", "required, a sample number from 0");
   if (out.empty()) throw ConfigError("--out", "required: the prefix of the .npy files to write");
   const JobConfig c = load_job_config(file);
-  if (c.data.format != "hdf5") throw ConfigError("spec.dataset.format", "'" + c.data.format + "': only files are read (format: hdf5)");
+  if (c.data.format == "imagefolder") {
+    const ImageFolderIndex index = read_image_folder_index(c.data.path);
+    PosixFileSystem fs;
+    ImageFolderDataset data(c.data.path, index, validation ? ImageFolderDataset::Split::kVal : ImageFolderDataset::Split::kTrain,
+                            c.model.input_size, c.training.seed, fs, nullptr, false);
+    if (static_cast<uint64_t>(sample) >= data.size())
+      throw ConfigError("--sample", detail::concat(sample, " is past the ", detail::count(data.size(), "image"), " of ", validation ? "val/" : "train/"));
+    data.set_epoch(static_cast<int>(epoch));
+    const Sample b = data.get(static_cast<uint64_t>(sample));
+    write_npy(out + "_x.npy", b.input);
+    write_npy(out + "_y.npy", b.target);
+    const auto& e = data.entry(static_cast<uint64_t>(sample));
+    std::printf("image %lld of %s: %s (%dx%d, class %s), as the model gets it: %s\n", static_cast<long long>(sample),
+                detail::count(data.size(), "image").c_str(), data.file(static_cast<uint64_t>(sample)).c_str(), e.width, e.height,
+                index.classes[e.label].c_str(), shape_str(b.input.shape()).c_str());
+    return 0;
+  }
+  if (c.data.format != "hdf5")
+    throw ConfigError("spec.dataset.format", "'" + c.data.format + "': only files are read (format: hdf5 or imagefolder)");
   if (rank < 0 || rank >= c.workers) throw ConfigError("--rank", detail::concat(rank, " is not a rank of the job's ", c.workers, " workers"));
   const std::string dir = validation ? c.data.validation_path : c.data.path;
   if (dir.empty()) throw ConfigError("--validation", "the job has no spec.dataset.validationPath");
@@ -352,7 +405,8 @@ int run(int argc, char** argv) {
     Flags flags("tessera data verify", kVerifyUsage);
     flags.positional(&dirs, 1, 1, "dataset directory");
     if (!flags.parse(argc, argv, 3)) return 0;
-    verify_dataset(dirs[0]);
+    if (is_image_folder(dirs[0])) verify_image_folder(dirs[0]);
+    else verify_dataset(dirs[0]);
     std::printf("%s: every sample matches the manifest\n", dirs[0].c_str());
     return 0;
   }

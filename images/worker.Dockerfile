@@ -42,10 +42,10 @@ COPY images/bin/tessera-worker images/bin/tessera /out/
 FROM binaries-${BINARIES} AS binaries
 
 FROM ${DEBIAN}
-# The shared libraries tessera-worker links (oneDNN, Gloo, HDF5, gRPC, protobuf, yaml-cpp,
+# The shared libraries tessera-worker links (oneDNN, Gloo, HDF5, libjpeg-turbo, gRPC, protobuf, yaml-cpp,
 # prometheus-cpp, libcurl, OpenMP), and with VARIANT=cuda the CUDA runtime, cuDNN and NCCL.
 RUN apt-get update -q && apt-get install -y -q --no-install-recommends \
-      ca-certificates libdnnl2 ocl-icd-libopencl1 libgloo0 libhdf5-103-1 libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 \
+      ca-certificates libdnnl2 ocl-icd-libopencl1 libgloo0 libhdf5-103-1 libjpeg62-turbo libgrpc++1.51 libprotobuf32 libyaml-cpp0.7 \
       libprometheus-cpp-core1.0 libcurl4 libgomp1 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=toolkit /opt/toolkit/lib /usr/local/cuda/lib64

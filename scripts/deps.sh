@@ -7,12 +7,13 @@ packages=(
   libgloo-dev
   libdnnl-dev ocl-icd-opencl-dev
   libyaml-cpp-dev nlohmann-json3-dev libhdf5-dev zlib1g-dev libcurl4-openssl-dev prometheus-cpp-dev
+  libjpeg62-turbo-dev                              # JPEG images (ImageFolder datasets)
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libssl-dev                                       # HMAC-SHA256 of the controller's job tokens
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)
-  python3-h5py python3-numpy                       # datasets written as users' tools write them (tests/e2e/dataset_files_test.py)
+  python3-h5py python3-numpy python3-pil           # datasets written as users' tools write them (tests/e2e/dataset_files_test.py, image_folder_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
   iproute2                                         # the emulated cluster (tessera-netns)
   containerd runc containernetworking-plugins iptables   # the test cluster's real nodes

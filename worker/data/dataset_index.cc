@@ -292,6 +292,8 @@ DatasetIndex read_index(const std::string& dir) {
   };
   std::string line;
   std::getline(in, line);
+  if (starts_with(line, "# tessera-imagefolder"))
+    throw ConfigError("dataset.path", "'" + dir + "' holds an ImageFolder dataset of JPEG images: set spec.dataset.format: imagefolder");
   DatasetIndex x;
   const bool v1 = starts_with(line, "# tessera-dataset v1");
   if (v1) {  // generated before the layouts were recorded: cosmo or unet, detected from the first file

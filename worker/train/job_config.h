@@ -32,7 +32,7 @@ struct TrainingConfig {
 };
 
 struct DataConfig {
-  std::string format = "synthetic";  // synthetic | hdf5 | tokens
+  std::string format = "synthetic";  // synthetic | hdf5 | tokens | imagefolder
   std::string path, validation_path; // hdf5: directories indexed by `tessera data index`; tokens: path holds train.bin and val.bin
   int token_bytes = 2;               // tokens: 2 (uint16) or 4 (uint32)
   uint64_t windows = 0, validation_windows = 0;  // tokens: samples an epoch and in validation (0: all side by side)

@@ -153,8 +153,8 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
     }
   const DataConfig& dc = config_.data;
   posix_ = std::make_unique<PosixFileSystem>();  // checkpoints and the data cache
-  if (dc.format == "hdf5") {
-    FileSystem* remote = posix_.get();
+  FileSystem* remote = posix_.get();
+  if (dc.format == "hdf5" || dc.format == "imagefolder") {
     if (dc.remote_mbps > 0) {
       remote_fs_ = std::make_unique<ThrottledFileSystem>(
           *posix_, dc.remote_mbps, std::chrono::microseconds(static_cast<int64_t>(dc.remote_latency_ms * 1000)));
@@ -163,6 +163,8 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
     CacheOptions co = dc.cache;
     if (!co.ssd_dir.empty()) co.ssd_dir += "/rank" + std::to_string(rank_);  // each rank caches its own blocks
     cache_ = std::make_unique<TieredCache>(co, *posix_);
+  }
+  if (dc.format == "hdf5") {
     auto open = [&](const std::string& dir, const char* field) {
       auto data = open_file_dataset(config_, *model_, dir, field, *remote, cache_.get());
       files_.push_back(data.get());
@@ -174,6 +176,25 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
       train_ = open(dc.path, "path");
       if (!dc.validation_path.empty()) val_ = open(dc.validation_path, "validationPath");
     }
+  } else if (dc.format == "imagefolder") {
+    const ImageFolderIndex index = read_image_folder_index(dc.path);
+    const int classes = static_cast<int>(index.classes.size());
+    if (config_.model.outputs != classes)
+      throw ConfigError("spec.model.outputs", detail::concat(config_.model.outputs, " outputs, but the dataset under ", dc.path, " has ",
+                                                             detail::concat(classes, classes == 1 ? " class" : " classes"), " (", index.classes.front(), "...",
+                                                             index.classes.back(), "): set outputs to ", classes));
+    const ImageCacheChoice keep = choose_image_cache(index, dc.cache);
+    if (rank_ == 0)
+      log_info("images: ", index.train.size(), " to train on and ", index.val.size(), " to validate on, ", detail::concat(classes, classes == 1 ? " class" : " classes"),
+               "; the cache keeps ", keep.decoded ? "decoded pixels" : "JPEG bytes", ": ", keep.reason);
+    const int size = static_cast<int>(config_.model.input_size);
+    auto train = std::make_unique<ImageFolderDataset>(dc.path, index, ImageFolderDataset::Split::kTrain, size, config_.training.seed,
+                                                      *remote, cache_.get(), keep.decoded);
+    auto val = std::make_unique<ImageFolderDataset>(dc.path, index, ImageFolderDataset::Split::kVal, size, config_.training.seed,
+                                                    *remote, cache_.get(), keep.decoded);
+    images_ = {train.get(), val.get()};
+    train_ = std::move(train);
+    val_ = std::move(val);
   } else if (dc.format == "tokens") {
     // nanoGPT's layout: train.bin and val.bin side by side, ids below the model's vocabulary.
     const auto& mc = config_.model;
@@ -233,6 +254,7 @@ Trainer::~Trainer() = default;
 uint64_t Trainer::remote_bytes_read() const {
   uint64_t n = 0;
   for (const FileDataset* f : files_) n += f->remote_bytes_read();
+  for (const ImageFolderDataset* f : images_) n += f->remote_bytes_read();
   return n;
 }
 
@@ -600,6 +622,7 @@ TrainSummary Trainer::run() {
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
     if (epoch != order_epoch) {
+      if (!images_.empty()) images_[0]->set_epoch(epoch);  // the loader is idle: the last epoch's batches are all consumed
       loader_->start(epoch_schedule(epoch, step_ % steps_per_epoch_));
       order_epoch = epoch;
     }

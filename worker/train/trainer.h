@@ -20,6 +20,7 @@
 
 #include "worker/comm/topology.h"
 #include "worker/data/file_dataset.h"
+#include "worker/data/image_folder.h"
 #include "worker/data/loader.h"
 #include "worker/train/bucket_exchange.h"
 #include "worker/train/control_agent.h"
@@ -156,6 +157,7 @@ class Trainer {
   std::unique_ptr<SampleCache> sample_cache_;
   std::unique_ptr<Dataset> train_, val_;
   std::vector<const FileDataset*> files_;  // the file datasets under train_ and val_
+  std::vector<ImageFolderDataset*> images_;  // format imagefolder: train_ and val_
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
