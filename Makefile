@@ -69,13 +69,16 @@ run: build
 	$(BUILD_DIR)/bin/tessera run examples/cosmoflow-local.yaml --fresh $(RUN_ARGS)
 
 # Validation MSE of the make run recipe in Tessera and PyTorch, 3 seeds each (about 25 minutes), and
-# the Transformer's validation loss on the fortunes text likewise.
+# the Transformer's validation loss on the fortunes text and ResNet-50's top-1 on an ImageFolder of
+# generated JPEGs likewise.
 bench-parity: build deps
 	@test -f $(DATA_DIR)/train/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 512 --size 32 --seed 1 --out $(DATA_DIR)/train
 	@test -f $(DATA_DIR)/val/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind cosmoflow --samples 128 --size 32 --seed 2 --out $(DATA_DIR)/val
 	/usr/bin/python3 bench/parity.py --data $(DATA_DIR) --tessera $(BUILD_DIR)/bin/tessera --seeds 1,2,3 --threads 2
 	@test -f data/fortunes/train.bin || $(BUILD_DIR)/bin/tessera data generate --kind text --out data/fortunes
 	/usr/bin/python3 bench/parity_transformer.py --data data/fortunes --tessera $(BUILD_DIR)/bin/tessera --seeds 1,2,3 --threads 2
+	@test -f data/shapes/manifest.tsv || $(BUILD_DIR)/bin/tessera data generate --kind images --samples 1536 --size 80 --out data/shapes
+	/usr/bin/python3 bench/parity_resnet50.py --data data/shapes --tessera $(BUILD_DIR)/bin/tessera --seeds 1,2,3 --threads 2
 
 bench: build deps cluster-tools
 	$(BUILD_DIR)/bin/tessera-bench topk --size 25600000 --density 0.001 --json

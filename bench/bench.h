@@ -89,6 +89,7 @@ int cluster_train(int argc, char** argv);
 int train(int argc, char** argv);
 int spatial(int argc, char** argv);
 int cache(int argc, char** argv);
+int images(int argc, char** argv);
 int placement(int argc, char** argv);
 int controller(int argc, char** argv);
 int metrics(int argc, char** argv);

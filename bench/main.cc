@@ -15,6 +15,9 @@
 //       trains CosmoFlow from generated HDF5 files with the remote tier throttled to R MB/s, then
 //       restarts the worker for one more epoch: per-epoch data-wait fraction, read throughput and
 //       hit ratio per cache tier.
+//   tessera-bench images   [--size S --images N --width W --iters I] [--json]
+//       images/s of one thread turning generated JPEGs into the model's input (the training and the
+//       validation transform) against the same transforms in Pillow (bench/pil_images.py).
 //   tessera-bench placement --workers W --nodes N [--gpus-per-node G] [--json]
 //       gang placement and ring plan of W one-GPU workers on N nodes in 4 zones x 4 racks.
 //   tessera-bench controller --nodes N --jobs J [--pods P] [--gpus-per-node G] [--timeout S] [--json]
@@ -53,6 +56,7 @@ int usage(int code) {
                "  train    --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
                "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
                "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
+               "  images   [--size S --images N --width W --iters I] [--json]\n"
                "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
                "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
                "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
@@ -76,7 +80,7 @@ int main(int argc, char** argv) {
   static const std::map<std::string, int (*)(int, char**)> kCommands = {
       {"topk", topk},       {"exchange", exchange}, {"demo", demo},           {"train", train},
       {"spatial", spatial}, {"cache", cache},       {"placement", placement}, {"controller", controller},
-      {"metrics", metrics}, {"cluster", cluster},   {"cluster-train", cluster_train}};
+      {"metrics", metrics}, {"cluster", cluster},   {"cluster-train", cluster_train}, {"images", images}};
   const auto it = kCommands.find(cmd);
   if (it == kCommands.end()) {
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());

@@ -128,8 +128,9 @@ spec:
 """
 
 
-def run_tessera(tessera, work, name, text):
-    """Runs the manifest `text` with `tessera run` in work/name; returns its validation loss and seconds."""
+def run_tessera(tessera, work, name, text, full=False):
+    """Runs the manifest `text` with `tessera run` in work/name; returns its validation loss (with
+    full, its whole final status) and seconds."""
     path = os.path.join(work, name + ".yaml")
     with open(path, "w") as f:
         f.write(text)
@@ -141,7 +142,7 @@ def run_tessera(tessera, work, name, text):
         sys.exit(f"parity: {name} failed ({run.returncode}):\n{run.stdout[-3000:]}{run.stderr[-3000:]}")
     with open(os.path.join(wd, "status.json")) as f:
         status = json.load(f)
-    return status["status"]["validation"]["loss"], time.time() - t0
+    return status["status"] if full else status["status"]["validation"]["loss"], time.time() - t0
 
 
 def train_tessera(tessera, data, seed, config, work, init):
