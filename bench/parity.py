@@ -128,6 +128,18 @@ spec:
 """
 
 
+def parity_args(doc, data, data_help):
+    """The flags of the comparisons with PyTorch (--data, --tessera, --seeds, --threads): the parsed
+    arguments and the seeds as integers."""
+    p = argparse.ArgumentParser(description=doc.split("\n")[0])
+    p.add_argument("--data", default=data, help=data_help)
+    p.add_argument("--tessera", default="build/bin/tessera")
+    p.add_argument("--seeds", default="1,2,3")
+    p.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
+    a = p.parse_args()
+    return a, [int(s) for s in a.seeds.split(",")]
+
+
 def run_tessera(tessera, work, name, text, full=False):
     """Runs the manifest `text` with `tessera run` in work/name; returns its validation loss (with
     full, its whole final status) and seconds."""

@@ -17,7 +17,6 @@ own order. The recipe (examples/resnet50-local.yaml's on one worker): batch 16, 
 0.001 with weight decay 0.05 on weights (not BatchNorm or biases), warm-up over half an epoch then
 cosine decay to 1e-5 per step, label smoothing 0.1.
 """
-import argparse
 import json
 import math
 import os
@@ -30,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from parity import run_tessera  # the same `tessera run` of a manifest as the CosmoFlow comparison
+from parity import parity_args, run_tessera  # the flags and the `tessera run` of the CosmoFlow comparison
 from torch_resnet50 import ResNet50
 
 RECIPE = {"size": 64, "batch": 16, "epochs": 3, "lr": 0.001, "min_lr": 1e-5, "weight_decay": 0.05, "warmup_epochs": 0.5,
@@ -163,13 +162,7 @@ spec:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default="data/shapes", help="an ImageFolder indexed by `tessera data index`")
-    p.add_argument("--tessera", default="build/bin/tessera")
-    p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
-    a = p.parse_args()
-    seeds = [int(s) for s in a.seeds.split(",")]
+    a, seeds = parity_args(__doc__, "data/shapes", "an ImageFolder indexed by `tessera data index`")
     classes, train, val = read_index(a.data)
     results = {"pytorch": [], "tessera": []}
     for s in seeds:

@@ -16,7 +16,6 @@ weights, not on biases and LayerNorm), warm-up over a tenth of an epoch, then co
 0.0003 per step; gradients clipped to norm 1; batch 16; 3 epochs of 2048 windows; 512 validation
 windows.
 """
-import argparse
 import json
 import math
 import os
@@ -26,7 +25,7 @@ import time
 import numpy as np
 import torch
 
-from parity import run_tessera  # the same `tessera run` of a manifest as the CosmoFlow comparison
+from parity import parity_args, run_tessera  # the flags and the `tessera run` of the CosmoFlow comparison
 from torch_transformer import Transformer, loss_of
 
 RECIPE = {"context": 64, "width": 128, "depth": 4, "heads": 4, "lr": 0.003, "min_lr": 0.0003, "weight_decay": 0.1,
@@ -121,13 +120,7 @@ def train_tessera(tessera, data, seed, work):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--data", default="data/fortunes", help="a directory with train.bin and val.bin (uint16)")
-    p.add_argument("--tessera", default="build/bin/tessera")
-    p.add_argument("--seeds", default="1,2,3")
-    p.add_argument("--threads", type=int, default=2, help="PyTorch's threads")
-    a = p.parse_args()
-    seeds = [int(s) for s in a.seeds.split(",")]
+    a, seeds = parity_args(__doc__, "data/fortunes", "a directory with train.bin and val.bin (uint16)")
     train = np.fromfile(os.path.join(a.data, "train.bin"), dtype=np.uint16).astype(np.int64)
     val = np.fromfile(os.path.join(a.data, "val.bin"), dtype=np.uint16).astype(np.int64)
     results = {"pytorch": [], "tessera": []}

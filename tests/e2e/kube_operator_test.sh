@@ -182,7 +182,7 @@ for s in $scenarios; do
       server=$(kubectl config view --raw -o jsonpath='{.clusters[0].cluster.server}')
       token=$(kubectl config view --raw -o jsonpath='{.users[0].user.token}')
       url=$server/apis/tessera.dev/v1alpha1/namespaces/example/trainingjobs/cosmoflow-k8s
-      for w in 1 2; do
+      for w in 1 2 3 4; do
         (for i in $(seq 1 3000); do
           curl -sk -o /dev/null -X PATCH -H "Authorization: Bearer $token" -H "Content-Type: application/merge-patch+json" \
             --data "{\"metadata\":{\"labels\":{\"writer$w\":\"n$i\"}}}" "$url" || true
