@@ -247,10 +247,15 @@ class ImageFolderTest(unittest.TestCase):
             whole = f.read()
         with open(cut, "wb") as f:
             f.write(whole[: len(whole) // 2])
-        err = self.index_fails(data, "2 images cannot be decoded", "train/cross/notes.jpg", "train/square/cut.jpg")
+        # A CMYK JPEG (as print workflows write them): libjpeg cannot give it as RGB.
+        cmyk = os.path.join(data, "val", "circle", "print.jpg")
+        Image.new("CMYK", (40, 30), (10, 200, 30, 5)).save(cmyk, quality=90)
+        err = self.index_fails(data, "3 images cannot be decoded", "train/cross/notes.jpg", "train/square/cut.jpg",
+                               "print.jpg': a CMYK JPEG; convert it to RGB")
         self.assertIn("not a JPEG", err)
         os.remove(text)
         os.remove(cut)
+        os.remove(cmyk)
         # An empty class.
         os.makedirs(os.path.join(data, "val", "empty"))
         os.makedirs(os.path.join(data, "train", "empty"))
