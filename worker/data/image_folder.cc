@@ -47,15 +47,6 @@ std::vector<std::string> sorted_entries(const fs::path& dir, bool directories) {
   return out;
 }
 
-std::string read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("'" + path + "': cannot open");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw Error("'" + path + "': read failed");
-  return s.str();
-}
-
 std::string hex(uint64_t v) {
   char s[20];
   std::snprintf(s, sizeof(s), "%016llx", static_cast<unsigned long long>(v));
@@ -295,7 +286,7 @@ ImageFolderIndex index_image_folder(const std::string& dir, double progress_seco
       for (size_t i; (i = next.fetch_add(1)) < all.size(); done.fetch_add(1)) {
         ImageFolderIndex::Entry& e = *all[i];
         try {
-          const std::string data = read_whole(dir + "/" + e.file);
+          const std::string data = PosixFileSystem().read(dir + "/" + e.file);
           const Image size = jpeg_check(data, e.file);
           e.bytes = data.size();
           e.sum = fnv1a64(data);
@@ -400,7 +391,7 @@ void verify_image_folder(const std::string& dir) {
       const std::string path = dir + "/" + e.file;
       std::string data;
       try {
-        data = read_whole(path);
+        data = PosixFileSystem().read(path);
       } catch (const Error& err) {
         throw Error(detail::concat("dataset '", dir, "': image missing or unreadable: ", err.what()));
       }
@@ -525,7 +516,7 @@ ImageFolderDataset::ImageFolderDataset(std::string dir, const ImageFolderIndex& 
   TESSERA_CHECK(size > 0, "image size ", size);
 }
 
-Image ImageFolderDataset::image(uint64_t index) const {
+ImageFolderDataset::Pixels ImageFolderDataset::pixels(uint64_t index) const {
   const ImageFolderIndex::Entry& e = entries_.at(index);
   const std::string path = dir_ + "/" + e.file;
   auto read = [&] {
@@ -536,40 +527,46 @@ Image ImageFolderDataset::image(uint64_t index) const {
                                  "); index the dataset again with ", index_command(dir_)));
     return bytes;
   };
-  if (!cache_) return jpeg_decode(read(), path);
-  if (!cache_decoded_) return jpeg_decode(*cache_->get("jpeg:" + path, read), path);
-  const TieredCache::Blob blob = cache_->get("rgb:" + path, [&] { return pack(jpeg_decode(read(), path)); });
-  Image out;
+  Pixels p;
+  if (!cache_ || !cache_decoded_) {
+    p.decoded = jpeg_decode(cache_ ? *cache_->get("jpeg:" + path, read) : read(), path);
+    p.rgb = p.decoded.rgb.data();
+    p.width = p.decoded.width;
+    p.height = p.decoded.height;
+    return p;
+  }
+  // The cache's decoded blob is read in place.
+  p.blob = cache_->get("rgb:" + path, [&] { return pack(jpeg_decode(read(), path)); });
   int32_t wh[2];
-  TESSERA_CHECK(blob->size() >= 8, "a decoded image of ", blob->size(), " bytes in the cache");
-  std::memcpy(wh, blob->data(), 8);
-  out.width = wh[0];
-  out.height = wh[1];
-  TESSERA_CHECK(blob->size() == 8 + static_cast<size_t>(out.width) * out.height * 3, "a decoded image of the wrong size in the cache");
-  out.rgb.assign(blob->begin() + 8, blob->end());
-  return out;
+  TESSERA_CHECK(p.blob->size() >= 8, "a decoded image of ", p.blob->size(), " bytes in the cache");
+  std::memcpy(wh, p.blob->data(), 8);
+  p.width = wh[0];
+  p.height = wh[1];
+  TESSERA_CHECK(p.blob->size() == 8 + static_cast<size_t>(p.width) * p.height * 3, "a decoded image of the wrong size in the cache");
+  p.rgb = reinterpret_cast<const uint8_t*>(p.blob->data()) + 8;
+  return p;
 }
 
 Sample ImageFolderDataset::get(uint64_t index) const {
-  const Image img = image(index);
+  const Pixels img = pixels(index);
   const int s = static_cast<int>(size_);
-  std::vector<float> pixels;
+  std::vector<float> out;
   bool flip = false;
   if (train_) {
     std::mt19937_64 rng(mix(mix(seed_) ^ (static_cast<uint64_t>(epoch_.load()) + 1) * 0x9E3779B97F4A7C15ull) ^ mix(index));
     const CropBox box = random_resized_crop(img.width, img.height, rng);
     flip = std::bernoulli_distribution(0.5)(rng);
-    pixels = resample(img, box.x, box.y, box.width, box.height, s, s);
+    out = resample_rgb(img.rgb, img.width, img.height, box.x, box.y, box.width, box.height, s, s);
   } else {
     const auto b = center_crop_box(img.width, img.height, s);
-    pixels = resample(img, b[0], b[1], b[2], b[3], s, s);
+    out = resample_rgb(img.rgb, img.width, img.height, b[0], b[1], b[2], b[3], s, s);
   }
   Tensor input({3, size_, size_}), target(Shape{});
   const size_t plane = static_cast<size_t>(s) * s;
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < s; ++y)
       for (int x = 0; x < s; ++x) {
-        const float v = pixels[c * plane + static_cast<size_t>(y) * s + (flip ? s - 1 - x : x)];
+        const float v = out[c * plane + static_cast<size_t>(y) * s + (flip ? s - 1 - x : x)];
         input[c * plane + static_cast<size_t>(y) * s + x] = (v / 255.0f - kMean[c]) / kStd[c];
       }
   target[0] = static_cast<float>(entries_[index].label);

@@ -3,8 +3,9 @@
 //   DIR/train/<class>/*.jpg   the training images, one directory per class
 //   DIR/val/<class>/*.jpg     the validation images, the same classes
 //
-// `tessera data index DIR` checks every JPEG (decoded by libjpeg-turbo, at 1/8 scale: the same
-// damage is found several times faster), on every core, and writes DIR/manifest.tsv:
+// `tessera data index DIR` checks every JPEG (decoded by libjpeg-turbo at 1/8 scale: the same damage
+// is found without the full-size inverse DCT and colour conversion), on every core, and writes
+// DIR/manifest.tsv:
 //
 //   # tessera-imagefolder v1
 //   classes=2                         the class directories, sorted; label = position
@@ -117,12 +118,20 @@ class ImageFolderDataset final : public Dataset {
   void set_epoch(int epoch) { epoch_.store(epoch); }
   const ImageFolderIndex::Entry& entry(uint64_t index) const { return entries_.at(index); }
   std::string file(uint64_t index) const { return dir_ + "/" + entries_.at(index).file; }
-  // The decoded image of sample `index`, through the cache.
-  Image image(uint64_t index) const;
   // Bytes read from the directory so far (cache misses only).
   uint64_t remote_bytes_read() const { return remote_bytes_.load(); }
 
  private:
+  // The decoded pixels of a sample, through the cache: an image decoded here, or a view of the
+  // cache's decoded blob (kept alive by `blob`, not copied).
+  struct Pixels {
+    Image decoded;
+    TieredCache::Blob blob;
+    const uint8_t* rgb = nullptr;
+    int width = 0, height = 0;
+  };
+  Pixels pixels(uint64_t index) const;
+
   std::string dir_;
   std::vector<ImageFolderIndex::Entry> entries_;
   bool train_;

@@ -21,8 +21,8 @@ Image jpeg_size(const std::string& bytes, const std::string& name);
 // The whole image in RGB (greyscale files as three equal channels). Error naming `name` as above.
 Image jpeg_decode(const std::string& bytes, const std::string& name);
 // The image, decoded at 1/8 scale (libjpeg's DCT scaling): reads every byte of the entropy data, so
-// it finds the same damage jpeg_decode would, several times faster. Returns the full-size width and
-// height (rgb empty). Error naming `name` as above.
+// it finds the same damage jpeg_decode would, without the full-size inverse DCT and colour
+// conversion. Returns the full-size width and height (rgb empty). Error naming `name` as above.
 Image jpeg_check(const std::string& bytes, const std::string& name);
 // A baseline JPEG of an RGB image, at `quality` (1-100).
 std::string jpeg_encode(const Image& image, int quality = 90);
