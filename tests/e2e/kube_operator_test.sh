@@ -87,7 +87,9 @@ start_controller() {
 }
 stop_controller() { kill -9 "$(cat "$dir/controller-$1.pid")" 2>/dev/null || true; }
 
-field() { kubectl get tj "$2" -n "$1" -o jsonpath="{$3}" 2>/dev/null; }
+# A job's field; empty while the API server does not answer (under `set -e` a failed read in an
+# assignment would end the test with no message): the waits poll again, the checks fail with one.
+field() { kubectl get tj "$2" -n "$1" -o jsonpath="{$3}" 2>/dev/null || true; }
 # A namespace's events, read whole before they are searched: grep -q on kubectl's pipe can exit
 # before kubectl has written everything, and the SIGPIPE fails the check under pipefail.
 events() { kubectl get events -n "$1" --no-headers 2>/dev/null; }
