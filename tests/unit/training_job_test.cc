@@ -247,7 +247,7 @@ TEST(TrainingJobTest, CorpusOfManifestsEachRejectedAtItsField) {
   }
   EXPECT_GE(invalid, 30);
   for (const char* example : {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml", "transformer-local.yaml",
-                              "resnet50-local.yaml"}) {
+                              "resnet50-local.yaml", "resnet50-imagenet.yaml"}) {
     auto p = api::read_training_job(std::string(TESSERA_SOURCE_DIR) + "/examples/" + example);
     EXPECT_TRUE(p.ok()) << example;
   }
