@@ -99,10 +99,11 @@ CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
 bench-cluster: build deps
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only cpu,calibration,exchange,bucket,train,overlap,ddp --repeat 3
+	  --only cpu,calibration,exchange,bucket,train,overlap,ddp,models --repeat 3
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only target
-	/usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json
+	TESSERA_COST_LIB=$(BUILD_DIR)/lib/libtessera_cost_c.so \
+	  /usr/bin/python3 bench/cluster/cost_model.py $(CLUSTER_OUT)/cluster.jsonl --json $(CLUSTER_OUT)/cost_model.json
 	/usr/bin/python3 bench/cluster/plot.py $(CLUSTER_OUT)/cluster.jsonl $(CLUSTER_OUT) --model $(CLUSTER_OUT)/cost_model.json
 
 clean:

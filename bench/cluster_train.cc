@@ -21,12 +21,16 @@
 #include "testing/process.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/store.h"
+#include "worker/data/tokens.h"
 #include "worker/nn/optim.h"
 #include "worker/train/trainer.h"
 
 namespace tessera::bench {
 
-JobConfig bench_job(const std::string& model, int world, int batch, int steps_per_epoch, int epochs, int threads) {
+// The benchmark models' jobs. `tokens`: the directory of the Transformer's token files
+// (bench_tokens); the other models train on generated samples.
+JobConfig bench_job(const std::string& model, int world, int batch, int steps_per_epoch, int epochs, int threads,
+                    const std::string& tokens = "") {
   JobConfig job;
   job.workers = world;
   if (model == "cosmoflow") {
@@ -44,17 +48,61 @@ JobConfig bench_job(const std::string& model, int world, int batch, int steps_pe
     job.training.optimizer.name = "sgd";
     job.training.optimizer.momentum = 0.9;
     job.training.schedule.base_lr = 0.01;
+  } else if (model == "resnet50") {
+    // ImageNet's network and gradient (1000 classes, 25.6M parameters) at 64 x 64: a step this
+    // machine's cores finish in well under a second, the exchange the seed paper's.
+    job.model.name = "resnet50";
+    job.model.input_size = 64;
+    job.model.outputs = 1000;
+    job.model.label_smoothing = 0.1;
+    job.dataset = SyntheticConfig{"images", 64, 0, 7, 1000, 3};
+    job.training.optimizer.name = "sgd";
+    job.training.optimizer.momentum = 0.9;
+    job.training.optimizer.weight_decay = 5e-5;
+    job.training.schedule.base_lr = 0.01;
+  } else if (model == "transformer") {
+    // The speed benchmark's Transformer (25.5M parameters, context 256) on byte-level English text.
+    job.model.name = "transformer";
+    job.model.vocab_size = 256;
+    job.model.context = 256;
+    job.model.width = 512;
+    job.model.depth = 8;
+    job.model.heads = 8;
+    job.data.format = "tokens";
+    job.data.path = tokens;
+    job.training.optimizer.name = "adamw";
+    job.training.optimizer.weight_decay = 0.1;
+    job.training.schedule.base_lr = 3e-4;
   } else {
-    throw ConfigError("--model", "'" + model + "': expected cosmoflow or cnn25m");
+    throw ConfigError("--model", "'" + model + "': expected cosmoflow, cnn25m, resnet50 or transformer");
   }
   job.dataset.samples = static_cast<uint64_t>(batch) * steps_per_epoch;
   job.validation_samples = static_cast<uint64_t>(batch);
+  job.data.windows = job.dataset.samples;
+  job.data.validation_windows = job.validation_samples;
   job.training.batch_size = batch;
   job.training.epochs = epochs;
   job.training.threads = threads;
   job.training.log_every_seconds = 1e9;
   job.data.loader_threads = 1;
   return job;
+}
+
+// The Transformer's token files (train.bin, val.bin: the fortunes package's English text as bytes)
+// in a new directory under `dir`; "" for the other models.
+std::string bench_tokens(const std::string& model, const std::string& dir) {
+  if (model != "transformer") return "";
+  const std::string out = dir + "/tokens";
+  generate_text_tokens(out, {}, 0.1, false);
+  return out;
+}
+
+// The samples a job trains on, as its trainer reads them (bench_job's generated samples or windows).
+std::unique_ptr<Dataset> bench_samples(const JobConfig& job) {
+  if (job.data.format != "tokens") return make_synthetic(job.dataset);
+  const auto& mc = job.model;
+  return std::make_unique<TokenDataset>(TokenFile{job.data.path + "/train.bin", job.data.token_bytes, static_cast<uint32_t>(mc.vocab_size)},
+                                        mc.context, job.dataset.seed, job.data.windows);
 }
 
 struct TrainRun {
@@ -66,6 +114,7 @@ struct TrainRun {
   double lr = 0;          // > 0: the base learning rate instead of the model's
   bool overlap = true;
   double density = 0.001;
+  std::string tokens;  // the Transformer's token files (bench_tokens)
   // Time to a loss validates on 16 batches (256 samples at batch 16: a steadier loss than one batch).
   uint64_t validation_samples() const { return epochs > 0 ? 16 * static_cast<uint64_t>(batch) : 0; }
 };
@@ -105,7 +154,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
     // of each, when the synthetic samples are generated already (as a dataset read from a cache
     // would be). Time to a loss: --epochs of --steps, hybrid dense from its second half of epochs on.
     const bool throughput = t.epochs == 0;
-    JobConfig job = bench_job(t.model, world, t.batch, t.steps, throughput ? (hybrid ? 4 : 2) : t.epochs, t.threads);
+    JobConfig job = bench_job(t.model, world, t.batch, t.steps, throughput ? (hybrid ? 4 : 2) : t.epochs, t.threads, t.tokens);
     if (t.epochs > 0) job.validation_samples = t.validation_samples();
     job.model.seed = t.seed;
     job.training.seed = t.seed;
@@ -176,9 +225,9 @@ TrainResult run_ddp(const TrainRun& t) {
     throw Error("the PyTorch DDP peer needs python3-torch (make bench-deps)");
   const std::string dir = testing::make_temp_dir("tessera-ddp-bench");
   // The same training samples Tessera trains on, as raw float32: inputs then targets.
-  JobConfig job = bench_job(t.model, world, t.batch, t.steps, 1, t.threads);
+  JobConfig job = bench_job(t.model, world, t.batch, t.steps, 1, t.threads, t.tokens);
   {
-    auto data = make_synthetic(job.dataset);
+    auto data = bench_samples(job);
     std::ofstream x(dir + "/inputs.f32", std::ios::binary), y(dir + "/targets.f32", std::ios::binary);
     for (uint64_t i = 0; i < data->size(); ++i) {
       Sample s = data->get(i);
@@ -225,7 +274,7 @@ int cluster_train(int argc, char** argv) {
   std::string overlap = "on", peer = "tessera";
   bool json = false;
   Flags flags("tessera-bench cluster-train",
-              "usage: tessera-bench cluster-train --model cosmoflow|cnn25m --strategy S|hybrid [--peer ddp] [--overlap on|off]\n"
+              "usage: tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--peer ddp] [--overlap on|off]\n"
               "           --nodes M --local N --rate R [--delay D] [--batch B --steps K --threads T --density R --epochs E\n"
               "           --seed S] [--optimizer sgd|adam|lars --lr X] [--json]\n");
   flags.text("--model", &t.model)
@@ -263,8 +312,17 @@ int cluster_train(int argc, char** argv) {
   }
   if (t.batch % (t.nodes * t.local))
     throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
-  local::EmulatedNetwork network(netns_program(), t.nodes, t.rate, t.delay, "--rate", json);
-  const TrainResult r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
+  const std::string data_dir = testing::make_temp_dir("tessera-train-bench-data");
+  TrainResult r;
+  try {
+    t.tokens = bench_tokens(t.model, data_dir);
+    local::EmulatedNetwork network(netns_program(), t.nodes, t.rate, t.delay, "--rate", json);
+    r = peer == "ddp" ? run_ddp(t) : run_cluster_training(t);
+  } catch (...) {
+    std::filesystem::remove_all(data_dir);
+    throw;
+  }
+  std::filesystem::remove_all(data_dir);
   const double sps = t.batch / (r.step_ms / 1e3);
   const std::string strategy = peer == "ddp" ? "ddp" : t.strategy;
   if (json) {
@@ -282,9 +340,9 @@ int cluster_train(int argc, char** argv) {
                                        {"epochs", r.epochs}}.dump().c_str());
     return 0;
   }
-  std::printf("%s %s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
+  std::printf("%s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
               "%.1f samples/s; compute %.1f ms",
-              peer.c_str(), strategy.c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
+              peer == "ddp" ? "PyTorch DDP" : ("tessera " + strategy).c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
               r.step_ms, sps, r.compute_ms);
   if (peer == "tessera")
     std::printf(" (the slowest rank's %.1f ms), communication %.1f ms exposed of %.1f ms%s", r.slowest_compute_ms, r.exposed_ms,

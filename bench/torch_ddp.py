@@ -19,6 +19,8 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from torch_cosmoflow import cosmoflow
+from torch_resnet50 import ResNet50
+from torch_transformer import Transformer, loss_of
 
 
 def cnn25m():
@@ -28,12 +30,23 @@ def cnn25m():
                          nn.Linear(64 * 16 * 16, 1536), nn.ReLU(), nn.Linear(1536, 10))
 
 
+def labels(y):
+    return y.long().view(-1)
+
+
 MODELS = {
-    # model, input shape, target floats per sample, loss, optimiser
-    "cosmoflow": (lambda: cosmoflow(32, 16, 256, [2048, 256], 0.3)[0], (4, 32, 32, 32), 4,
+    # model, input shape, target floats per sample, (inputs, targets) as the model takes them, loss, optimiser
+    "cosmoflow": (lambda: cosmoflow(32, 16, 256, [2048, 256], 0.3)[0], (4, 32, 32, 32), 4, lambda x, y: (x, y),
                   nn.functional.mse_loss, lambda p: torch.optim.Adam(p, lr=2e-4)),
-    "cnn25m": (cnn25m, (1, 64, 64), 1, lambda out, y: nn.functional.cross_entropy(out, y.long().view(-1)),
+    "cnn25m": (cnn25m, (1, 64, 64), 1, lambda x, y: (x, labels(y)), nn.functional.cross_entropy,
                lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9)),
+    # channels-last, as a user tunes ResNet-50 on CPUs (the faster of PyTorch's layouts more often)
+    "resnet50": (lambda: ResNet50(1000).to(memory_format=torch.channels_last), (3, 64, 64), 1,
+                 lambda x, y: (x.contiguous(memory_format=torch.channels_last), labels(y)),
+                 lambda out, y: nn.functional.cross_entropy(out, y, label_smoothing=0.1),
+                 lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9, weight_decay=5e-5)),
+    "transformer": (lambda: Transformer(256, 256, 512, 8, 8), (256,), 256, lambda x, y: (x.long(), y.long()), loss_of,
+                    lambda p: torch.optim.AdamW(p, lr=3e-4, weight_decay=0.1)),
 }
 
 
@@ -50,7 +63,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
-    build, shape, targets, loss_fn, optimiser = MODELS[a.model]
+    build, shape, targets, convert, loss_fn, optimiser = MODELS[a.model]
     host, port = a.master.rsplit(":", 1)
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = host, port
     dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
@@ -67,7 +80,7 @@ def main():
     def batch(step):
         first = (step * a.world + a.rank) * a.batch % n
         idx = [(first + i) % n for i in range(a.batch)]
-        return x_all[idx], y_all[idx]
+        return convert(x_all[idx], y_all[idx])
 
     def train_step(m, o, step):
         x, y = batch(step)

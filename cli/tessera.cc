@@ -9,6 +9,8 @@
 //       gang placement, rendezvous, workers as processes, gang restart from the last checkpoint;
 //       the controller's metrics and the workers' list on --metrics-addr (default a free loopback
 //       port); --prometheus starts Debian's Prometheus scraping them (default 127.0.0.1:9090)
+//   tessera plan JOB.yaml --links RATE [--nodes N] [--gpus-per-node G] [--compute-ms MS] [--json]
+//       predicts a step of the job under each gradient exchange (cli/plan.cc)
 //   tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]
 //       writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv
 //   tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] ...
@@ -36,6 +38,7 @@
 #include <vector>
 
 #include "api/training_job.h"
+#include "cli/plan.h"
 #include "controller/local/local_launcher.h"
 #include "common/error.h"
 #include "common/flags.h"
@@ -119,6 +122,7 @@ int usage(int code) {
                "  tessera validate JOB.yaml... [--json] [--strict]\n"
                "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
                "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
+               "  tessera plan JOB.yaml --links RATE [--nodes N] [--gpus-per-node G] [--compute-ms MS] [--json]\n"
                "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
                "  tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
                "  tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] [--replace]\n"
@@ -383,6 +387,7 @@ int run(int argc, char** argv) {
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
   if (cmd == "validate") return validate(argc, argv);
   if (cmd == "run") return run_job(argc, argv);
+  if (cmd == "plan") return plan(argc, argv);
   if (cmd == "node") {
     std::vector<std::string> args;
     std::string work_dir;
@@ -395,7 +400,7 @@ int run(int argc, char** argv) {
     std::printf("asked the tessera run in %s to %s virtual node %s\n", work_dir.c_str(), args[0].c_str(), args[1].c_str());
     return 0;
   }
-  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run, node or data; tessera --help)");
+  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run, plan, node or data; tessera --help)");
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "generate") return data_generate(argc, argv);
   if (sub == "index") return data_index(argc, argv);

@@ -1,44 +1,21 @@
 #!/usr/bin/env python3
-"""An alpha-beta cost model of Tessera's gradient exchanges and training steps, calibrated on the
+"""The alpha-beta cost model of Tessera's gradient exchanges and training steps, calibrated on the
 emulated cluster's measurements (matrix.py's JSON lines), checked against every measured exchange and
 step time, and applied to the seed paper's setting.
 
   cost_model.py RESULTS.jsonl [--json OUT] [--cores C]
 
-The model. A message of b bytes crossing a node's link costs alpha + b * beta of wire time; every
-byte sent also costs CPU time, c_l through loopback inside a node and c_i through the virtual NICs.
-Every collective is a ring (as in worker/comm/gloo): p members, p - 1 steps each way; in a ring over
-ranks ordered node by node every step crosses each node's link once. Rings running side by side
-(torus, hitopk: one per local rank) share their node's link. With n ranks on each of m nodes
-(N = nm), a bucket of S floats, density d, k = dS entries of 8 bytes (index, value):
-
-  dense   a world ring: 2(N-1) steps of 4S/N bytes
-  torus   2(n-1) loopback steps of 4S/n bytes; 2(m-1) steps of 4S/(nm) bytes across, n rings per link
-  topk    sel(S); a world ring of N-1 steps of 8k bytes; add(Nk)
-  hitopk  n-1 loopback steps of 4S/n bytes; sel(S/n); m-1 steps of 8dS/n bytes across (n rings per
-          link); n-1 loopback steps of 8mdS/n bytes; add(mdS)
-
-The phases (between semicolons) run one after the other, as in the code: nothing is sent before the
-selection ends. Two resources bound each phase: the wire of each node's link, and the machine's
-cores, which every rank's CPU work shares (moving bytes through loopback and the virtual NICs, top-k
-selection, scatter-add; with P processes on C cores a rank's work takes P/C times as long, the
-selection a calibrated share of that: the ranks do not all select at once). A phase takes the longer
-of the two; where the wire is the longer, the share of the CPU work that does not hide behind it
-(calibrated) adds on.
-
-A training step is its compute (per model), the rest of the step (per model: what the step's
-collectives wait for: the slowest rank, the loss all-reduce, stalls) and the exposed part of its
-communication, each exchange taking a calibrated factor longer inside a step than alone (one for
-the machine, fitted). Without overlap all of it is
-exposed. With overlap, the buckets (reverse parameter order) are sent one after the other as the
-backward pass finishes them, the pass's time spread over the layers by their FLOPs, and what runs
-past its end is exposed; while the pass holds the cores, communication runs at a calibrated pace
-(its thread waits for a core, its link idles meanwhile).
-Each bucket also costs its fuse and unfuse: the gradients copied in and scaled back out.
+The model is common/cost_model.cc, the one the operator uses; this file loads it with ctypes from
+libtessera_cost_c.so ($TESSERA_COST_LIB, else build/lib/ beside this checkout) and keeps the
+calibration, the benchmark models' layer tables and the reports. The model itself (rings of steps
+bounded by the wire and the shared cores, phases one after another, the step's compute, rest and
+exposed exchange) is described in common/cost_model.h.
 """
 import argparse
+import ctypes
 import json
 import math
+import os
 import statistics
 import sys
 
@@ -119,103 +96,63 @@ class Machine:
         self.in_step = 1.0  # how much longer an exchange takes inside a training step than alone (calibrated)
         self.sel_share = 1.0  # the selection's share of the processes' P/C (calibrated)
 
-    def slow(self, procs):
-        """How much slower CPU work runs with `procs` processes on the shared cores."""
-        return max(1.0, procs / self.cores) if self.cores else 1.0
 
-    def sel_slow(self, procs):
-        """How much slower the selection runs with `procs` processes on the shared cores (calibrated)."""
-        return max(1.0, self.sel_share * procs / self.cores) if self.cores else 1.0
+class _CMachine(ctypes.Structure):
+    _fields_ = [("alpha_inter", ctypes.c_double), ("wire_inter", ctypes.c_double), ("cpu_inter", ctypes.c_double),
+                ("alpha_intra", ctypes.c_double), ("cpu_intra", ctypes.c_double), ("cores", ctypes.c_int),
+                ("selections", ctypes.c_int), ("selection_density", ctypes.POINTER(ctypes.c_double)),
+                ("selection_seconds", ctypes.POINTER(ctypes.c_double)), ("pass_", ctypes.c_double), ("add", ctypes.c_double),
+                ("hidden", ctypes.c_double), ("overlap_pace", ctypes.c_double), ("in_step", ctypes.c_double),
+                ("sel_share", ctypes.c_double)]
 
-    def sel_at(self, d):
-        """Selection cost per float at density d: the calibrated density nearest to d."""
-        return self.sel[min(self.sel, key=lambda x: abs(math.log(x / d)))]
+
+def _library():
+    path = os.environ.get("TESSERA_COST_LIB") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build",
+                                                              "lib", "libtessera_cost_c.so")
+    if not os.path.exists(path):
+        sys.exit(f"cost_model.py: {path} does not exist: build it (make build) or set TESSERA_COST_LIB")
+    lib = ctypes.CDLL(path)
+    lib.tessera_cost_error.restype = ctypes.c_char_p
+    return lib
+
+
+_lib = None
+
+
+def _call(name, *args):
+    global _lib
+    if _lib is None:
+        _lib = _library()
+    rc = getattr(_lib, name)(*args)
+    if rc < 0:
+        raise ValueError(_lib.tessera_cost_error().decode())
+    return rc
+
+
+def _c_machine(mc):
+    """The C struct of a Machine, and the arrays it points to (kept alive by the caller)."""
+    dens = sorted(mc.sel)
+    d_arr = (ctypes.c_double * len(dens))(*dens)
+    s_arr = (ctypes.c_double * len(dens))(*[mc.sel[d] for d in dens])
+    c = _CMachine(mc.a_i, mc.b_i, mc.c_i, mc.a_l, mc.c_l, mc.cores or 0, len(dens), d_arr, s_arr, mc.pass_, mc.add, mc.hidden,
+                  mc.overlap_pace, mc.in_step, mc.sel_share)
+    return c, (d_arr, s_arr)
+
+
+def _c_layers(model):
+    flat = [x for _, p, f in layers(model) for x in (float(p), float(f))]
+    return (ctypes.c_double * len(flat))(*flat), len(flat) // 2
 
 
 def exchange_cost(strategy, S, d, m, n, mc):
     """(seconds, busy seconds, selection seconds) of one exchange of S floats on m nodes x n ranks:
     its time; how long its CPU work holds this rank's share of the cores, which overlapped compute
     has to share too; and the part of its time spent on error feedback and selection (sparse
-    strategies).
-
-    The exchange is a sequence of phases, each waiting for the one before (the selection, for one,
-    ends before anything is sent). Two resources bound a phase: the wire of each node's link (the
-    bytes the node sends, plus a latency per ring step) and the machine's cores, which every rank's
-    CPU work shares (copying bytes through loopback and the virtual NICs, selection, scatter-add).
-    A phase takes the longer of the two; where the wire is the longer, the share 1 - hidden of the
-    CPU work adds to it (a ring step's received chunk is copied out and reduced before the next step
-    sends it on). dense is one phase; so is torus, whose stages are pipelined in chunks."""
-    N = m * n
-    slow = mc.slow(N)
-    # phases run one after the other: [wire seconds on the critical path, single-core CPU seconds, is selection]
-    phases = [[0.0, 0.0, False]]
-
-    def next_phase(selection=False):
-        phases.append([0.0, 0.0, selection])
-
-    def inter(steps, nbytes, ranks_on_link=1):  # ring steps whose message crosses the node's link
-        phases[-1][0] += steps * (mc.a_i + ranks_on_link * nbytes * mc.b_i)
-        phases[-1][1] += steps * nbytes * mc.c_i
-
-    def intra(steps, nbytes):  # loopback: CPU copies
-        phases[-1][0] += steps * mc.a_l
-        phases[-1][1] += steps * nbytes * mc.c_l
-
-    def world_ring(steps, nbytes):  # a ring over all ranks, node by node: one rank of n sends across
-        if m == 1:
-            return intra(steps, nbytes)
-        phases[-1][0] += steps * (mc.a_i + nbytes * mc.b_i)
-        phases[-1][1] += steps * nbytes * (mc.c_i + (n - 1) * mc.c_l) / n
-
-    def cpu(passes, pairs):  # streaming passes over floats, random accesses
-        phases[-1][1] += mc.pass_ * passes + mc.add * pairs
-
-    def selection(floats, k):
-        # error feedback (residual += gradient: three streams), top-k, packing the k pairs and zeroing
-        # them in the residual (a random access each): nothing is sent until it is done
-        next_phase(True)
-        phases[-1][1] += mc.sel_at(d) * floats + mc.pass_ * 3 * floats + mc.add * 2 * k
-        next_phase()
-
-    k = math.ceil(d * S)
-    if strategy == "dense":
-        world_ring(2 * (N - 1), 4.0 * S / N)
-    elif strategy == "torus":
-        if n > 1:
-            intra(2 * (n - 1), 4.0 * S / n)
-        else:  # a reduce-scatter and an all-gather of one member are copies (two streams each)
-            cpu(4 * S, 0)
-        if m > 1:  # n rings side by side, one per local rank, share the node's link
-            inter(2 * (m - 1), 4.0 * S / (n * m), n)
-    elif strategy == "topk":
-        selection(S, k)
-        world_ring(N - 1, 8.0 * k)
-        next_phase()
-        cpu(S, N * k)  # zeroing the bucket, scatter-add
-    elif strategy == "hitopk":
-        ks = math.ceil(d * S / n)
-        if n > 1:
-            intra(n - 1, 4.0 * S / n)
-        else:  # a reduce-scatter of one member is a copy (two streams)
-            cpu(2 * S, 0)
-        selection(S / n, ks)
-        if m > 1:
-            inter(m - 1, 8.0 * ks, n)
-        if n > 1:
-            next_phase()
-            intra(n - 1, 8.0 * m * ks)
-        next_phase()
-        cpu(S, m * n * ks)  # zeroing the bucket, scatter-add
-    else:
-        raise ValueError(strategy)
-    sel_slow = mc.sel_slow(N)
-    t = busy = select = 0.0
-    for wire, work, is_selection in phases:
-        b = (sel_slow if is_selection else slow) * work
-        t += max(wire + (1 - mc.hidden) * b, b)
-        busy += b
-        select += b if is_selection else 0.0
-    return t, busy, select
+    strategies). common/cost_model.h says how."""
+    c, keep = _c_machine(mc)
+    out = (ctypes.c_double * 3)()
+    _call("tessera_cost_exchange", strategy.encode(), ctypes.c_double(S), ctypes.c_double(d), m, n, ctypes.byref(c), out)
+    return out[0], out[1], out[2]
 
 
 def exchange_s(strategy, S, d, m, n, mc):
@@ -244,26 +181,33 @@ def layers(model):
         # and with most parameters in the last stages: 4 stages of (params, FLOPs) then the FC layer.
         stages = [(0.2e6, 0.9e9), (1.2e6, 1.0e9), (7.1e6, 1.1e9), (15.0e6, 0.8e9)]
         return [(f"stage{i + 1}", p, f) for i, (p, f) in enumerate(stages)] + [("fc", 2.05e6, 0.004e9)]
+    if model == "transformer":
+        # cluster-train's: vocabulary V 256, context T 256, width w 512, 8 blocks (25.5M parameters).
+        # The token embedding is tied to the output, so its gradient is complete only when the pass
+        # ends; the output's FLOPs (logits) come first in the backward pass.
+        V, T, w, depth = 256, 256, 512, 8
+        block = (12 * w * w + 13 * w, 24.0 * T * w * w + 4.0 * T * T * w)  # qkv, projections, MLP; attention
+        return ([("embed", V * w + T * w, 0.0)] + [(f"block{i + 1}", *block) for i in range(depth)] +
+                [("ln_f", 2 * w, 0.0), ("output", 0, 2.0 * T * w * V)])
     raise ValueError(model)
+
+
+def forward_flops(model):
+    """Forward FLOPs per sample (ResNet-50 at 224 x 224; the Transformer's sequence of 256 tokens)."""
+    return sum(f for *_, f in layers(model))
 
 
 def buckets(model, bucket_bytes=25 << 20):
     """Bucket sizes (floats) in send order, and for each the fraction of the backward pass done when
     it is complete (its last layer's backward finished)."""
-    ls = layers(model)
-    bwd = [2 * f for _, _, f in ls]
-    bwd[0] = ls[0][2]  # the first layer computes no input gradient
-    total = sum(bwd)
-    out, cap, used, done = [], bucket_bytes // 4, None, 0.0
-    for (name, p, _), b in zip(reversed(ls), reversed(bwd)):
-        done += b / total
-        if used is None or (used + p > cap and used > 0):
-            out.append([0, 0.0])
-            used = 0
-        out[-1][0] += p
-        out[-1][1] = done
-        used += p
-    return out
+    arr, count = _c_layers(model)
+    cap = 64
+    while True:
+        out = (ctypes.c_double * (2 * cap))()
+        got = _call("tessera_cost_buckets", arr, count, ctypes.c_double(bucket_bytes), out, cap)
+        if got <= cap:
+            return [[out[2 * i], out[2 * i + 1]] for i in range(got)]
+        cap = got
 
 
 def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
@@ -274,25 +218,17 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
     after another; what runs past the pass's end is exposed. And the cores are shared: the step also
     takes at least the machine's CPU work, the rank's compute plus the exchange's CPU work, spread
     over its share of the cores."""
-    slow = mc.slow(m * n)
-    backward = compute_s * 2 / 3
-    t, total, cpu = 0.0, 0.0, 0.0
-    for size, ready in buckets(model):
-        c, w, _ = exchange_cost(strategy, size, d, m, n, mc)
-        fuse = slow * mc.pass_ * 4 * size  # gradients copied into the bucket and scaled back out: four streams
-        c, w = mc.in_step * (c + fuse), w + fuse
-        total += c
-        cpu += w
-        start = max(t, ready * backward if overlap else backward)
-        # While the backward pass runs, the communication thread waits for a core now and then and
-        # its link idles meanwhile: it gets `mc.overlap_pace` of its speed until the pass ends.
-        during = min(max(backward - start, 0.0), c / mc.overlap_pace)
-        t = start + during + (c - during * mc.overlap_pace)
-    exposed = max(0.0, t - backward)
-    step = compute_s + exposed
-    if overlap and mc.cores:
-        step = max(step, compute_s + cpu)
-    return rest_s + step, exposed, total
+    return step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap)[:3]
+
+
+def step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
+    """step_time's (step, exposed, total) and the selection of every bucket, each as alone."""
+    arr, count = _c_layers(model)
+    c, keep = _c_machine(mc)
+    out = (ctypes.c_double * 4)()
+    _call("tessera_cost_step", arr, count, ctypes.c_double(25 << 20), strategy.encode(), ctypes.c_double(d), m, n, ctypes.byref(c),
+          ctypes.c_double(compute_s), ctypes.c_double(rest_s), int(bool(overlap)), out)
+    return out[0], out[1], out[2], out[3]
 
 
 def fit_in_step(points):
@@ -415,10 +351,11 @@ def main():
         print(f"{model} on {m} x {n}, batch {batch}: compute {c * 1e3:.0f} ms per step, the rest {rest * 1e3:.0f} ms")
     calibrated["in_step"] = in_step
     print(f"an exchange inside a training step takes {in_step:.2f} times its time alone")
-    # The pace of communication during the backward pass: from CosmoFlow's dense, overlapped step at
-    # the slowest link in the placement with the most runs (calibration, not checked below), by bisection.
+    # The pace of communication during the backward pass: from the dense, overlapped step at the
+    # slowest link in the placement with the most runs (the first such, CosmoFlow's where it ran;
+    # calibration, not checked below), by bisection.
     main_placement = statistics.mode(results.placement(r) for r in train) if train else None
-    p_row = next((r for r in train if results.placement(r) == main_placement and r["model"] == "cosmoflow" and r["strategy"] == "dense"
+    p_row = next((r for r in train if results.placement(r) == main_placement and r["strategy"] == "dense"
                   and r["overlap"] and r["rate"] == slowest), None) if main_placement in cal else None
     pace = 1.0
     if p_row:
@@ -426,7 +363,7 @@ def main():
         lo, hi = 0.05, 1.0
         for _ in range(40):
             mc.overlap_pace = (lo + hi) / 2
-            got = step_time("cosmoflow", "dense", p_row["density"], p_row["nodes"], p_row["local"], mc, *cal[main_placement], True)[0]
+            got = step_time(p_row["model"], "dense", p_row["density"], p_row["nodes"], p_row["local"], mc, *cal[main_placement], True)[0]
             lo, hi = (mc.overlap_pace, hi) if got * 1e3 > p_row["step_ms"] else (lo, mc.overlap_pace)
         pace = (lo + hi) / 2
     calibrated["overlap_pace"] = pace
@@ -456,22 +393,27 @@ def main():
               f"{r['step_ms']:8.1f} {pred * 1e3:8.1f} ms  {err:+6.1%}{shown}")
     print(f"\nlargest error: {worst:.1%}")
 
-    # The seed's setting: 16 nodes x 8 V100, 25 Gbit/s between nodes, NVLink inside, ResNet-50.
+    # The seed's setting: 16 nodes x 8 V100, 25 Gbit/s between nodes, NVLink inside.
     seed = {"inter": (10e-6, 1 / (25e9 / 8 * 0.9)), "intra": (5e-6, 1 / 130e9)}
     # GPU kernels (900 GB/s), nothing shared; NVLink copies and the NICs run beside each other (hidden 1)
     mc = Machine(seed, None, None, {0.001: 0.02e-9}, 0.005e-9, 0.02e-9, hidden=1.0)
     m, n = 16, 8
+    # A GPU's training rate: ResNet-50 at about 360 images/s (224 x 224), and the Transformer at the
+    # same FLOPs a second (forward + backward: 3 x the forward's).
+    flop_rate = 360.0 * 3 * forward_flops("resnet50")
     seed_out = {}
-    print("\nseed setting (16 x 8 V100, 25 Gbit/s, NVLink, ResNet-50 at about 360 images/s per GPU): step ms")
-    print("  batch/GPU overlap   dense   torus  hitopk  hybrid(3/4 sparse)  hybrid over dense")
-    for batch in [32, 64]:
-        compute = batch / 360.0
-        for overlap in [True, False]:
-            t = {s: step_time("resnet50", s, 0.001, m, n, mc, compute, 0.0, overlap)[0] for s in ["dense", "torus", "hitopk"]}
-            t["hybrid"] = 0.75 * t["hitopk"] + 0.25 * t["torus"]
-            seed_out[f"batch{batch}-{'overlap' if overlap else 'sequential'}"] = t
-            print(f"  {batch:9d} {'on ' if overlap else 'off'}    {t['dense'] * 1e3:6.1f}  {t['torus'] * 1e3:6.1f}  "
-                  f"{t['hitopk'] * 1e3:6.1f}  {t['hybrid'] * 1e3:18.1f}  {t['dense'] / t['hybrid'] - 1:+.0%}")
+    for model, unit, batches in [("resnet50", "images", [32, 64]), ("transformer", "sequences of 256 tokens", [8, 16])]:
+        rate = flop_rate / (3 * forward_flops(model))
+        print(f"\nseed setting (16 x 8 V100, 25 Gbit/s, NVLink), {model} at {rate:.0f} {unit}/s per GPU: step ms")
+        print("  batch/GPU overlap   dense   torus  hitopk  hybrid(3/4 sparse)  hybrid over dense")
+        for batch in batches:
+            compute = batch / rate
+            for overlap in [True, False]:
+                t = {s: step_time(model, s, 0.001, m, n, mc, compute, 0.0, overlap)[0] for s in ["dense", "torus", "hitopk"]}
+                t["hybrid"] = 0.75 * t["hitopk"] + 0.25 * t["torus"]
+                seed_out[f"{model}-batch{batch}-{'overlap' if overlap else 'sequential'}"] = t
+                print(f"  {batch:9d} {'on ' if overlap else 'off'}    {t['dense'] * 1e3:6.1f}  {t['torus'] * 1e3:6.1f}  "
+                      f"{t['hitopk'] * 1e3:6.1f}  {t['hybrid'] * 1e3:18.1f}  {t['dense'] / t['hybrid'] - 1:+.0%}")
     if a.json:
         json.dump({"links": {"intra": links.intra, "inter": links.inter}, "selection_s_per_float": sel,
                    "predictions": out, "largest_error": worst, "seed": seed_out}, open(a.json, "w"), indent=1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target] [--repeat N]
+  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target,models] [--repeat N]
 
 Each line is one `tessera-bench topk`, `cluster` or `cluster-train` run (the last two bring the
 emulated cluster up and down themselves); a run that fails is reported on stderr and the others go
@@ -77,13 +77,26 @@ def runs(groups):
             for s, epochs in [("dense", "8"), ("hybrid", "8"), ("hybrid", "12")]:
                 yield ["cluster-train", "--model", "cosmoflow", "--strategy", s, "--rate", "1gbit", "--nodes", "2", "--local", "2",
                        "--batch", "16", "--steps", "8", "--epochs", epochs, "--threads", "1", "--density", "0.01", "--seed", seed]
+    if "models" in groups:
+        # the seed paper's workloads, each with ImageNet's or the speed benchmark's gradient (25.6M and
+        # 25.5M parameters), on both placements of 4 ranks: every strategy overlapped and the DDP peer;
+        # dense without overlap calibrates the cost model's compute and rest for each placement
+        for model, batch in [("resnet50", "16"), ("transformer", "4")]:
+            for rate in RATES:
+                for nodes, local in [("2", "2"), ("4", "1")]:
+                    place = ["--model", model, "--rate", rate, "--nodes", nodes, "--local", local, "--batch", batch,
+                             "--steps", "8", "--threads", "1"]
+                    for s in ["dense", "torus", "hitopk", "hybrid"]:
+                        yield ["cluster-train", "--strategy", s, "--overlap", "on", "--density", "0.01"] + place
+                    yield ["cluster-train", "--strategy", "dense", "--overlap", "off", "--density", "0.01"] + place
+                    yield ["cluster-train", "--peer", "ddp"] + place
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out")
     p.add_argument("--bench", default="build/bin/tessera-bench")
-    p.add_argument("--only", default="cpu,calibration,exchange,bucket,train,overlap,ddp,target")
+    p.add_argument("--only", default="cpu,calibration,exchange,bucket,train,overlap,ddp,target,models")
     p.add_argument("--repeat", type=int, default=1)
     a = p.parse_args()
     groups = set(a.only.split(","))

@@ -53,9 +53,12 @@ def placement(r):
     return (r["model"], r["nodes"], r["local"], r["batch"])
 
 
+MODELS = ["cosmoflow", "cnn25m", "resnet50", "transformer"]  # cluster-train's --model, in the tables' order
+
+
 def placement_order(p):
     """Sort key of placements for tables and plots: CosmoFlow first, then the most ranks."""
-    return (["cosmoflow", "cnn25m"].index(p[0]), -p[1] * p[2], p[3])
+    return (MODELS.index(p[0]), -p[1] * p[2], p[3])
 
 
 def time_to_loss(rows):

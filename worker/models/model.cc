@@ -23,6 +23,12 @@ double Model::metric(const Tensor& out, const Tensor& target) const {
 
 const char* Model::metric_name() const { return task() == Task::kRegression ? "mae" : "accuracy"; }
 
+double Model::forward_flops() const {
+  double f = 0;
+  for (const cost::LayerCost& c : cost_layers()) f += c.forward_flops;
+  return f;
+}
+
 int64_t Model::num_params() {
   int64_t n = 0;
   for (Param* p : params()) n += p->value.numel();
@@ -79,12 +85,12 @@ class SequentialModel : public Model {
     }
     return out;
   }
-  double forward_flops() const override {
+  std::vector<cost::LayerCost> cost_layers() const override {
     Shape in = {1};
     in.insert(in.end(), sample_.begin(), sample_.end());
     if (partition_)
       for (int d = 0; d < 3; ++d) in[2 + d] = partition_->owned(d).size();  // this rank's block
-    return net_.forward_flops(in);
+    return net_.cost_layers(in);
   }
   Sequential& net() { return net_; }
   const Partition* input_partition() const override { return partition_.get(); }
@@ -416,29 +422,24 @@ class UNet3D final : public Model {
       for (auto& l : s->layers()) out.push_back(l.get());
     return out;
   }
-  double forward_flops() const override {
+  std::vector<cost::LayerCost> cost_layers() const override {
     Shape in = {1, in_ch_, W_, W_, W_};
     if (partition_)
       for (int d = 0; d < 3; ++d) in[2 + d] = partition_->owned(d).size();  // this rank's block (with halos in the layers)
+    std::vector<cost::LayerCost> out;
+    auto add = [&](const Sequential& part, const Shape& x) {  // returns the part's output shape
+      for (const cost::LayerCost& c : part.cost_layers(x)) out.push_back(c);
+      return part.output_shape(x);
+    };
     const int b = skip1_;
-    double f = enc1_.forward_flops(in);
-    Shape s1 = enc1_.output_shape(in);
-    Shape p1 = pool1_.output_shape(s1);
-    f += enc2_.forward_flops(p1);
-    Shape s2 = enc2_.output_shape(p1);
-    Shape p2 = pool2_.output_shape(s2);
-    f += bottom_.forward_flops(p2);
-    Shape h = bottom_.output_shape(p2);
-    f += up2_.forward_flops(h);
-    Shape u2 = up2_.output_shape(h);
-    u2[1] = 4 * b;
-    f += dec2_.forward_flops(u2);
-    Shape d2 = dec2_.output_shape(u2);
-    f += up1_.forward_flops(d2);
-    Shape u1 = up1_.output_shape(d2);
+    const Shape p1 = add(pool1_, add(enc1_, in));
+    const Shape p2 = add(pool2_, add(enc2_, p1));
+    Shape u2 = add(up2_, add(bottom_, p2));
+    u2[1] = 4 * b;  // the skip connection's channels joined
+    Shape u1 = add(up1_, add(dec2_, u2));
     u1[1] = 2 * b;
-    f += dec1_.forward_flops(u1);
-    return f + head_.forward_flops(dec1_.output_shape(u1));
+    add(head_, add(dec1_, u1));
+    return out;
   }
 
  private:

@@ -56,8 +56,12 @@ class Model {
   // `ready` (may be null) hears of each layer as soon as its parameter gradients are final.
   virtual Tensor backward(const Tensor& dy, const GradReady* ready = nullptr) = 0;
   virtual std::vector<Param*> params() = 0;
-  // Forward floating-point operations per sample.
-  virtual double forward_flops() const = 0;
+  // The model as the cost model (common/cost_model.h) sees it: its top-level layers in forward
+  // order (a residual block as one), each with its parameters and forward FLOPs per sample (under
+  // spatial parallelism, of this rank's block).
+  virtual std::vector<cost::LayerCost> cost_layers() const = 0;
+  // Forward floating-point operations per sample: the sum over cost_layers().
+  double forward_flops() const;
   // Every layer, those inside residual blocks included: for checkpoints of layer state (batch-norm
   // running statistics) and the dropout layers' draws.
   virtual std::vector<Layer*> layers() = 0;

@@ -91,11 +91,19 @@ Shape Sequential::output_shape(Shape in) const {
 
 double Sequential::forward_flops(Shape in) const {
   double f = 0;
+  for (const cost::LayerCost& c : cost_layers(std::move(in))) f += c.forward_flops;
+  return f;
+}
+
+std::vector<cost::LayerCost> Sequential::cost_layers(Shape in) const {
+  std::vector<cost::LayerCost> out;
   for (const auto& l : layers_) {
-    f += l->forward_flops(in);
+    double params = 0;
+    for (const Param* p : l->params()) params += static_cast<double>(p->value.numel());
+    out.push_back({params, l->forward_flops(in)});
     in = l->output_shape(in);
   }
-  return f;
+  return out;
 }
 
 void add_into(Tensor& acc, const Tensor& x) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cost_model.h"
 #include "worker/core/tensor.h"
 
 namespace tessera {
@@ -89,6 +90,8 @@ class Sequential {
   void to(Device device);
   Shape output_shape(Shape in) const;
   double forward_flops(Shape in) const;
+  // Each layer's parameters and forward FLOPs for input shape `in`, in order (the cost model's view).
+  std::vector<cost::LayerCost> cost_layers(Shape in) const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
  private:

@@ -1,0 +1,103 @@
+// The alpha-beta cost model of the gradient exchanges and of a training step: one implementation,
+// used by the operator and `tessera plan` to predict each strategy's step, and by the emulated
+// cluster's benchmarks (bench/cluster/cost_model.py calls it through cost_model_c.h), which
+// calibrate it and check it against every measured exchange and step.
+//
+// A message of b bytes crossing a node's link costs alpha + b * wire of wire time; every byte sent
+// also costs CPU time (cpu_intra through loopback inside a node, cpu_inter through the network
+// between nodes). Every collective is a ring (as in worker/comm/gloo): p members, p - 1 steps each
+// way; in a ring over ranks ordered node by node every step crosses each node's link once, and
+// rings running side by side (torus, hitopk: one per local rank) share their node's link. With n
+// ranks on each of m nodes (N = nm), a bucket of S floats, density d, k = dS pairs of 8 bytes:
+//
+//   dense   a world ring: 2(N-1) steps of 4S/N bytes
+//   torus   2(n-1) loopback steps of 4S/n bytes; 2(m-1) steps of 4S/(nm) bytes across, n rings per link
+//   topk    sel(S); a world ring of N-1 steps of 8k bytes; add(Nk)
+//   hitopk  n-1 loopback steps of 4S/n bytes; sel(S/n); m-1 steps of 8dS/n bytes across (n rings per
+//           link); n-1 loopback steps of 8mdS/n bytes; add(mdS)
+//
+// The phases (between semicolons) run one after the other, as in the code: nothing is sent before
+// the selection ends. Two resources bound each phase: the wire of each node's link and the CPU.
+// Where the ranks share a machine's cores (`cores` > 0: the emulated cluster), a rank's CPU work
+// takes P/C times as long with P processes on C cores (the selection a calibrated share of that).
+// A phase takes the longer of the two; where the wire is the longer, the share of the CPU work that
+// does not hide behind it (1 - hidden) adds on.
+//
+// A training step is its compute, a fixed rest and the exposed exchange, each exchange taking
+// `in_step` times longer inside a step than alone. Without overlap all of it is exposed. With
+// overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
+// other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
+// them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tessera::cost {
+
+enum class Strategy { kDense, kTorus, kTopk, kHitopk };
+
+// "dense", "torus", "topk" or "hitopk"; ConfigError on `field` otherwise.
+Strategy parse_strategy(std::string_view name, const std::string& field = "strategy");
+const char* strategy_name(Strategy s);
+
+// A link rate as tc writes it ("100mbit", "1gbit", "25gbit"; "bps": bytes a second) in bits a
+// second; ConfigError on `field` otherwise.
+double link_bits_per_second(const std::string& rate, const std::string& field);
+
+struct Machine {
+  double alpha_inter = 0, wire_inter = 0;  // seconds per message and per byte on a node's link
+  double cpu_inter = 0;                    // CPU seconds per byte sent between nodes
+  double alpha_intra = 0, cpu_intra = 0;   // inside a node (loopback or NVLink): per message, per byte
+  int cores = 0;                           // the cores every rank shares; 0: nothing shared
+  std::vector<std::pair<double, double>> selection;  // (density, seconds per float of top-k selection)
+  double pass = 0;          // seconds per float of a streaming pass
+  double add = 0;           // seconds per random access (a scatter-add of one pair)
+  double hidden = 0;        // the share of a link-bound phase's CPU work hidden behind the wire
+  double overlap_pace = 1;  // communication's speed while the backward pass holds the cores
+  double in_step = 1;       // how much longer an exchange takes inside a training step than alone
+  double sel_share = 1;     // the selection's share of the processes' P/C
+
+  double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores
+  double sel_slow(int procs) const;  // the same for the selection
+  double selection_at(double density) const;  // the calibrated density nearest (in log) to `density`
+};
+
+struct ExchangeCost {
+  double seconds = 0;  // its time
+  double busy = 0;     // how long its CPU work holds this rank's share of the cores
+  double select = 0;   // of the time: error feedback and selection (sparse strategies)
+};
+
+// One exchange of `floats` at `density` on `nodes` x `local` ranks.
+ExchangeCost exchange_cost(Strategy s, double floats, double density, int nodes, int local, const Machine& mc);
+
+// A layer as the step model sees it (forward order): its parameters and forward FLOPs per sample.
+struct LayerCost {
+  double params = 0, forward_flops = 0;
+};
+
+struct Bucket {
+  double floats = 0;  // parameters in it
+  double ready = 0;   // the fraction of the backward pass done when it is complete
+};
+
+constexpr double kBucketBytes = 25 << 20;
+
+// The buckets in send order (last layer first).
+std::vector<Bucket> buckets(const std::vector<LayerCost>& layers, double bucket_bytes = kBucketBytes);
+
+struct StepCost {
+  double seconds = 0;  // the step: rest + compute + exposed (or the CPU work, if longer)
+  double exposed = 0;  // communication past the backward pass's end
+  double total = 0;    // all the step's exchanges, in-step
+  double select = 0;   // their selection, alone (every bucket's)
+};
+
+// `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest.
+StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
+                   double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes);
+
+}  // namespace tessera::cost

@@ -1,0 +1,110 @@
+// The cost model (common/cost_model.h) against hand-computed cases. bench/cluster/cost_model.py
+// calls the same code through its C interface, and tests/bench/cost_model_test.py checks it there.
+#include "common/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+
+namespace tessera::cost {
+namespace {
+
+constexpr double kAi = 1e-4, kBi = 1e-8, kAl = 1e-5, kCl = 1e-9;
+
+// Links as given, selection and passes free, nothing shared and nothing hidden: the times add up.
+Machine machine() {
+  Machine m;
+  m.alpha_inter = kAi, m.wire_inter = kBi, m.alpha_intra = kAl, m.cpu_intra = kCl;
+  m.selection = {{0.001, 0.0}};
+  return m;
+}
+
+TEST(CostModelTest, DenseIsAWorldRing) {
+  const double S = 1e6;
+  EXPECT_DOUBLE_EQ(exchange_cost(Strategy::kDense, S, 1, 2, 1, machine()).seconds, 2 * (kAi + 4 * S / 2 * kBi));
+  // 4 nodes x 2 ranks: 14 steps of S/8 across each node's link; the node's other rank sends through loopback
+  EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 4, 2, machine()).seconds, 14 * (kAi + 4 * S / 8 * kBi) + 14 * 4 * S / 8 * kCl / 2,
+              1e-12);
+  EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 1, 2, machine()).seconds, 2 * (kAl + 4 * S / 2 * kCl), 1e-12);
+}
+
+TEST(CostModelTest, TorusRingsShareTheNodeLink) {
+  const double S = 1e6;
+  const int m = 2, n = 4;
+  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, m, n, machine()).seconds,
+              2 * (n - 1) * (kAl + 4 * S / n * kCl) + 2 * (m - 1) * (kAi + 4 * S / m * kBi), 1e-12);
+}
+
+TEST(CostModelTest, HitopkSendsPairsAndTheSelectionComesFirst) {
+  const double S = 1e6, d = 0.01;
+  const int m = 2, n = 2;
+  Machine mc = machine();
+  const double ks = std::ceil(d * S / n);
+  EXPECT_NEAR(exchange_cost(Strategy::kHitopk, S, d, m, n, mc).seconds,
+              (kAl + 4 * S / n * kCl) + (kAi + 8 * ks * n * kBi) + (kAl + 8 * m * ks * kCl), 1e-12);
+  // a selection of 1 ns a float on its shard: it adds to the time, and is reported as the selection
+  mc.selection = {{d, 1e-9}};
+  const ExchangeCost c = exchange_cost(Strategy::kHitopk, S, d, m, n, mc);
+  EXPECT_NEAR(c.select, S / n * 1e-9, 1e-15);
+  EXPECT_NEAR(c.seconds - exchange_cost(Strategy::kHitopk, S, d, m, n, machine()).seconds, S / n * 1e-9, 1e-12);
+}
+
+TEST(CostModelTest, SharedCoresSlowCpuWork) {
+  Machine own = machine(), shared = machine();
+  own.cores = 4, shared.cores = 2;
+  own.selection = shared.selection = {{0.001, 1e-9}};
+  own.cpu_intra = shared.cpu_intra = 0;
+  EXPECT_NEAR(exchange_cost(Strategy::kTopk, 1e6, 0.001, 2, 2, own).select, 1e-3, 1e-12);
+  EXPECT_NEAR(exchange_cost(Strategy::kTopk, 1e6, 0.001, 2, 2, shared).select, 2e-3, 1e-12);
+}
+
+TEST(CostModelTest, TheNearestCalibratedDensity) {
+  Machine mc;
+  mc.selection = {{0.001, 1.0}, {0.01, 2.0}};
+  EXPECT_EQ(mc.selection_at(0.002), 1.0);
+  EXPECT_EQ(mc.selection_at(0.005), 2.0);
+  EXPECT_EQ(mc.selection_at(0.5), 2.0);
+}
+
+TEST(CostModelTest, BucketsHoldEveryParameterLastLayerFirst) {
+  // three layers of 4M floats each (16 MB): the 25 MiB cap puts the last two apart from the first
+  const std::vector<LayerCost> layers = {{4e6, 1e9}, {4e6, 1e9}, {4e6, 2e9}};
+  const auto b = buckets(layers);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_DOUBLE_EQ(b[0].floats + b[1].floats + b[2].floats, 12e6);
+  // backward FLOPs: 4e9 (last), 2e9, 1e9 (the first layer has no input gradient): 4/7, 6/7, 1
+  EXPECT_NEAR(b[0].ready, 4.0 / 7, 1e-12);
+  EXPECT_NEAR(b[1].ready, 6.0 / 7, 1e-12);
+  EXPECT_NEAR(b[2].ready, 1.0, 1e-12);
+  const auto one = buckets({{1e6, 1e9}, {1e6, 1e9}});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_DOUBLE_EQ(one[0].floats, 2e6);
+}
+
+TEST(CostModelTest, OverlapHidesAtMostTheBackwardPass) {
+  const std::vector<LayerCost> layers = {{1e6, 1e9}, {8e6, 1e9}, {1e6, 1e8}};
+  const Machine mc = machine();
+  const StepCost seq = step_cost(layers, Strategy::kDense, 1, 2, 1, mc, 0.3, 0.01, false);
+  const StepCost ovl = step_cost(layers, Strategy::kDense, 1, 2, 1, mc, 0.3, 0.01, true);
+  EXPECT_NEAR(seq.seconds, 0.01 + 0.3 + seq.total, 1e-12);
+  EXPECT_NEAR(seq.exposed, seq.total, 1e-12);
+  EXPECT_LT(ovl.seconds, seq.seconds);
+  EXPECT_GE(ovl.seconds, seq.seconds - 0.3 * 2 / 3 - 1e-12);
+}
+
+TEST(CostModelTest, AnUnknownStrategyIsNamed) {
+  EXPECT_EQ(parse_strategy("hitopk"), Strategy::kHitopk);
+  EXPECT_STREQ(strategy_name(Strategy::kTorus), "torus");
+  try {
+    parse_strategy("ring", "spec.communication.strategy");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.problems().front().field, "spec.communication.strategy");
+    EXPECT_NE(std::string(e.what()).find("'ring'"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::cost
