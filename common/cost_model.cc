@@ -117,10 +117,8 @@ ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const M
       ph.world_ring(2.0 * (N - 1), 4.0 * S / N);
       break;
     case Strategy::kTorus:
-      if (n > 1)
-        ph.intra(2.0 * (n - 1), 4.0 * S / n);
-      else  // a reduce-scatter and an all-gather of one member are copies (two streams each)
-        ph.cpu(4 * S, 0);
+      // with one rank per node it is the ring across nodes alone, on the gradient in place
+      if (n > 1) ph.intra(2.0 * (n - 1), 4.0 * S / n);
       if (m > 1) ph.inter(2.0 * (m - 1), 4.0 * S / (n * m), n);  // n rings side by side share the link
       break;
     case Strategy::kTopk:

@@ -12,6 +12,7 @@
 //
 //   dense   a world ring: 2(N-1) steps of 4S/N bytes
 //   torus   2(n-1) loopback steps of 4S/n bytes; 2(m-1) steps of 4S/(nm) bytes across, n rings per link
+//           (with n = 1 the ring across nodes alone, in place)
 //   topk    sel(S); a world ring of N-1 steps of 8k bytes; add(Nk)
 //   hitopk  n-1 loopback steps of 4S/n bytes; sel(S/n); m-1 steps of 8dS/n bytes across (n rings per
 //           link); n-1 loopback steps of 8mdS/n bytes; add(mdS)

@@ -35,6 +35,10 @@ TEST(CostModelTest, TorusRingsShareTheNodeLink) {
   const int m = 2, n = 4;
   EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, m, n, machine()).seconds,
               2 * (n - 1) * (kAl + 4 * S / n * kCl) + 2 * (m - 1) * (kAi + 4 * S / m * kBi), 1e-12);
+  // one rank per node: the ring across nodes alone, dense's world ring
+  Machine mc = machine();
+  mc.cpu_inter = 1e-9, mc.pass = 1e-9;
+  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, 4, 1, mc).seconds, exchange_cost(Strategy::kDense, S, 1, 4, 1, mc).seconds, 1e-12);
 }
 
 TEST(CostModelTest, HitopkSendsPairsAndTheSelectionComesFirst) {

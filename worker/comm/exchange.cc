@@ -41,6 +41,10 @@ class TorusAllreduce final : public GradientExchange {
   TorusAllreduce(CommGroups& g, Device device) : GradientExchange("torus", g), device_(device) {}
   size_t run(int, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
+    if (intra.size() == 1) {  // one rank per node: the torus is the ring across nodes, on the gradient in place
+      groups_.inter->allreduce(grad.data(), grad.size(), DType::kFloat32, ReduceOp::kSum, Millis(0));
+      return grad.size();
+    }
     const bool two_levels = intra.size() > 1 && groups_.inter->size() > 1;
     const size_t n = two_levels ? std::clamp<size_t>(grad.size() / kChunkFloats, 1, kMaxChunks) : 1;
     const auto sizes = even_split(grad.size(), static_cast<int>(n));
