@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
