@@ -35,29 +35,28 @@ constexpr const char* kPlanUsage =
     "Inside a node ranks exchange through shared memory (CPU) or NVLink (GPU). The link and CPU costs are\n"
     "defaults for such machines (docs/benchmarks.md gives the calibrated ones of the emulated cluster).\n";
 
-// A step's forward, backward and update of the job's model on `batch` samples here, in seconds
+// A step's forward, backward and update of `model` (the job's) on `batch` samples here, in seconds
 // (the better of two after a warm-up).
-double time_compute(const JobConfig& job, int batch) {
+double time_compute(const JobConfig& job, Model& model, int batch) {
   if (job.training.threads > 0) omp_set_num_threads(job.training.threads);
-  ModelConfig mc = job.model;
-  auto model = make_model(mc);
+  const ModelConfig& mc = job.model;
   Shape in = {batch}, tgt = {batch};
-  for (int64_t d : model->sample_shape()) in.push_back(d);
-  for (int64_t d : model->target_shape()) tgt.push_back(d);
+  for (int64_t d : model.sample_shape()) in.push_back(d);
+  for (int64_t d : model.target_shape()) tgt.push_back(d);
   Tensor x(in), y(tgt);
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(0, 1);
   const int classes = mc.name == "transformer" ? mc.vocab_size : std::max(mc.outputs, 2);
   for (auto& v : x.span()) v = mc.name == "transformer" ? static_cast<float>(rng() % classes) : u(rng);
-  for (auto& v : y.span()) v = model->task() == Task::kRegression ? u(rng) : static_cast<float>(rng() % classes);
+  for (auto& v : y.span()) v = model.task() == Task::kRegression ? u(rng) : static_cast<float>(rng() % classes);
   auto opt = make_optimizer(job.training.optimizer);
-  auto params = model->params();
+  auto params = model.params();
   double best = INFINITY;
   for (int i = 0; i < 3; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     for (Param* p : params) p->grad.zero();
-    Tensor out = model->forward(x, true);
-    model->backward(model->loss(out, y).grad);
+    Tensor out = model.forward(x, true);
+    model.backward(model.loss(out, y).grad);
     opt->step(params, 1e-4);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i > 0) best = std::min(best, s);
@@ -115,15 +114,15 @@ int plan(int argc, char** argv) {
                       detail::concat(m, " nodes x ", n, " ranks per node is not the job's ", job.workers, " workers"));
   const bool gpu = job.device == "cuda" || (job.device == "auto" && job.gpus_per_pod > 0);
   const int batch = job.training.batch_size / job.workers;
+  auto model = make_model(job.model);
   std::string compute_from = "given";
   if (!flags.given("--compute-ms")) {
     if (gpu)
       throw ConfigError("--compute-ms", "the job trains on GPUs: give a step's compute time on one (this command times it on the CPU only)");
-    compute_ms = 1e3 * time_compute(job, std::max(1, batch));
+    compute_ms = 1e3 * time_compute(job, *model, std::max(1, batch));
     compute_from = detail::concat("timed here on the CPU, ", omp_get_max_threads(), " threads");
   }
   const cost::Machine mc = default_machine(bits, gpu);
-  auto model = make_model(job.model);
   const auto layers = model->cost_layers();
   const double params = static_cast<double>(model->num_params());
   const auto& c = job.communication;

@@ -383,7 +383,7 @@ def main():
         worst = max(worst, abs(err))
         # the selection of a step (every bucket's), as alone: set beside the runs' own select_ms
         hybrid = r["strategy"] == "hybrid"  # half its steps sparse (hitopk)
-        pred_sel = sum(exchange_cost("hitopk" if hybrid else r["strategy"], size, d, m, n, mc)[2] for size, _ in buckets(r["model"]))
+        pred_sel = step_cost(r["model"], "hitopk" if hybrid else r["strategy"], d, m, n, mc, compute, rest, r["overlap"])[3]
         pred_sel *= 1e3 / 2 if hybrid else 1e3
         out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
                     "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err,
