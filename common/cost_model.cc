@@ -118,8 +118,17 @@ ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const M
       break;
     case Strategy::kTorus:
       // with one rank per node it is the ring across nodes alone, on the gradient in place
-      if (n > 1) ph.intra(2.0 * (n - 1), 4.0 * S / n);
-      if (m > 1) ph.inter(2.0 * (m - 1), 4.0 * S / (n * m), n);  // n rings side by side share the link
+      // reduce-scatter inside the node; the shard's all-reduce across nodes (n rings side by side
+      // share the link); all-gather inside the node
+      if (n > 1) ph.intra(n - 1, 4.0 * S / n);
+      if (m > 1) {
+        if (n > 1) ph.next();
+        ph.inter(2.0 * (m - 1), 4.0 * S / (n * m), n);
+      }
+      if (n > 1) {
+        if (m > 1) ph.next();
+        ph.intra(n - 1, 4.0 * S / n);
+      }
       break;
     case Strategy::kTopk:
       ph.selection(S, k, d);
@@ -171,11 +180,16 @@ std::vector<Bucket> buckets(const std::vector<LayerCost>& layers, double bucket_
 
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
                    double rest_s, bool overlap, double bucket_bytes) {
+  return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap);
+}
+
+StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
+                   double rest_s, bool overlap) {
   const double slow = mc.slow(m * n);
   const double backward = compute_s * 2 / 3;
   double t = 0, cpu = 0;
   StepCost out;
-  for (const Bucket& b : buckets(layers, bucket_bytes)) {
+  for (const Bucket& b : bucket_list) {
     const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc);
     const double fuse = slow * mc.pass * 4 * b.floats;  // gradients copied into the bucket and scaled back out: four streams
     const double c = mc.in_step * (e.seconds + fuse);

@@ -100,5 +100,8 @@ struct StepCost {
 // `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest.
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
                    double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes);
+// The same from the buckets (a caller that has them and not the layers).
+StepCost step_cost(const std::vector<Bucket>& buckets, Strategy s, double density, int nodes, int local, const Machine& mc,
+                   double compute_s, double rest_s, bool overlap);
 
 }  // namespace tessera::cost

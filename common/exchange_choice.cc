@@ -1,0 +1,98 @@
+#include "common/exchange_choice.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+
+namespace tessera::cost {
+namespace {
+
+std::string seconds_text(double s) {
+  const double r = s >= 1 ? std::round(s * 100) / 100 : std::round(s * 1000) / 1000;
+  return detail::concat(r, " s");
+}
+
+std::string rate_text(double bits_per_second) {
+  if (bits_per_second >= 1e9) return detail::concat(std::round(bits_per_second / 1e7) / 100, " Gbit/s");
+  return detail::concat(std::round(bits_per_second / 1e4) / 100, " Mbit/s");
+}
+
+}  // namespace
+
+std::string ExchangeOption::name() const {
+  if (!hybrid) return strategy_name(dense);
+  return detail::concat(strategy_name(sparse), " at density ", density, ", then ", strategy_name(dense));
+}
+
+ExchangeChoice choose_exchange(const ChoiceInput& in) {
+  if (in.buckets.empty()) throw ConfigError("buckets", "the job has no gradients to exchange");
+  if (in.nodes < 1 || in.local < 1) throw ConfigError("ranks", detail::concat(in.nodes, " nodes x ", in.local, " ranks"));
+  if (!(in.sparse_share >= 0 && in.sparse_share <= 1))
+    throw ConfigError("sparse_share", detail::concat(in.sparse_share, " is outside [0, 1]"));
+  if (!(in.compute_s >= 0)) throw ConfigError("compute", detail::concat(in.compute_s, " s is not a time"));
+  for (double d : in.densities)
+    if (!(d > 0 && d <= 1)) throw ConfigError("densities", detail::concat(d, " is outside (0, 1]"));
+  auto step = [&](Strategy s, double density) {
+    return step_cost(in.buckets, s, density, in.nodes, in.local, in.machine, in.compute_s, 0, in.overlap).seconds;
+  };
+  ExchangeChoice out;
+  // The dense strategies first: on a tie the earlier (the plain ring) stays chosen.
+  ExchangeOption best_dense;
+  for (Strategy s : {Strategy::kDense, Strategy::kTorus}) {
+    ExchangeOption o;
+    o.dense = s;
+    o.dense_step = o.mean_step = step(s, 1);
+    if (out.options.empty() || o.mean_step < best_dense.mean_step) best_dense = o;
+    out.options.push_back(o);
+  }
+  out.chosen = best_dense;
+  const bool exchanges = in.nodes * in.local > 1;
+  if (exchanges && in.sparse_share > 0) {
+    for (Strategy s : {Strategy::kTopk, Strategy::kHitopk})
+      for (double d : in.densities) {
+        ExchangeOption o;
+        o.hybrid = true;
+        o.sparse = s;
+        o.density = d;
+        o.dense = best_dense.dense;
+        o.sparse_step = step(s, d);
+        o.dense_step = best_dense.dense_step;
+        o.mean_step = in.sparse_share * o.sparse_step + (1 - in.sparse_share) * o.dense_step;
+        out.options.push_back(o);
+        if (o.mean_step < out.chosen.mean_step && o.mean_step < (1 - in.sparse_margin) * best_dense.mean_step) out.chosen = o;
+      }
+  }
+  std::stable_sort(out.options.begin(), out.options.end(),
+                   [](const ExchangeOption& a, const ExchangeOption& b) { return a.mean_step < b.mean_step; });
+
+  // The reason: what was measured, and the chosen option's step against the best dense one's (or,
+  // for a dense choice, against the fastest sparse phase).
+  const Machine& mc = in.machine;
+  std::string links = in.nodes > 1 && mc.wire_inter > 0
+                          ? detail::concat("inter-node links measured at ", rate_text(8 / mc.wire_inter))
+                          : std::string("one node (no links between nodes)");
+  if (!exchanges) return out.reason = "one rank: nothing to exchange", out;
+  const ExchangeOption& c = out.chosen;
+  if (c.hybrid) {
+    out.reason = detail::concat(links, "; ", strategy_name(c.sparse), " at density ", c.density, " predicted ",
+                                seconds_text(c.sparse_step), " a step against ", strategy_name(best_dense.dense), " ",
+                                seconds_text(best_dense.dense_step), " (sparse for ", std::lround(in.sparse_share * 100),
+                                "% of the remaining steps, then ", strategy_name(c.dense), ")");
+    return out;
+  }
+  const ExchangeOption* sparse = nullptr;
+  for (const ExchangeOption& o : out.options)
+    if (o.hybrid && (!sparse || o.sparse_step < sparse->sparse_step)) sparse = &o;
+  if (sparse)
+    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step against ",
+                                strategy_name(sparse->sparse), " at density ", sparse->density, " ",
+                                seconds_text(sparse->sparse_step), ": a sparse phase would not gain ",
+                                std::lround(in.sparse_margin * 100), "% over the job");
+  else
+    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step),
+                                " a step; no sparse phase is left (the dense epochs have begun)");
+  return out;
+}
+
+}  // namespace tessera::cost
