@@ -64,7 +64,8 @@ TEST(ExchangeChoiceTest, ChoosesTheFastestOverATableOfLinksAndCompute) {
       {25e9, 16, 8, 5.0, "torus"},
       // one rank per node: torus is the ring across nodes, as dense; a tie goes to dense
       {100e9, 4, 1, 1.0, "dense"},
-      {100e6, 4, 1, 0.1, "hitopk at density 0.001, then dense"},
+      // ... and hitopk's reduce-scatter inside the node a copy: topk is the sparse phase
+      {100e6, 4, 1, 0.1, "topk at density 0.001, then dense"},
   };
   for (const Row& r : table) {
     const ExchangeChoice c = choose_exchange(input(r.bits, r.nodes, r.local, r.compute_s));
@@ -79,7 +80,7 @@ TEST(ExchangeChoiceTest, ChoosesTheFastestOverATableOfLinksAndCompute) {
 
 TEST(ExchangeChoiceTest, TheReasonGivesTheLinksAndThePredictedSteps) {
   const ExchangeChoice c = choose_exchange(input(1e9, 16, 8, 0.1));
-  EXPECT_NE(c.reason.find("inter-node links measured at 0.9 Gbit/s"), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("inter-node links measured at 900 Mbit/s"), std::string::npos) << c.reason;
   EXPECT_NE(c.reason.find("hitopk at density 0.001 predicted "), std::string::npos) << c.reason;
   EXPECT_NE(c.reason.find(" a step against torus "), std::string::npos) << c.reason;
   EXPECT_NE(c.reason.find("sparse for 50% of the remaining steps"), std::string::npos) << c.reason;
