@@ -148,7 +148,7 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
   c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds",
                 "transport"});
   CommunicationSpec s;
-  s.strategy = c.choice("strategy", s.strategy, {"dense", "torus", "topk", "hitopk", "hybrid"});
+  s.strategy = c.choice("strategy", s.strategy, {"auto", "dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
   s.dense = c.choice("dense", s.dense, {"dense", "torus"});
   s.density = c.number("density", s.density, {0, 1, true, false});
@@ -230,6 +230,11 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
 
   ConfigNode comm = spec.child("communication");
+  // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay dense
+  if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch")) s.communication.switch_at_epoch = s.training.epochs / 2;
+  else if (s.communication.strategy == "auto" && s.communication.switch_at_epoch >= s.training.epochs)
+    comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
+                                                 s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
   if (s.communication.strategy == "hybrid" && s.communication.switch_at_epoch >= s.training.epochs)
     comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
                                                  s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
@@ -297,9 +302,12 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
   };
   const ConfigNode comm = spec.child("communication");
   const std::string& strategy = s.communication.strategy;
-  if (strategy != "hybrid")
+  if (strategy == "auto")
+    for (const char* k : {"sparse", "dense"})
+      note(comm, k, "has no effect with strategy auto (the controller chooses the strategies from the measured links)");
+  else if (strategy != "hybrid")
     for (const char* k : {"sparse", "dense", "switchAtEpoch"})
-      note(comm, k, "has no effect with strategy " + strategy + " (only hybrid switches from a sparse to a dense exchange)");
+      note(comm, k, "has no effect with strategy " + strategy + " (only hybrid and auto switch from a sparse to a dense exchange)");
   if (strategy == "dense" || strategy == "torus")
     note(comm, "density", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient)");
   const ConfigNode sched = spec.child("training").child("schedule");

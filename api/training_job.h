@@ -109,11 +109,11 @@ struct ParallelismSpec {
 };
 
 struct CommunicationSpec {
-  std::string strategy = "dense";    // dense | torus | topk | hitopk | hybrid
+  std::string strategy = "dense";    // auto | dense | torus | topk | hitopk | hybrid (auto: the controller chooses)
   std::string sparse = "hitopk";     // hybrid: the strategy of the first epochs (topk | hitopk)
   std::string dense = "torus";       // hybrid: the strategy from the switch on (dense | torus)
   double density = 0.01;
-  int switch_at_epoch = 1;           // hybrid: the first dense epoch
+  int switch_at_epoch = 1;           // hybrid: the first dense epoch; auto: the latest (default: half the epochs)
   std::string selector = "mstopk";   // mstopk | exact
   int64_t bucket_bytes = 25 << 20;   // gradients are fused into buckets of at most this size
   bool overlap = true;               // buckets are exchanged during the backward pass

@@ -177,6 +177,9 @@ struct KubeOperator::Impl {
     policy.switch_at_epoch = target->switch_at_epoch;
     policy.switch_step = target->switch_step;
     policy.round = target->round;
+    policy.auto_exchange = target->auto_exchange;
+    policy.epochs = target->epochs;
+    policy.densities = {target->density};
     rendezvous->add_job(key, target->token, target->plan, policy);
     served[key] = {target->token, target->attempt, target->round};
   }

@@ -288,6 +288,9 @@ class Launch {
           policy.switch_at_epoch = a.rendezvous.switch_at_epoch;
           policy.switch_step = a.rendezvous.switch_step;
           policy.round = a.rendezvous.round;
+          policy.auto_exchange = a.rendezvous.auto_exchange;
+          policy.epochs = a.rendezvous.epochs;
+          policy.densities = {a.rendezvous.density};
           service_->add_job(key(), a.rendezvous.token, a.rendezvous.plan, policy);
           served_attempt_ = a.rendezvous.attempt;
           served_round_ = a.rendezvous.round;

@@ -96,8 +96,15 @@ json volume_source(const api::VolumeSpec& v, bool read_only) {
   return {{"persistentVolumeClaim", {{"claimName", v.claim_name}, {"readOnly", read_only}}}};
 }
 
-std::string training_phase(const api::CommunicationSpec& c, int64_t step, int64_t switch_step) {
+// auto: `exchange` is the controller's choice (none: the gang exchanges densely until it comes).
+std::string training_phase(const api::CommunicationSpec& c, int64_t step, int64_t switch_step,
+                           const ExchangeDecision* exchange = nullptr) {
   if (c.strategy == "hybrid") return switch_step >= 0 && step >= switch_step ? "dense" : "sparse";
+  if (c.strategy == "auto")
+    return exchange && !exchange->sparse.empty() && exchange->from_step >= 0 && step >= exchange->from_step &&
+                   !(switch_step >= 0 && step >= switch_step)
+               ? "sparse"
+               : "dense";
   return c.strategy == "topk" || c.strategy == "hitopk" ? "sparse" : "dense";
 }
 
@@ -174,10 +181,20 @@ std::string last_chars(const std::string& s, size_t n) {
   while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
   return "..." + s.substr(from);
 }
-// The spec's hybrid switch epoch, for the rendezvous; -1 for other strategies.
-int switch_at_epoch(const json& spec) {
-  if (!spec.contains("communication") || spec["communication"].value("strategy", "") != "hybrid") return -1;
-  return spec["communication"].value("switchAtEpoch", 1);
+// What the rendezvous needs of the spec's exchange: a hybrid job's switch epoch; for auto, the
+// latest epoch a sparse phase may reach (switchAtEpoch, else half the epochs), the epochs and the
+// density.
+void exchange_policy(const json& spec, RendezvousTarget& t) {
+  const json comm = spec.contains("communication") ? spec["communication"] : json::object();
+  const api::CommunicationSpec defaults;
+  const std::string strategy = comm.value("strategy", defaults.strategy);
+  t.epochs = spec.contains("training") ? spec["training"].value("epochs", api::TrainingSpec{}.epochs) : api::TrainingSpec{}.epochs;
+  if (strategy == "hybrid") t.switch_at_epoch = comm.value("switchAtEpoch", defaults.switch_at_epoch);
+  if (strategy == "auto") {
+    t.auto_exchange = true;
+    t.switch_at_epoch = comm.value("switchAtEpoch", t.epochs / 2);
+    t.density = comm.value("density", defaults.density);
+  }
 }
 
 // The gang to serve: none when the job has ended, is suspended, or its plan is not the current attempt's.
@@ -190,7 +207,7 @@ std::optional<RendezvousTarget> target_of(const std::string& token, const json& 
   t.token = token;
   t.attempt = plan->first;
   t.plan = plan->second;
-  if (spec) t.switch_at_epoch = switch_at_epoch(*spec);
+  if (spec) exchange_policy(*spec, t);
   t.switch_step = status.value("switchStep", int64_t{-1});
   t.round = status.value("restartsInPlace", int64_t{0});
   return t;
@@ -216,6 +233,7 @@ const char* name(Reason r) {
     case Reason::kGangRestart: return "GangRestart";
     case Reason::kCompleted: return "Completed";
     case Reason::kPhaseSwitch: return "PhaseSwitch";
+    case Reason::kExchangeChosen: return "ExchangeChosen";
     case Reason::kStraggler: return "Straggler";
     case Reason::kStragglerGone: return "StragglerGone";
     case Reason::kSuspended: return "Suspended";
@@ -1077,10 +1095,28 @@ class Reconciler {
       const auto last = parse_time(status.s.value("lastProgressTime", ""));
       const int64_t known_switch = status.s.value("switchStep", int64_t{-1});
       const bool switch_news = p.switch_step >= 0 && p.switch_step != known_switch;
+      // auto: the controller's choice of exchange, news each time it is made
+      const ExchangeDecision& x = p.exchange;
+      const bool exchange_news = x.version > 0 && x.from_step >= 0 &&
+                                 x.version != status.s.value("exchange", json::object()).value("choice", int64_t{0});
+      if (exchange_news) {
+        json e = {{"choice", x.version}, {"fromStep", x.from_step}, {"strategy", x.sparse.empty() ? x.dense : x.sparse},
+                  {"dense", x.dense}, {"reason", x.reason}, {"computeSeconds", x.compute_s}};
+        if (!x.sparse.empty()) e["density"] = x.density;
+        if (x.inter_bits_per_second > 0) e["interNodeGbps"] = x.inter_bits_per_second / 1e9;
+        json predicted = json::array();
+        for (const auto& [name, seconds] : x.predicted) predicted.push_back({{"exchange", name}, {"stepSeconds", seconds}});
+        e["predicted"] = predicted;
+        status.set("exchange", e);
+        event(false, Reason::kExchangeChosen,
+              detail::concat(x.sparse.empty() ? x.dense : detail::concat(x.sparse, " at density ", x.density, ", then ", x.dense),
+                             " from step ", x.from_step, ": ", x.reason));
+      }
       if (switch_news) {
         status.set("switchStep", p.switch_step);
-        event(false, Reason::kPhaseSwitch, detail::concat("the gang switches from ", sp.communication.sparse, " to ",
-                                                          sp.communication.dense, " at step ", p.switch_step));
+        const bool chosen = sp.communication.strategy == "auto";
+        event(false, Reason::kPhaseSwitch, detail::concat("the gang switches from ", chosen ? x.sparse : sp.communication.sparse, " to ",
+                                                          chosen ? x.dense : sp.communication.dense, " at step ", p.switch_step));
       }
       // Stragglers: news when the ranks that rank 0 reports as slow change; the figures of the same
       // ranks are refreshed with the rest of the progress.
@@ -1101,13 +1137,14 @@ class Reconciler {
         status.set("restartHistory", history);
         resumed = true;
       }
-      if (switch_news || straggler_news || resumed || !last || o.now - *last >= opt.status_interval) {
+      if (switch_news || exchange_news || straggler_news || resumed || !last || o.now - *last >= opt.status_interval) {
         if (!slow.empty()) status.condition("Straggler", true, "SlowRank", p.slow_reason);
         status.set("step", p.step);
         status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
         status.set("loss", p.loss);
         status.set("samplesPerSecond", p.samples_per_second);
-        status.set("trainingPhase", training_phase(sp.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch));
+        status.set("trainingPhase",
+                   training_phase(sp.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch, &p.exchange));
         status.set("lastProgressTime", format_time(o.now));
       } else {
         requeue(duration_cast<milliseconds>(opt.status_interval - (o.now - *last)) + milliseconds(10));

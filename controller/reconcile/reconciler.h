@@ -71,8 +71,11 @@ struct RendezvousTarget {
   int attempt = 0;
   int64_t round = 0;                   // status.restartsInPlace: the gang's round in its current pods
   std::vector<placement::RankAssignment> plan;
-  int switch_at_epoch = -1;            // hybrid jobs
+  int switch_at_epoch = -1;            // hybrid jobs; auto: the latest epoch a sparse phase may reach
   int64_t switch_step = -1;            // already chosen (kept in the status)
+  bool auto_exchange = false;          // communication.strategy auto: the rendezvous chooses the exchange
+  int epochs = 1;
+  double density = 0.01;               // auto: the sparse phase's density
 };
 
 struct Observed {
@@ -98,7 +101,7 @@ const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
 enum class Reason {
   kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
   kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting, kPreempted,
-  kScaledDown, kScaledUp,
+  kScaledDown, kScaledUp, kExchangeChosen,
   // the job failed:
   kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded, kStartFailed,
 };

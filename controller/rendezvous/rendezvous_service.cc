@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -15,6 +16,7 @@
 
 #include "tessera.grpc.pb.h"
 #include "common/error.h"
+#include "common/exchange_choice.h"
 
 namespace tessera {
 namespace {
@@ -79,6 +81,70 @@ std::string peer_host(std::string peer) {
   const auto scheme = peer.find(':'), port = peer.rfind(':');
   if (scheme == std::string::npos || port == scheme) return peer;
   return peer.substr(scheme + 1, port - scheme - 1);
+}
+
+// A calibration's figures: finite, not negative; the gang's shape; buckets and selections paired.
+Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
+  if (c.nodes() < 1 || c.ranks_per_node() < 1 || static_cast<size_t>(c.nodes()) * c.ranks_per_node() != world)
+    return invalid("calibration.nodes", detail::concat(c.nodes(), " nodes x ", c.ranks_per_node(), " ranks is not the job's ", world));
+  const std::pair<const char*, double> figures[] = {
+      {"alpha_inter_s", c.alpha_inter_s()}, {"wire_inter_s_per_byte", c.wire_inter_s_per_byte()},
+      {"cpu_inter_s_per_byte", c.cpu_inter_s_per_byte()}, {"alpha_intra_s", c.alpha_intra_s()},
+      {"cpu_intra_s_per_byte", c.cpu_intra_s_per_byte()}, {"pass_s_per_float", c.pass_s_per_float()},
+      {"add_s_per_pair", c.add_s_per_pair()}, {"compute_s", c.compute_s()}};
+  for (const auto& [name, v] : figures)
+    if (!std::isfinite(v) || v < 0) return invalid(std::string("calibration.") + name, "is not a finite number of at least 0");
+  if (c.shared_cores() < 0) return invalid("calibration.shared_cores", "is negative");
+  if (c.bucket_floats_size() == 0 || c.bucket_floats_size() != c.bucket_ready_size() || c.bucket_floats_size() > 100000)
+    return invalid("calibration.bucket_floats", detail::concat(c.bucket_floats_size(), " buckets with ", c.bucket_ready_size(),
+                                                               " readiness figures (1 to 100000 of each, as many)"));
+  if (c.selection_density_size() != c.selection_s_per_float_size() || c.selection_density_size() > 64)
+    return invalid("calibration.selection_density", "not paired with selection_s_per_float (at most 64)");
+  for (int i = 0; i < c.bucket_floats_size(); ++i)
+    if (!(c.bucket_floats(i) >= 0) || !(c.bucket_ready(i) >= 0 && c.bucket_ready(i) <= 1))
+      return invalid("calibration.bucket_floats", detail::concat("bucket ", i, " is not a size and a share in [0, 1]"));
+  for (int i = 0; i < c.selection_density_size(); ++i)
+    if (!(c.selection_density(i) > 0 && c.selection_density(i) <= 1) || !std::isfinite(c.selection_s_per_float(i)) ||
+        c.selection_s_per_float(i) < 0)
+      return invalid("calibration.selection_density", detail::concat("entry ", i, " is not a density in (0, 1] and a time"));
+  return Status::OK;
+}
+
+// The controller's choice of exchange for a job from rank 0's calibration: from step `from` on, with
+// a sparse phase for at most the steps before the switch step (policy.switch_at_epoch, or the one
+// already chosen) out of the job's remaining steps.
+reconcile::ExchangeDecision decide_exchange(const v1::ExchangeCalibration& c, const RendezvousJobPolicy& policy,
+                                           int64_t switch_step, int64_t steps_per_epoch, int64_t from, int64_t version) {
+  cost::ChoiceInput in;
+  for (int i = 0; i < c.bucket_floats_size(); ++i) in.buckets.push_back({c.bucket_floats(i), c.bucket_ready(i)});
+  in.nodes = c.nodes(), in.local = c.ranks_per_node();
+  cost::Machine& mc = in.machine;
+  mc.alpha_inter = c.alpha_inter_s(), mc.wire_inter = c.wire_inter_s_per_byte(), mc.cpu_inter = c.cpu_inter_s_per_byte();
+  mc.alpha_intra = c.alpha_intra_s(), mc.cpu_intra = c.cpu_intra_s_per_byte();
+  mc.cores = c.shared_cores();
+  for (int i = 0; i < c.selection_density_size(); ++i) mc.selection.push_back({c.selection_density(i), c.selection_s_per_float(i)});
+  mc.pass = c.pass_s_per_float(), mc.add = c.add_s_per_pair();
+  mc.hidden = 1.0;  // the wire and the CPU each bound a phase; neither waits for the other
+  in.compute_s = c.compute_s();
+  in.overlap = c.overlap();
+  in.densities = policy.densities;
+  const int64_t total = std::max<int64_t>(1, static_cast<int64_t>(policy.epochs) * steps_per_epoch);
+  const int64_t sparse_end = switch_step >= 0 ? switch_step : static_cast<int64_t>(policy.switch_at_epoch) * steps_per_epoch;
+  in.sparse_share = total > from ? std::clamp(static_cast<double>(sparse_end - from) / static_cast<double>(total - from), 0.0, 1.0) : 0.0;
+  const cost::ExchangeChoice choice = cost::choose_exchange(in);
+  reconcile::ExchangeDecision d;
+  d.version = version;
+  d.from_step = from;
+  if (choice.chosen.hybrid) {
+    d.sparse = cost::strategy_name(choice.chosen.sparse);
+    d.density = choice.chosen.density;
+  }
+  d.dense = cost::strategy_name(choice.chosen.dense);
+  d.reason = choice.reason;
+  for (const cost::ExchangeOption& o : choice.options) d.predicted.push_back({o.name(), o.mean_step});
+  d.inter_bits_per_second = c.nodes() > 1 && c.wire_inter_s_per_byte() > 0 ? 8 / c.wire_inter_s_per_byte() : 0;
+  d.compute_s = c.compute_s();
+  return d;
 }
 
 }  // namespace
@@ -201,11 +267,26 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
       job->progress.samples_per_second = req->samples_per_second();
     }
     const int e = job->policy.switch_at_epoch;
-    if (e >= 0 && job->progress.switch_step < 0 && req->steps_per_epoch() > 0) {
+    // auto: a switch step only for a choice with a sparse phase
+    const bool sparse_phase = !job->policy.auto_exchange || !job->progress.exchange.sparse.empty();
+    if (e >= 0 && sparse_phase && job->progress.switch_step < 0 && req->steps_per_epoch() > 0) {
       const int64_t planned = static_cast<int64_t>(e) * req->steps_per_epoch();
       if (job->furthest_step + 2 >= planned) job->progress.switch_step = std::max(planned, job->furthest_step + 2);
     }
+    if (req->has_calibration() && job->policy.auto_exchange && req->rank() == 0 && req->steps_per_epoch() > 0) {
+      if (Status s = check_calibration(req->calibration(), job->plan.size()); !s.ok()) return s;
+      // Every rank hears of the choice before it reaches `from`, as of the switch step.
+      const int64_t from = std::max(req->step(), job->furthest_step) + 2;
+      job->progress.exchange = decide_exchange(req->calibration(), job->policy, job->progress.switch_step, req->steps_per_epoch(),
+                                               from, job->progress.exchange.version + 1);
+    }
     resp->set_switch_step(job->progress.switch_step);
+    const auto& x = job->progress.exchange;
+    resp->set_exchange_step(x.version > 0 ? x.from_step : -1);
+    resp->set_exchange_sparse(x.sparse);
+    resp->set_exchange_density(x.density);
+    resp->set_exchange_dense(x.dense);
+    resp->set_exchange_version(x.version);
     return Status::OK;
   }
 
@@ -332,6 +413,9 @@ void RendezvousService::add_job(const std::string& job, const std::string& token
     if (it != impl_->jobs.end()) {  // a restarted gang: keep restart counts and a switch already decided
       state.registrations = it->second.registrations;
       state.progress.switch_step = std::max(state.progress.switch_step, it->second.progress.switch_step);
+      // the new gang measures and is chosen for again; the count of choices goes on
+      state.progress.exchange.version = it->second.progress.exchange.version;
+      state.progress.exchange.from_step = -1;
     }
     impl_->jobs[job] = std::move(state);
   }

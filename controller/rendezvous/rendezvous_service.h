@@ -29,6 +29,12 @@ struct RendezvousJobPolicy {
   // The gang's round: the same pods restarted in place start a new one. Supervisors wait for it
   // (AwaitRound); ranks' exits are reported for the current one.
   int64_t round = 0;
+  // communication.strategy auto: the controller chooses the exchange from rank 0's calibration
+  // (common/exchange_choice.h); a sparse phase may last until switch_at_epoch, of `epochs`, at one of
+  // `densities`.
+  bool auto_exchange = false;
+  int epochs = 1;
+  std::vector<double> densities = {0.01};
 };
 // What the workers last reported.
 using RendezvousProgress = reconcile::Progress;

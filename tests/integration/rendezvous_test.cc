@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include "controller/placement/ring_planner.h"
@@ -171,6 +172,99 @@ TEST(RendezvousTest, JobTokensAreDerivedFromTheUidUnderTheKey) {
 
 // Requests as a confused or hostile client could send them, on the raw gRPC API: every field is
 // checked and named, the store is bounded, and messages above the limit never reach the handlers.
+// communication.strategy auto: rank 0's calibration in a heartbeat; the service chooses with the
+// cost model, answers every rank with the same choice from a step two ahead, and refuses bad figures
+// by name.
+TEST(RendezvousTest, TheExchangeIsChosenFromRankZerosCalibration) {
+  RendezvousService service;
+  RendezvousJobPolicy policy;
+  policy.auto_exchange = true;
+  policy.switch_at_epoch = 2;  // of 4: a sparse phase may take the first half
+  policy.epochs = 4;
+  policy.densities = {0.01};
+  service.add_job("job", "t", two_by_two(), policy);
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel(service.target(), grpc::InsecureChannelCredentials()));
+  // links of `bits` a second between 2 nodes of 2 GPUs (NVLink, GPU kernels: nothing shared)
+  auto calibration = [](double bits) {
+    v1::ExchangeCalibration c;
+    c.set_nodes(2);
+    c.set_ranks_per_node(2);
+    c.set_alpha_inter_s(10e-6);
+    c.set_wire_inter_s_per_byte(8 / bits);
+    c.set_alpha_intra_s(5e-6);
+    c.set_cpu_intra_s_per_byte(1 / 130e9);
+    c.add_selection_density(0.01);
+    c.add_selection_s_per_float(0.02e-9);
+    c.set_pass_s_per_float(0.005e-9);
+    c.set_add_s_per_pair(0.02e-9);
+    c.set_compute_s(0.1);
+    for (double f : {6.5e6, 6.5e6, 6.5e6, 6.1e6}) c.add_bucket_floats(f);
+    for (double r : {0.1, 0.3, 0.6, 1.0}) c.add_bucket_ready(r);
+    c.set_overlap(true);
+    return c;
+  };
+  auto heartbeat = [&](int rank, int64_t step, const v1::ExchangeCalibration* c, v1::HeartbeatResponse* resp) {
+    v1::HeartbeatRequest req;
+    req.mutable_auth()->set_job("job");
+    req.mutable_auth()->set_token("t");
+    req.set_rank(rank);
+    req.set_step(step);
+    req.set_steps_per_epoch(100);
+    if (c) *req.mutable_calibration() = *c;
+    grpc::ClientContext ctx;
+    return stub->Heartbeat(&ctx, req, resp);
+  };
+  v1::HeartbeatResponse r;
+  ASSERT_TRUE(heartbeat(1, 3, nullptr, &r).ok());
+  EXPECT_EQ(r.exchange_step(), -1);  // nothing chosen before the calibration
+  EXPECT_EQ(r.exchange_version(), 0);
+  const v1::ExchangeCalibration slow = calibration(100e6);
+  ASSERT_TRUE(heartbeat(0, 3, &slow, &r).ok());
+  EXPECT_EQ(r.exchange_step(), 5);  // two steps past the furthest rank
+  EXPECT_EQ(r.exchange_sparse(), "hitopk");
+  EXPECT_DOUBLE_EQ(r.exchange_density(), 0.01);
+  EXPECT_EQ(r.exchange_dense(), "torus");
+  EXPECT_EQ(r.exchange_version(), 1);
+  v1::HeartbeatResponse other;
+  ASSERT_TRUE(heartbeat(3, 4, nullptr, &other).ok());  // every rank hears the same choice
+  EXPECT_EQ(other.exchange_step(), 5);
+  EXPECT_EQ(other.exchange_sparse(), "hitopk");
+  const auto x = service.progress("job").exchange;
+  EXPECT_EQ(x.version, 1);
+  EXPECT_NE(x.reason.find("inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted"), std::string::npos) << x.reason;
+  EXPECT_EQ(x.predicted.size(), 4u);  // dense, torus, and each sparse strategy at the one density
+  EXPECT_DOUBLE_EQ(x.inter_bits_per_second, 100e6);
+  // the sparse phase ends at the policy's epoch, every rank told before it
+  ASSERT_TRUE(heartbeat(0, 198, nullptr, &r).ok());
+  EXPECT_EQ(r.switch_step(), 200);
+
+  // A new gang (a restart) is chosen for afresh; fast links and a long step make it dense.
+  service.add_job("job", "t", two_by_two(), policy);
+  ASSERT_TRUE(heartbeat(1, 250, nullptr, &r).ok());
+  EXPECT_EQ(r.exchange_step(), -1);
+  v1::ExchangeCalibration fast = calibration(400e9);
+  fast.set_compute_s(2.0);
+  ASSERT_TRUE(heartbeat(0, 250, &fast, &r).ok());
+  EXPECT_EQ(r.exchange_version(), 2);
+  EXPECT_EQ(r.exchange_step(), 252);
+  EXPECT_EQ(r.exchange_sparse(), "");  // past the switch step: no sparse phase is left
+  EXPECT_NE(service.progress("job").exchange.reason.find("no sparse phase is left"), std::string::npos)
+      << service.progress("job").exchange.reason;
+
+  auto refused = [&](const std::function<void(v1::ExchangeCalibration&)>& edit, const std::string& text) {
+    v1::ExchangeCalibration c = calibration(1e9);
+    edit(c);
+    const grpc::Status s = heartbeat(0, 260, &c, &r);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << text;
+    EXPECT_NE(s.error_message().find(text), std::string::npos) << s.error_message();
+  };
+  refused([](auto& c) { c.set_nodes(3); }, "calibration.nodes: 3 nodes x 2 ranks is not the job's 4");
+  refused([](auto& c) { c.set_compute_s(std::nan("")); }, "calibration.compute_s: is not a finite number");
+  refused([](auto& c) { c.set_wire_inter_s_per_byte(-1); }, "calibration.wire_inter_s_per_byte");
+  refused([](auto& c) { c.clear_bucket_ready(); }, "calibration.bucket_floats: 4 buckets with 0 readiness figures");
+  refused([](auto& c) { c.set_selection_density(0, 2); }, "calibration.selection_density: entry 0");
+}
+
 TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
   RendezvousLimits limits;
   limits.keys = 8;

@@ -203,7 +203,7 @@ TEST(ReconcileTest, AMissingPodOfTheGangIsCreatedOnItsPlannedNode) {
 TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   Observed o = running();
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 137, "Error")};
-  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}};
+  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
                                                    "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
@@ -535,7 +535,7 @@ TEST(ReconcileTest, TheStatusStaysSmallWhateverTheSpecOrTheRun) {
 
 TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   Observed o = running();
-  o.progress = Progress{40, 30, 1, 0.25, 12.5, 32, {}, "", {}};
+  o.progress = Progress{40, 30, 1, 0.25, 12.5, 32, {}, "", {}, {}};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Normal PhaseSwitch"}));
   const json s = d.actions[0].object;
@@ -556,7 +556,7 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
 TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
   Observed o = running();
   o.job["status"]["lastProgressTime"] = format_time(kNow);
-  o.progress = Progress{40, 0, 1, 0.25, 12.5, -1, {}, "", {}};
+  o.progress = Progress{40, 0, 1, 0.25, 12.5, -1, {}, "", {}, {}};
   o.progress->slow_ranks = {2, 3};
   o.progress->slow_reason = "node n1 (ranks 2, 3) has a slow network: ...";
   const Decision d = reconcile(o, options());
@@ -614,7 +614,7 @@ TEST(ReconcileTest, AStoppedGangIsPlacedAgainWithoutCountingAFailure) {
   Observed o = running(0, {{"runPolicy", {{"backoffLimit", 0}}}});
   o.pods = {pod(0, 0, "Failed", kExitStopped), pod(0, 1, "Failed", kExitStopped)};
   o.pods[1].message = "slot 0: stopped at step 30 on SIGTERM, every rank at the same step; the checkpoint of step 30 is written";
-  o.progress = Progress{30, 0, 0, 0.5, 10, -1, {}, "", {}};
+  o.progress = Progress{30, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
                                                    "delete pod j-0-1", "stop rendezvous"}));
@@ -649,7 +649,7 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
   Observed o = running();
   o.nodes[1].unschedulable = true;
   o.nodes.push_back(node("n2", "b", 2));
-  o.progress = Progress{41, 0, 0, 0.5, 10, -1, {}, "", {}};
+  o.progress = Progress{41, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   const Decision d = reconcile(o, options());
   EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "delete pod j-0-1"}));
   EXPECT_EQ(d.actions[0].object["conditions"].back()["type"], "Preempted");
@@ -739,7 +739,7 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   // The same with supervisors that report their ranks' exits (restarts in place): the pod on the lost
   // node stays silent, and the restart waits for the node to be called lost.
   Observed quiet = running();
-  quiet.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}};
+  quiet.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   quiet.progress->exits = {{0, 0, 1, "lost the connection to rank 2", kNow - seconds(10)}};
   EXPECT_EQ(describe(reconcile(quiet, options())), (std::vector<std::string>{}));
   // Under tessera run there is no node monitor to wait for: the gang restarts in place at once.
@@ -761,7 +761,7 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
 // no pod deleted or created; counted against backoffLimit.
 TEST(ReconcileTest, AFailedRankRestartsTheGangInPlace) {
   Observed o = running();
-  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}};
+  o.progress = Progress{23, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   o.progress->exits = {{0, 1, 1, "rank 1: peer rank 2 closed the connection", kNow - seconds(1)}};
   // The peer's report first: the killed one's is waited for.
   const Decision waiting = reconcile(o, options());
@@ -786,7 +786,7 @@ TEST(ReconcileTest, AFailedRankRestartsTheGangInPlace) {
   next.served_round = 1;
   next.progress = Progress{};
   EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{}));
-  next.progress = Progress{21, 20, 0, 0.5, 10, -1, {}, "", {}};
+  next.progress = Progress{21, 20, 0, 0.5, 10, -1, {}, "", {}, {}};
   const Decision resumed = reconcile(next, options());
   ASSERT_FALSE(resumed.actions.empty());
   EXPECT_EQ(resumed.actions[0].object["phase"], "Running");
@@ -880,7 +880,7 @@ TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
 TEST(ReconcileTest, TheRestartRecordsWhereTheNewGangResumed) {
   Observed o = running(1);
   o.job["status"]["restartHistory"] = json::array({{{"reason", "r"}, {"failedAtStep", 23}, {"resumedAtStep", -1}}});
-  o.progress = Progress{26, 20, 0, 0.5, 10, -1, {}, "", {}};  // the new gang started at its checkpoint, step 20
+  o.progress = Progress{26, 20, 0, 0.5, 10, -1, {}, "", {}, {}};  // the new gang started at its checkpoint, step 20
   const Decision d = reconcile(o, options());
   ASSERT_FALSE(d.actions.empty());
   EXPECT_EQ(d.actions[0].object["restartHistory"][0]["resumedAtStep"], 20);

@@ -28,7 +28,7 @@ ControlAgent::ControlAgent(const std::string& target, std::string job, std::stri
 
 ControlAgent::~ControlAgent() = default;
 
-int64_t ControlAgent::heartbeat(const Report& report, const std::atomic<bool>* stop) {
+ControlAgent::Answer ControlAgent::heartbeat(const Report& report, const std::atomic<bool>* stop) {
   v1::HeartbeatRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_rank(impl_->rank);
@@ -39,6 +39,24 @@ int64_t ControlAgent::heartbeat(const Report& report, const std::atomic<bool>* s
   req.set_samples_per_second(report.samples_per_second);
   for (int r : report.stragglers.ranks) req.add_slow_ranks(r);
   req.set_slow_reason(report.stragglers.message.substr(0, kSlowReasonBytes));
+  if (const GangCalibration* c = report.calibration) {
+    v1::ExchangeCalibration& p = *req.mutable_calibration();
+    const cost::Machine& m = c->machine;
+    p.set_nodes(c->nodes);
+    p.set_ranks_per_node(c->local);
+    p.set_alpha_inter_s(m.alpha_inter);
+    p.set_wire_inter_s_per_byte(m.wire_inter);
+    p.set_cpu_inter_s_per_byte(m.cpu_inter);
+    p.set_alpha_intra_s(m.alpha_intra);
+    p.set_cpu_intra_s_per_byte(m.cpu_intra);
+    p.set_shared_cores(m.cores);
+    for (const auto& [d, s] : m.selection) p.add_selection_density(d), p.add_selection_s_per_float(s);
+    p.set_pass_s_per_float(m.pass);
+    p.set_add_s_per_pair(m.add);
+    p.set_compute_s(c->compute_s);
+    for (const cost::Bucket& b : c->buckets) p.add_bucket_floats(b.floats), p.add_bucket_ready(b.ready);
+    p.set_overlap(c->overlap);
+  }
   v1::HeartbeatResponse resp;
   // A controller that restarts (or hands over to another) is waited for, up to the timeout: every
   // rank waits at the same step, so the gang goes on with the switch step it will be told. Each try
@@ -59,10 +77,13 @@ int64_t ControlAgent::heartbeat(const Report& report, const std::atomic<bool>* s
   }
   // A stopping gang needs no decision: it ends with this step, and a switch step chosen now lies at
   // least two steps ahead, so the ranks that were told run this step's exchange as those that were not.
-  if (!s.ok() && stopping()) return -1;
+  if (!s.ok() && stopping()) return {};
   if (!s.ok())
     throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", report.step, ": ", s.error_message()));
-  return resp.switch_step();
+  Answer a;
+  a.switch_step = resp.switch_step();
+  a.exchange = {resp.exchange_step(), resp.exchange_sparse(), resp.exchange_density(), resp.exchange_dense(), resp.exchange_version()};
+  return a;
 }
 
 }  // namespace tessera

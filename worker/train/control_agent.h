@@ -9,6 +9,7 @@
 #include <string>
 
 #include "worker/comm/store.h"
+#include "worker/train/calibration.h"
 #include "worker/train/straggler.h"
 
 namespace tessera {
@@ -25,13 +26,26 @@ class ControlAgent {
     int64_t steps_per_epoch = 0;
     double loss = 0, samples_per_second = 0;  // of the previous step
     StragglerReport stragglers;
+    const GangCalibration* calibration = nullptr;  // communication.strategy auto: rank 0's, once
   };
-  // Reports progress; returns the switch step, or -1 while none is chosen. Throws CommError when the
-  // controller refuses or cannot be reached within the timeout. Once `stop` is set (the rank was asked
-  // to stop: its gang is suspended, deleted or moving, and the controller may no longer serve it), a
-  // controller that does not answer within a second is not waited for: the answer is -1, and the gang
-  // agrees on its last step without it.
-  int64_t heartbeat(const Report& report, const std::atomic<bool>* stop = nullptr);
+  // communication.strategy auto: the controller's choice (proto/tessera.proto, HeartbeatResponse).
+  struct ExchangePlan {
+    int64_t from_step = -1;  // -1: none chosen yet
+    std::string sparse;      // until the switch step; empty: none
+    double density = 1;
+    std::string dense;
+    int64_t version = 0;
+  };
+  struct Answer {
+    int64_t switch_step = -1;  // -1 while none is chosen
+    ExchangePlan exchange;
+  };
+  // Reports progress; returns the controller's decisions. Throws CommError when the controller
+  // refuses or cannot be reached within the timeout. Once `stop` is set (the rank was asked to stop:
+  // its gang is suspended, deleted or moving, and the controller may no longer serve it), a
+  // controller that does not answer within a second is not waited for: the answer has no decision,
+  // and the gang agrees on its last step without it.
+  Answer heartbeat(const Report& report, const std::atomic<bool>* stop = nullptr);
 
  private:
   struct Impl;

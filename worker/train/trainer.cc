@@ -234,10 +234,13 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
   const auto& cc = config_.communication;
   if (groups_) {
     const bool hybrid = cc.strategy == "hybrid";
+    auto_ = cc.strategy == "auto";
     // In device memory (NCCL) or on the host (the buckets staged there when the model is on the GPU).
     CommGroups& exchange_groups = device_groups_ ? *device_groups_ : *groups_;
     const Device buckets_on = device_groups_ ? Device::kCuda : Device::kCpu;
-    sparse_ = make_exchange(ExchangeConfig{hybrid ? cc.sparse : cc.strategy, cc.density, cc.selector, buckets_on}, exchange_groups);
+    // auto: the ring all-reduce until the controller's choice
+    const std::string first = hybrid ? cc.sparse : auto_ ? "dense" : cc.strategy;
+    sparse_ = make_exchange(ExchangeConfig{first, cc.density, cc.selector, buckets_on}, exchange_groups);
     if (hybrid) {
       dense_ = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on}, exchange_groups);
       switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
@@ -309,9 +312,25 @@ void Trainer::begin_exchange(StepRecord& rec) {
   // First dense step after the switch: what the sparse phase still owed is sent now.
   const bool flush = dense_phase && !flushed_residuals_;
   if (dense_phase) flushed_residuals_ = true;
+  // strategy auto: what an exchange replaced (or the checkpoint) still owed goes with this step; the
+  // communication thread reads owed_, which the step loop clears when the step's buckets are done
+  const bool owed = !owed_.empty();
+  const bool on_device = device_groups_ != nullptr;
   buckets_->begin(
-      [this, ex, flush, &rec](int b, std::span<float> bucket) {
+      [this, ex, flush, owed, on_device, &rec](int b, std::span<float> bucket) {
         if (flush) sparse_->add_residual(b, bucket);
+        if (owed)
+          if (auto it = owed_.find(b); it != owed_.end())
+            for (const auto& [offset, v] : it->second) {
+              if (!on_device) {
+                for (size_t i = 0; i < v.size(); ++i) bucket[offset + i] += v[i];
+                continue;
+              }
+              float* at = bucket.data() + offset;
+              Tensor staged(Shape{static_cast<int64_t>(v.size())}, Layout::kPlain, Device::kCuda);
+              gpu::copy(staged.data(), Device::kCuda, v.data(), Device::kCpu, v.size() * sizeof(float));
+              gpu::add_into(at, staged.data(), v.size());
+            }
         const ExchangeStats st = ex->exchange(b, bucket);
         rec.bytes_intra += st.bytes.intra;
         rec.bytes_inter += st.bytes.inter;
@@ -419,7 +438,8 @@ void Trainer::save(int64_t next_step) {
       d.arrays["bn/" + l->name() + "/mean"] = host(bn->running_mean());
       d.arrays["bn/" + l->name() + "/var"] = host(bn->running_var());
     }
-  if (sparse_)
+  // auto: once the dense phase has sent the sparse phase's residuals, a restore must not send them again
+  if (sparse_ && !(auto_ && flushed_residuals_))
     for (auto& [b, r] : sparse_->residuals()) {
       d.arrays["residual/" + std::to_string(b)] = r;
       d.counters["residual_offset/" + std::to_string(b)] = static_cast<int64_t>(sparse_->residual_offset(buckets_->bucket_size(b)));
@@ -576,6 +596,21 @@ void Trainer::restore() {
     for (const auto& [key, v] : d.arrays)
       if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
   }
+  if (auto_) {
+    // Whatever exchange wrote them, the residuals go with the first step, each at its place in its
+    // bucket (re-sharded ones: whole buckets on rank 0).
+    for (const auto& [b, v] : residuals) {
+      const auto off = d.counters.find("residual_offset/" + std::to_string(b));
+      const size_t offset = writers != d.counters.end() && writers->second != world ? 0
+                            : off == d.counters.end()                              ? 0
+                                                                                   : static_cast<size_t>(off->second);
+      if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || offset + v.size() > buckets_->bucket_size(static_cast<size_t>(b)))
+        throw mismatch(detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries at ", offset,
+                                      ") does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
+      owed_[b].push_back({offset, v});
+    }
+    residuals.clear();
+  }
   for (const auto& [b, v] : residuals)
     if (!sparse_ || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
         v.size() != sparse_->residual_size(buckets_->bucket_size(b)))
@@ -588,8 +623,49 @@ void Trainer::restore() {
   log_info("restored checkpoint ", file, ": resuming at step ", step_);
 }
 
+void Trainer::apply_exchange_plan() {
+  const ControlAgent::ExchangePlan plan = *pending_;
+  pending_.reset();
+  const auto& cc = config_.communication;
+  CommGroups& g = device_groups_ ? *device_groups_ : *groups_;
+  const Device on = device_groups_ ? Device::kCuda : Device::kCpu;
+  // What the sparse exchange in use still owes goes with the next step (in the dense phase its
+  // residual has gone already).
+  if (sparse_ && !(dense_ && flushed_residuals_))
+    for (const auto& [b, r] : sparse_->residuals())
+      owed_[b].push_back({sparse_->residual_offset(buckets_->bucket_size(static_cast<size_t>(b))), r});
+  std::unique_ptr<GradientExchange> dense = make_exchange(ExchangeConfig{plan.dense, cc.density, cc.selector, on}, g);
+  if (plan.sparse.empty()) {
+    sparse_ = std::move(dense);
+    dense_.reset();
+  } else {
+    sparse_ = make_exchange(ExchangeConfig{plan.sparse, plan.density, cc.selector, on}, g);
+    dense_ = std::move(dense);
+  }
+  flushed_residuals_ = false;
+  if (rank_ == 0)
+    log_info("exchange from step ", step_, ": ",
+             plan.sparse.empty() ? plan.dense
+                                 : detail::concat(plan.sparse, " at density ", plan.density, " until the switch step",
+                                                  switch_step_ >= 0 ? detail::concat(" ", switch_step_) : std::string(), ", then ",
+                                                  plan.dense),
+             " (the controller's choice ", plan.version, ")");
+}
+
 TrainSummary Trainer::run() {
   restore();
+  if (auto_ && groups_) {
+    // The links and the sparse exchanges' CPU costs now; a step's compute from the first steps.
+    size_t largest = 0;
+    for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
+    const auto& cc = config_.communication;
+    calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
+    calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
+    calibration_.overlap = cc.overlap;
+    if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary());
+    if (!control_ && rank_ == 0)
+      log_warn("communication.strategy auto: no controller chooses the exchange for a worker run by hand; it stays dense");
+  }
   TrainSummary summary;
   summary.first_step = step_;
   summary.switch_step = switch_step_;
@@ -627,16 +703,29 @@ TrainSummary Trainer::run() {
       order_epoch = epoch;
     }
     if (control_) {
-      const int64_t s = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss, last_sps,
-                                             stragglers_ ? stragglers_->report() : StragglerReport{}},
-                                            stop_flag_);
-      if (dense_ && switch_step_ < 0 && s >= 0) {
+      // auto: rank 0 reports the calibration once the first steps are timed
+      const GangCalibration* cal = nullptr;
+      if (auto_ && rank_ == 0 && !calibration_sent_ && calibration_.compute_s > 0) {
+        cal = &calibration_;
+        calibration_sent_ = true;
+        log_info("calibrated the exchange: ", calibration_.summary());
+      }
+      const ControlAgent::Answer a = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss, last_sps,
+                                                          stragglers_ ? stragglers_->report() : StragglerReport{}, cal},
+                                                         stop_flag_);
+      const int64_t s = a.switch_step;
+      if ((dense_ || auto_) && switch_step_ < 0 && s >= 0) {
         switch_step_ = s;
         summary.switch_step = s;
-        if (rank_ == 0) log_info("the controller chose step ", s, " to switch to ", dense_->name());
+        if (rank_ == 0 && dense_) log_info("the controller chose step ", s, " to switch to ", dense_->name());
+      }
+      if (auto_ && a.exchange.version > applied_version_ && a.exchange.from_step >= 0) {
+        pending_ = a.exchange;
+        applied_version_ = a.exchange.version;
       }
     }
-    if (switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
+    if (pending_ && step_ >= pending_->from_step) apply_exchange_plan();
+    if (dense_ && switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
       log_info("switching gradient exchange ", sparse_->name(), " -> ", dense_->name(), " at step ", step_, " (epoch ", epoch, ")");
     StepRecord rec;
     rec.step = step_;
@@ -676,6 +765,7 @@ TrainSummary Trainer::run() {
 
     auto t0 = Clock::now();
     const double waited = buckets_ ? buckets_->finish() : 0.0;
+    owed_.clear();  // sent with this step's buckets
     bool stop = stop_flag_ && stop_flag_->load();
     rec.loss = allreduce_weighted(loss_sum, loss_weight, &stop);
     rec.comm_s = seconds_since(t0);
@@ -695,6 +785,14 @@ TrainSummary Trainer::run() {
     const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
     last_sps = tr.batch_size / std::max(1e-9, step_s);
     ++step_;
+    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up)
+    if (auto_ && groups_ && calibration_.compute_s == 0 && step_ - 1 > summary.first_step) {
+      calibration_compute_.push_back(rec.forward_s + rec.backward_s + rec.update_s);
+      if (calibration_compute_.size() == 3) {
+        std::sort(calibration_compute_.begin(), calibration_compute_.end());
+        calibration_.compute_s = calibration_compute_[1];
+      }
+    }
     if (stragglers_ && stragglers_->after_step(rec.forward_s + rec.backward_s + rec.update_s, step_s) && rank_ == 0) {
       const StragglerReport& s = stragglers_->report();
       if (s.ranks.empty())

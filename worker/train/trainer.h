@@ -16,6 +16,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "worker/comm/topology.h"
@@ -23,6 +24,7 @@
 #include "worker/data/image_folder.h"
 #include "worker/data/loader.h"
 #include "worker/train/bucket_exchange.h"
+#include "worker/train/calibration.h"
 #include "worker/train/control_agent.h"
 #include "worker/train/job_config.h"
 #include "worker/train/straggler.h"
@@ -161,7 +163,22 @@ class Trainer {
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<GradientExchange> sparse_, dense_;  // dense_ only for hybrid (or the single strategy in sparse_)
+  // The exchange before the switch step (a single strategy's, hybrid's sparse one) and after it
+  // (hybrid's dense one; null otherwise). Under strategy auto: the controller's choice, and until it
+  // comes the dense strategy alone.
+  std::unique_ptr<GradientExchange> sparse_, dense_;
+  // strategy auto: the gang's calibration (once its first steps are timed, reported by rank 0), the
+  // choice to apply from its step on, and the residuals an earlier exchange (or the checkpoint)
+  // still owes: bucket -> (offset in the bucket, entries), added into the buckets of the next step.
+  bool auto_ = false;
+  GangCalibration calibration_;
+  std::vector<double> calibration_compute_;  // the first steps' compute, seconds
+  bool calibration_sent_ = false;
+  std::optional<ControlAgent::ExchangePlan> pending_;
+  int64_t applied_version_ = 0;
+  std::map<int, std::vector<std::pair<size_t, std::vector<float>>>> owed_;
+  // Applies pending_: builds its exchanges, and moves the residuals of the one it replaces to owed_.
+  void apply_exchange_plan();
   std::unique_ptr<BucketExchange> buckets_;  // null for a single process: nothing to exchange
   std::unique_ptr<StragglerWatch> stragglers_;  // null for a single process
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
