@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "common/error.h"
 
@@ -48,6 +49,7 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   }
   out.chosen = best_dense;
   const bool exchanges = in.nodes * in.local > 1;
+  std::optional<ExchangeOption> best_sparse;
   if (exchanges && in.sparse_share > 0) {
     for (Strategy s : {Strategy::kTopk, Strategy::kHitopk})
       for (double d : in.densities) {
@@ -60,9 +62,10 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
         o.dense_step = best_dense.dense_step;
         o.mean_step = in.sparse_share * o.sparse_step + (1 - in.sparse_share) * o.dense_step;
         out.options.push_back(o);
-        if (o.mean_step < out.chosen.mean_step && o.mean_step < (1 - in.sparse_margin) * best_dense.mean_step) out.chosen = o;
+        if (!best_sparse || o.mean_step < best_sparse->mean_step) best_sparse = o;
       }
   }
+  if (best_sparse && best_sparse->mean_step < (1 - in.sparse_margin) * best_dense.mean_step) out.chosen = *best_sparse;
   std::stable_sort(out.options.begin(), out.options.end(),
                    [](const ExchangeOption& a, const ExchangeOption& b) { return a.mean_step < b.mean_step; });
 

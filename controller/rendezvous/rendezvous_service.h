@@ -35,6 +35,7 @@ struct RendezvousJobPolicy {
   bool auto_exchange = false;
   int epochs = 1;
   std::vector<double> densities = {0.01};
+  double sparse_margin = 0.05;  // how much faster a sparse phase must be predicted (exchange_choice.h)
 };
 // What the workers last reported.
 using RendezvousProgress = reconcile::Progress;

@@ -357,6 +357,84 @@ TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
   std::filesystem::remove_all(dir);
 }
 
+// communication.strategy auto: the gang trains densely while it calibrates, rank 0 reports, and
+// every rank takes the controller's choice at the same step: here a sparse phase (the policy's
+// margin forces one on loopback links) until the switch epoch, then the dense strategy. Stopped in
+// the sparse phase, the next gang resumes from the checkpoint with the residuals it owed, calibrates
+// again and is chosen for again.
+TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
+  const std::string dir = make_temp_dir("tessera-auto");
+  RendezvousService service;
+  RendezvousJobPolicy policy;
+  policy.auto_exchange = true;
+  policy.epochs = 4;
+  policy.switch_at_epoch = 2;
+  policy.densities = {0.05};
+  policy.sparse_margin = -1e9;  // a sparse phase whatever its prediction
+  const auto plan = placement::plan_ring({"node-a", "node-b"}, 2, nodes_ab(), {"kubernetes.io/hostname"});
+  service.add_job("auto", "t", plan, policy);
+  auto cfg = write_config(dir, small_job(2, 2, "{strategy: auto, density: 0.05, timeoutSeconds: 20}",
+                                         "  checkpoint: {path: " + dir + "/ckpt, everySteps: 1000}\n", 4));
+  std::vector<pid_t> pids = start_served(service, "auto", "t", cfg, dir, 2, 2);
+  // Stop the gang a few steps into its sparse phase.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
+  for (;;) {
+    const auto p = service.progress("auto");
+    if (p.exchange.from_step >= 0 && p.step >= p.exchange.from_step + 2) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(dir + "/log-0.txt");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const auto first = service.progress("auto").exchange;
+  EXPECT_EQ(first.version, 1);
+  EXPECT_EQ(first.sparse, "hitopk");
+  EXPECT_TRUE(first.dense == "dense" || first.dense == "torus") << first.dense;  // the faster as predicted
+  EXPECT_DOUBLE_EQ(first.density, 0.05);
+  EXPECT_GE(first.from_step, 5);  // after the steps that time the compute
+  EXPECT_NE(first.reason.find("inter-node links measured at"), std::string::npos) << first.reason;
+  EXPECT_GT(first.compute_s, 0);
+  kill(pids[0], SIGTERM);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(60)), kExitStopped) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+  const int64_t stopped = records(dir + "/metrics-0.jsonl", "step").back()["step"].get<int64_t>() + 1;
+  ASSERT_LT(stopped, 20) << "the sparse phase ended before the stop";
+
+  // The next gang: a new round of the same plan.
+  policy.round = 1;
+  service.add_job("auto", "t", plan, policy);
+  for (int i = 0; i < 4; ++i) std::filesystem::rename(dir + "/metrics-" + std::to_string(i) + ".jsonl", dir + "/first-" + std::to_string(i) + ".jsonl");
+  pids = start_served(service, "auto", "t", cfg, dir, 2, 2);
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+  const auto second = service.progress("auto").exchange;
+  EXPECT_EQ(second.version, 2);
+  EXPECT_GE(second.from_step, stopped + 5);
+  const int64_t switch_step = service.progress("auto").switch_step;
+  EXPECT_EQ(switch_step, 20);  // the policy's epoch 2 of 10 steps each
+  // Every rank, every step: dense until the choice, its sparse strategy until the switch step, then
+  // its dense one; the resumed gang started where the first stopped.
+  for (int i = 0; i < 4; ++i) {
+    const auto before = records(dir + "/first-" + std::to_string(i) + ".jsonl", "step");
+    const auto after = records(dir + "/metrics-" + std::to_string(i) + ".jsonl", "step");
+    ASSERT_EQ(before.size(), static_cast<size_t>(stopped)) << "rank " << i;
+    ASSERT_EQ(after.size(), static_cast<size_t>(40 - stopped)) << "rank " << i;
+    EXPECT_EQ(after.front()["step"], stopped);
+    for (const auto* run : {&before, &after}) {
+      const auto& x = run == &before ? first : second;
+      for (const auto& r : *run) {
+        const int64_t s = r["step"];
+        const std::string expected = s < x.from_step ? "dense" : s < switch_step ? "hitopk" : x.dense;
+        EXPECT_EQ(r["strategy"], expected) << "rank " << i << " step " << s;
+        EXPECT_TRUE(std::isfinite(r["loss"].get<double>()));
+      }
+    }
+  }
+  std::string logs;  // rank 0 says what it measured and when the choice takes effect
+  for (int i = 0; i < 4; ++i) logs += read_file(dir + "/log-" + std::to_string(i) + ".txt");
+  EXPECT_NE(logs.find("calibrated the exchange: links between nodes"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("exchange from step " + std::to_string(second.from_step) + ": hitopk at density 0.05"), std::string::npos) << logs;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainingTest, HybridSwitchesEveryRankAtTheSameStep) {
   const std::string dir = make_temp_dir("tessera-hybrid");
   auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));
