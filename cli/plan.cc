@@ -4,6 +4,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cost_model.h"
+#include "common/exchange_choice.h"
 #include "common/error.h"
 #include "common/flags.h"
 #include "worker/models/model.h"
@@ -145,10 +147,25 @@ int plan(int argc, char** argv) {
   hy.exposed = sparse_share * sp.exposed + (1 - sparse_share) * de.exposed;
   row(detail::concat("hybrid (", c.sparse, " for ", c.switch_at_epoch, " of ", job.training.epochs, " epochs, then ", c.dense, ")"),
       c.density, hy);
+  // What strategy auto would choose on such links (the controller chooses from the gang's own
+  // measurements): a sparse phase for the epochs before switchAtEpoch (auto: half the epochs).
+  cost::ChoiceInput choice_in;
+  choice_in.buckets = cost::buckets(layers, bucket);
+  choice_in.nodes = m, choice_in.local = n;
+  choice_in.machine = mc;
+  choice_in.compute_s = compute_ms / 1e3;
+  choice_in.overlap = c.overlap;
+  const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid" ? c.switch_at_epoch : job.training.epochs / 2;
+  choice_in.sparse_share = std::clamp(static_cast<double>(sparse_epochs) / job.training.epochs, 0.0, 1.0);
+  choice_in.densities = {c.density};
+  choice_in.measured = false;
+  const cost::ExchangeChoice choice = cost::choose_exchange(choice_in);
   if (json) {
     std::printf("%s\n", nlohmann::json{{"job", spec.name}, {"links", links}, {"nodes", m}, {"ranks_per_node", n},
                                        {"parameters", params}, {"compute_ms", compute_ms}, {"compute_from", compute_from},
-                                       {"overlap", c.overlap}, {"device", gpu ? "gpu" : "cpu"}, {"strategies", rows}}
+                                       {"overlap", c.overlap}, {"device", gpu ? "gpu" : "cpu"}, {"strategies", rows},
+                                       {"auto", {{"exchange", choice.chosen.name()}, {"mean_step_ms", 1e3 * choice.chosen.mean_step},
+                                                 {"reason", choice.reason}}}}
                             .dump()
                             .c_str());
     return 0;
@@ -168,6 +185,8 @@ int plan(int argc, char** argv) {
   }
   std::printf("\nfastest: %s, %.2fx dense's step\n", rows[best]["strategy"].get<std::string>().c_str(),
               rows[0]["step_ms"].get<double>() / rows[best]["step_ms"].get<double>());
+  std::printf("strategy auto would choose %s (%.1f ms a step over the job): %s\n", choice.chosen.name().c_str(),
+              1e3 * choice.chosen.mean_step, choice.reason.c_str());
   return 0;
 }
 

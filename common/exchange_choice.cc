@@ -26,6 +26,11 @@ std::string ExchangeOption::name() const {
   return detail::concat(strategy_name(sparse), " at density ", density, ", then ", strategy_name(dense));
 }
 
+double sparse_share(int64_t from, int64_t sparse_end, int64_t total) {
+  if (total <= from) return 0.0;
+  return std::clamp(static_cast<double>(sparse_end - from) / static_cast<double>(total - from), 0.0, 1.0);
+}
+
 ExchangeChoice choose_exchange(const ChoiceInput& in) {
   if (in.buckets.empty()) throw ConfigError("buckets", "the job has no gradients to exchange");
   if (in.nodes < 1 || in.local < 1) throw ConfigError("ranks", detail::concat(in.nodes, " nodes x ", in.local, " ranks"));
@@ -73,7 +78,7 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   // for a dense choice, against the fastest sparse phase).
   const Machine& mc = in.machine;
   std::string links = in.nodes > 1 && mc.wire_inter > 0
-                          ? detail::concat("inter-node links measured at ", rate_text(8 / mc.wire_inter))
+                          ? detail::concat("inter-node links ", in.measured ? "measured at " : "taken as ", rate_text(8 / mc.wire_inter))
                           : std::string("one node (no links between nodes)");
   if (!exchanges) return out.reason = "one rank: nothing to exchange", out;
   const ExchangeOption& c = out.chosen;

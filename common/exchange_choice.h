@@ -13,6 +13,7 @@
 // sparse steps also gain less towards the loss): a near tie goes to the exact exchange.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,12 @@ struct ChoiceInput {
   double sparse_share = 0;      // the share of the remaining steps a sparse phase may take, [0, 1]
   std::vector<double> densities = {0.01};  // candidate densities of the sparse strategies
   double sparse_margin = 0.05;
+  bool measured = true;  // the links were measured (the reason says so), or assumed (tessera plan)
 };
+
+// The share of the remaining steps [from, total) that come before sparse_end: what a sparse phase
+// may take of them (0 once sparse_end has passed).
+double sparse_share(int64_t from, int64_t sparse_end, int64_t total);
 
 struct ExchangeOption {
   bool hybrid = false;      // a sparse phase (`sparse` at `density`), then `dense`

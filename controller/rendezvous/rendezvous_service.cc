@@ -131,7 +131,7 @@ reconcile::ExchangeDecision decide_exchange(const v1::ExchangeCalibration& c, co
   in.sparse_margin = policy.sparse_margin;
   const int64_t total = std::max<int64_t>(1, static_cast<int64_t>(policy.epochs) * steps_per_epoch);
   const int64_t sparse_end = switch_step >= 0 ? switch_step : static_cast<int64_t>(policy.switch_at_epoch) * steps_per_epoch;
-  in.sparse_share = total > from ? std::clamp(static_cast<double>(sparse_end - from) / static_cast<double>(total - from), 0.0, 1.0) : 0.0;
+  in.sparse_share = cost::sparse_share(from, sparse_end, total);
   const cost::ExchangeChoice choice = cost::choose_exchange(in);
   reconcile::ExchangeDecision d;
   d.version = version;

@@ -68,6 +68,17 @@ class PlanTest(unittest.TestCase):
         for s in cpu:
             self.assertGreater(cpu[s]["step_ms"], fast[s]["step_ms"])
 
+    def test_auto_would_choose_a_sparse_phase_on_slow_links_only(self):
+        # strategy auto's choice (common/exchange_choice.h) on the same assumed costs: a sparse phase
+        # for the epochs before the switch (the example's 1 of 3), dense throughout on fast links
+        slow, _ = rows(self.gpu, "--links", "100mbit", "--compute-ms", "100")
+        fast, _ = rows(self.gpu, "--links", "100gbit", "--compute-ms", "100")
+        self.assertRegex(slow["auto"]["exchange"], r"^(topk|hitopk) at density 0.01, then (dense|torus)$")
+        self.assertIn("inter-node links taken as 90 Mbit/s", slow["auto"]["reason"])
+        self.assertIn("sparse for 33% of the remaining steps", slow["auto"]["reason"])
+        self.assertIn(fast["auto"]["exchange"], ("dense", "torus"))
+        self.assertIn("a sparse phase would not gain 5% over the job", fast["auto"]["reason"])
+
     def test_hybrid_weighs_its_phases_by_epochs(self):
         # the example: hitopk for 1 of 3 epochs, then torus
         _, r = rows("transformer-local.yaml", "--links", "1gbit", "--compute-ms", "50")

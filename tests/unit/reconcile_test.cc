@@ -553,6 +553,52 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
   EXPECT_EQ(reconcile(o, options()).actions[0].object["step"], 44);
 }
 
+// strategy auto: the rendezvous's choice goes into status.exchange with an ExchangeChosen event, once
+// per choice; the training phase follows it (sparse from its step until the switch step).
+TEST(ReconcileTest, TheChosenExchangeIsInTheStatusWithAnEvent) {
+  Observed o = running(0, {{"communication", {{"strategy", "auto"}, {"density", 0.01}}}, {"training", {{"epochs", 4}}}});
+  o.progress = Progress{12, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
+  ExchangeDecision& x = o.progress->exchange;
+  x.version = 1, x.from_step = 7, x.sparse = "hitopk", x.density = 0.01, x.dense = "torus";
+  x.reason = "inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted 0.74 s a step against torus 9.1 s";
+  x.predicted = {{"hitopk at density 0.01, then torus", 2.1}, {"torus", 9.1}};
+  x.inter_bits_per_second = 0.1e9, x.compute_s = 0.143;
+  const Decision d = reconcile(o, options());
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Normal ExchangeChosen"}));
+  const json s = d.actions[0].object;
+  EXPECT_EQ(s["trainingPhase"], "sparse");
+  const json& e = s["exchange"];
+  EXPECT_EQ(e["choice"], 1);
+  EXPECT_EQ(e["fromStep"], 7);
+  EXPECT_EQ(e["strategy"], "hitopk");
+  EXPECT_EQ(e["density"], 0.01);
+  EXPECT_EQ(e["dense"], "torus");
+  EXPECT_EQ(e["reason"], x.reason);
+  EXPECT_DOUBLE_EQ(e["interNodeGbps"].get<double>(), 0.1);
+  ASSERT_EQ(e["predicted"].size(), 2u);
+  EXPECT_EQ(e["predicted"][0]["exchange"], "hitopk at density 0.01, then torus");
+  EXPECT_EQ(e["predicted"][1]["stepSeconds"], 9.1);
+  EXPECT_EQ(d.actions[1].message, "hitopk at density 0.01, then torus from step 7: " + x.reason);
+  // The same choice later is no news; the switch step is, and the phase turns dense there.
+  o.job["status"] = apply_status_patch(o.job["status"], s);
+  o.now = kNow + seconds(10);
+  o.progress->step = 21;
+  o.progress->switch_step = 20;
+  const Decision later = reconcile(o, options());
+  EXPECT_EQ(describe(later), (std::vector<std::string>{"status", "event Normal PhaseSwitch"}));
+  EXPECT_EQ(later.actions[0].object["trainingPhase"], "dense");
+  EXPECT_FALSE(later.actions[0].object.contains("exchange"));
+  EXPECT_EQ(later.actions[1].message, "the gang switches from hitopk to torus at step 20");
+  // A dense choice: no density, dense throughout.
+  o.job["status"] = apply_status_patch(o.job["status"], later.actions[0].object);
+  o.now = kNow + seconds(20);
+  x.version = 2, x.from_step = 30, x.sparse = "", x.dense = "dense";
+  const Decision again = reconcile(o, options());
+  EXPECT_EQ(describe(again), (std::vector<std::string>{"status", "event Normal ExchangeChosen"}));
+  EXPECT_EQ(again.actions[0].object["exchange"]["strategy"], "dense");
+  EXPECT_FALSE(again.actions[0].object["exchange"].contains("density"));
+}
+
 TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
   Observed o = running();
   o.job["status"]["lastProgressTime"] = format_time(kNow);

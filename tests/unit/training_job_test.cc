@@ -129,6 +129,35 @@ TEST(TrainingJobTest, FieldsWithNoEffectAreWarnings) {
   EXPECT_TRUE(clean.warnings.empty()) << clean.warnings.front().field;
 }
 
+// strategy auto: the controller chooses; a sparse phase may reach switchAtEpoch, by default half the
+// epochs; sparse and dense are its to choose, so given they have no effect.
+TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
+  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+                           "  dataset: {format: synthetic}\n";
+  auto parse = [&](const std::string& spec) { return api::parse_training_job(ConfigNode::load_string(head + spec)); };
+  const api::ParsedJob seven = parse("  communication: {strategy: auto}\n  training: {epochs: 7}\n");
+  ASSERT_TRUE(seven.ok());
+  EXPECT_EQ(seven.job.spec.communication.switch_at_epoch, 3);
+  EXPECT_TRUE(seven.warnings.empty());
+  EXPECT_EQ(parse("  communication: {strategy: auto}\n").job.spec.communication.switch_at_epoch, 0);  // one epoch: none sparse
+  const api::ParsedJob more = parse("  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7}\n");
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more.job.spec.communication.switch_at_epoch, 5);
+  EXPECT_TRUE(more.warnings.empty());
+  const api::ParsedJob late = parse("  communication: {strategy: auto, switchAtEpoch: 7}\n  training: {epochs: 7}\n");
+  ASSERT_FALSE(late.ok());
+  EXPECT_EQ(late.problems.front().field, "spec.communication.switchAtEpoch");
+  EXPECT_NE(late.problems.front().reason.find("is not before the last epoch"), std::string::npos) << late.problems.front().reason;
+  const api::ParsedJob chosen = parse("  communication: {strategy: auto, sparse: topk, dense: dense}\n");
+  ASSERT_TRUE(chosen.ok());
+  std::set<std::string> got;
+  for (const auto& w : chosen.warnings) {
+    got.insert(w.field);
+    EXPECT_NE(w.reason.find("the controller chooses"), std::string::npos) << w.reason;
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.dense"}));
+}
+
 TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
   auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
                                               "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"
