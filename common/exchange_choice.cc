@@ -103,4 +103,35 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   return out;
 }
 
+ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end, int64_t total,
+                          const std::vector<double>& densities, double sparse_margin) {
+  ChoiceInput in;
+  in.buckets = c.buckets;
+  in.nodes = c.nodes, in.local = c.local;
+  in.machine = c.machine;
+  in.compute_s = c.compute_s;
+  in.overlap = c.overlap;
+  in.sparse_share = sparse_share(from, sparse_end, total);
+  in.densities = densities;
+  in.sparse_margin = sparse_margin;
+  return choose_exchange(in);
+}
+
+std::string Calibration::summary() const {
+  const Machine& m = machine;
+  std::string s = nodes > 1 ? detail::concat("links between nodes ", rate_text(8 / std::max(m.wire_inter, 1e-15)), " (alpha ",
+                                             std::lround(m.alpha_inter * 1e6), " us, CPU ", std::round(m.cpu_inter * 1e11) / 100,
+                                             " ns a byte)")
+                            : std::string("one node");
+  if (local > 1)
+    s += detail::concat("; inside a node ", std::round(1 / std::max(m.cpu_intra, 1e-15) / 1e7) / 100, " GB/s (alpha ",
+                        std::lround(m.alpha_intra * 1e6), " us)");
+  for (const auto& [d, sec] : m.selection) s += detail::concat("; top-k at density ", d, ": ", std::round(sec * 1e11) / 100, " ns a float");
+  s += detail::concat("; a pass ", std::round(m.pass * 1e11) / 100, " ns a float, scatter-add ", std::round(m.add * 1e10) / 10,
+                      " ns a pair");
+  if (m.cores > 0) s += detail::concat("; all ", nodes * local, " ranks share ", m.cores, " cores");
+  if (compute_s > 0) s += detail::concat("; compute ", std::lround(compute_s * 1e3), " ms a step");
+  return s;
+}
+
 }  // namespace tessera::cost

@@ -58,4 +58,20 @@ struct ExchangeChoice {
 // (0, 1], a share outside [0, 1], ranks below 1).
 ExchangeChoice choose_exchange(const ChoiceInput& in);
 
+// What a gang measured at its start (worker/train/calibration.h), in the model's terms.
+struct Calibration {
+  int nodes = 1, local = 1;
+  Machine machine;            // the links and CPU costs (hidden: 1, the wire and the CPU each bound a phase)
+  double compute_s = 0;       // a step's forward, backward and update
+  std::vector<Bucket> buckets;  // the job's, in send order
+  bool overlap = true;
+  std::string summary() const;  // one line: the links, the selection, the sharing, the compute
+};
+
+// The choice for a gang from its calibration, taking effect at step `from` of the job's `total`: a
+// sparse phase, at one of `densities`, may last until step `sparse_end`. The controller makes it
+// (controller/rendezvous), and so does a gang that runs without one, each rank the same.
+ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end, int64_t total,
+                          const std::vector<double>& densities, double sparse_margin = 0.05);
+
 }  // namespace tessera::cost

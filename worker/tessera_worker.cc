@@ -549,6 +549,7 @@ int run(int argc, char** argv) {
                                       {"steps", s.steps},        {"first_step", s.first_step},
                                       {"seconds", s.seconds},    {"samples_per_second", s.samples_per_second},
                                       {"switch_step", s.switch_step}};
+    if (!s.exchange.empty()) summary["exchange"] = s.exchange;  // strategy auto: the last choice
     summary.update(validation_fields(s.last_epoch));
     const std::string line = summary.dump() + "\n";
     std::fputs(line.c_str(), stdout);

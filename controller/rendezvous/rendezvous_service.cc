@@ -110,29 +110,32 @@ Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
   return Status::OK;
 }
 
-// The controller's choice of exchange for a job from rank 0's calibration: from step `from` on, with
-// a sparse phase for at most the steps before the switch step (policy.switch_at_epoch, or the one
-// already chosen) out of the job's remaining steps.
-reconcile::ExchangeDecision decide_exchange(const v1::ExchangeCalibration& c, const RendezvousJobPolicy& policy,
-                                           int64_t switch_step, int64_t steps_per_epoch, int64_t from, int64_t version) {
-  cost::ChoiceInput in;
-  for (int i = 0; i < c.bucket_floats_size(); ++i) in.buckets.push_back({c.bucket_floats(i), c.bucket_ready(i)});
-  in.nodes = c.nodes(), in.local = c.ranks_per_node();
-  cost::Machine& mc = in.machine;
+// The calibration in the cost model's terms.
+cost::Calibration calibration_of(const v1::ExchangeCalibration& c) {
+  cost::Calibration out;
+  out.nodes = c.nodes(), out.local = c.ranks_per_node();
+  cost::Machine& mc = out.machine;
   mc.alpha_inter = c.alpha_inter_s(), mc.wire_inter = c.wire_inter_s_per_byte(), mc.cpu_inter = c.cpu_inter_s_per_byte();
   mc.alpha_intra = c.alpha_intra_s(), mc.cpu_intra = c.cpu_intra_s_per_byte();
   mc.cores = c.shared_cores();
   for (int i = 0; i < c.selection_density_size(); ++i) mc.selection.push_back({c.selection_density(i), c.selection_s_per_float(i)});
   mc.pass = c.pass_s_per_float(), mc.add = c.add_s_per_pair();
-  mc.hidden = 1.0;  // the wire and the CPU each bound a phase; neither waits for the other
-  in.compute_s = c.compute_s();
-  in.overlap = c.overlap();
-  in.densities = policy.densities;
-  in.sparse_margin = policy.sparse_margin;
+  mc.hidden = 1.0;
+  out.compute_s = c.compute_s();
+  for (int i = 0; i < c.bucket_floats_size(); ++i) out.buckets.push_back({c.bucket_floats(i), c.bucket_ready(i)});
+  out.overlap = c.overlap();
+  return out;
+}
+
+// The controller's choice of exchange for a job from rank 0's calibration: from step `from` on, with
+// a sparse phase for at most the steps before the switch step (policy.switch_at_epoch, or the one
+// already chosen) out of the job's remaining steps.
+reconcile::ExchangeDecision decide_exchange(const v1::ExchangeCalibration& c, const RendezvousJobPolicy& policy,
+                                           int64_t switch_step, int64_t steps_per_epoch, int64_t from, int64_t version) {
   const int64_t total = std::max<int64_t>(1, static_cast<int64_t>(policy.epochs) * steps_per_epoch);
   const int64_t sparse_end = switch_step >= 0 ? switch_step : static_cast<int64_t>(policy.switch_at_epoch) * steps_per_epoch;
-  in.sparse_share = cost::sparse_share(from, sparse_end, total);
-  const cost::ExchangeChoice choice = cost::choose_exchange(in);
+  const cost::ExchangeChoice choice =
+      cost::choose_for(calibration_of(c), from, sparse_end, total, policy.densities, policy.sparse_margin);
   reconcile::ExchangeDecision d;
   d.version = version;
   d.from_step = from;

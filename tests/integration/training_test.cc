@@ -455,6 +455,31 @@ TEST(TrainingTest, HybridSwitchesEveryRankAtTheSameStep) {
   std::filesystem::remove_all(dir);
 }
 
+// strategy auto without a controller (workers run by hand): every rank computes the same choice
+// from the same calibration and takes it at the same step; the summary names it.
+TEST(TrainingTest, WithoutAControllerEveryRankMakesTheSameChoice) {
+  const std::string dir = make_temp_dir("tessera-auto-here");
+  auto cfg = write_config(dir, small_job(2, 2, "{strategy: auto, density: 0.05}", "", 4));
+  Gang run = start(dir, cfg, 4, 2, "a");
+  expect_success(run, "a", std::chrono::seconds(240));
+  std::vector<std::string> per_rank;
+  for (int r = 0; r < 4; ++r) {
+    auto steps = records(dir + "/metrics-a-" + std::to_string(r) + ".jsonl", "step");
+    ASSERT_EQ(steps.size(), 40u) << "rank " << r;
+    std::string seq;  // the strategy of each step
+    for (const auto& st : steps) seq += st["strategy"].get<std::string>() + " ";
+    per_rank.push_back(seq);
+    // dense while the first steps are timed: the choice comes after the fourth
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(steps[i]["strategy"], "dense") << "rank " << r << " step " << i;
+  }
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(per_rank[r], per_rank[0]) << "rank " << r;
+  const std::string log = read_file(dir + "/log-a-0.txt");
+  EXPECT_NE(log.find("; chose "), std::string::npos) << log;
+  EXPECT_NE(log.find("inter-node links measured at"), std::string::npos) << log;
+  EXPECT_NE(log.find("\"exchange\":"), std::string::npos) << log;  // in the summary
+  std::filesystem::remove_all(dir);
+}
+
 // Buckets exchanged on the communication thread while the backward pass goes on give bitwise the
 // same training as buckets exchanged after it: the same losses and the same weights on every rank,
 // through both phases of a hybrid job (hitopk with error feedback, the residual flush, torus).

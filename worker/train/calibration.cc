@@ -72,23 +72,6 @@ double best_of(const std::function<void()>& f) {
 
 }  // namespace
 
-std::string GangCalibration::summary() const {
-  const cost::Machine& m = machine;
-  std::string s = nodes > 1 ? detail::concat("links between nodes ", std::round(8 / std::max(m.wire_inter, 1e-15) / 1e7) / 100,
-                                             " Gbit/s (alpha ", std::lround(m.alpha_inter * 1e6), " us, CPU ",
-                                             std::round(m.cpu_inter * 1e11) / 100, " ns a byte)")
-                            : std::string("one node");
-  if (local > 1)
-    s += detail::concat("; inside a node ", std::round(1 / std::max(m.cpu_intra, 1e-15) / 1e7) / 100, " GB/s (alpha ",
-                        std::lround(m.alpha_intra * 1e6), " us)");
-  for (const auto& [d, sec] : m.selection) s += detail::concat("; top-k at density ", d, ": ", std::round(sec * 1e11) / 100, " ns a float");
-  s += detail::concat("; a pass ", std::round(m.pass * 1e11) / 100, " ns a float, scatter-add ", std::round(m.add * 1e10) / 10,
-                      " ns a pair");
-  s += m.cores > 0 ? detail::concat("; all ", nodes * local, " ranks share ", m.cores, " cores") : "";
-  if (compute_s > 0) s += detail::concat("; compute ", std::lround(compute_s * 1e3), " ms a step");
-  return s;
-}
-
 GangCalibration calibrate_gang(CommGroups& groups, size_t bucket_floats, const std::vector<double>& densities,
                                const std::string& selector) {
   const Topology& t = groups.topology;
@@ -96,6 +79,7 @@ GangCalibration calibrate_gang(CommGroups& groups, size_t bucket_floats, const s
   c.nodes = t.num_nodes();
   c.local = t.world_size() / std::max(1, c.nodes);
   cost::Machine& mc = c.machine;
+  mc.hidden = 1.0;  // the wire and the CPU each bound a phase; neither waits for the other
   const auto& me = t.placement(groups.rank);
   // [alpha_inter, wire, cpu_inter, alpha_intra, cpu_intra, selection..., pass, add], summed over the
   // ranks that measured each (one each), then every rank has them

@@ -18,19 +18,13 @@
 #include <string>
 #include <vector>
 
-#include "common/cost_model.h"
+#include "common/exchange_choice.h"
 #include "worker/comm/topology.h"
 
 namespace tessera {
 
-struct GangCalibration {
-  int nodes = 1, local = 1;
-  cost::Machine machine;
-  double compute_s = 0;              // set by the trainer from its first steps
-  std::vector<cost::Bucket> buckets;  // the job's, in send order
-  bool overlap = true;
-  std::string summary() const;  // one line: the links, the selection, the sharing
-};
+// The compute, the buckets and overlap are the trainer's to fill in.
+using GangCalibration = cost::Calibration;
 
 // Collective over the world: every rank calls it, and every rank gets the same figures.
 // `bucket_floats`: the largest bucket; `densities`: the candidate densities; `selector`: mstopk or

@@ -643,6 +643,7 @@ void Trainer::apply_exchange_plan() {
     dense_ = std::move(dense);
   }
   flushed_residuals_ = false;
+  exchange_chosen_ = plan.sparse.empty() ? plan.dense : detail::concat(plan.sparse, " at density ", plan.density, ", then ", plan.dense);
   if (rank_ == 0)
     log_info("exchange from step ", step_, ": ",
              plan.sparse.empty() ? plan.dense
@@ -663,8 +664,6 @@ TrainSummary Trainer::run() {
     calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
     calibration_.overlap = cc.overlap;
     if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary());
-    if (!control_ && rank_ == 0)
-      log_warn("communication.strategy auto: no controller chooses the exchange for a worker run by hand; it stays dense");
   }
   TrainSummary summary;
   summary.first_step = step_;
@@ -785,12 +784,26 @@ TrainSummary Trainer::run() {
     const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
     last_sps = tr.batch_size / std::max(1e-9, step_s);
     ++step_;
-    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up)
+    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up),
+    // the mean over the ranks. Then the choice: the controller's, from rank 0's report; or, for a
+    // gang without a controller, every rank's own from the same figures, from the next step.
     if (auto_ && groups_ && calibration_.compute_s == 0 && step_ - 1 > summary.first_step) {
       calibration_compute_.push_back(rec.forward_s + rec.backward_s + rec.update_s);
       if (calibration_compute_.size() == 3) {
         std::sort(calibration_compute_.begin(), calibration_compute_.end());
-        calibration_.compute_s = calibration_compute_[1];
+        double compute = calibration_compute_[1];
+        groups_->world->allreduce(&compute, 1, DType::kFloat64, ReduceOp::kSum, Millis(0));
+        calibration_.compute_s = compute / groups_->world->size();
+        if (!control_) {
+          const auto& cc = config_.communication;
+          const int64_t sparse_end = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
+          const cost::ExchangeChoice c = cost::choose_for(calibration_, step_, sparse_end, total_steps_, {cc.density});
+          pending_ = ControlAgent::ExchangePlan{step_, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "",
+                                                c.chosen.density, cost::strategy_name(c.chosen.dense), 1};
+          if (c.chosen.hybrid) switch_step_ = summary.switch_step = sparse_end;
+          summary.exchange_reason = c.reason;
+          if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
+        }
       }
     }
     if (stragglers_ && stragglers_->after_step(rec.forward_s + rec.backward_s + rec.update_s, step_s) && rank_ == 0) {
@@ -874,6 +887,7 @@ TrainSummary Trainer::run() {
     summary.last_epoch = validate(tr.epochs);
   }
   summary.steps = step_;
+  summary.exchange = exchange_chosen_;
   summary.seconds = seconds_since(t_start);
   summary.samples_per_second = (step_ - summary.first_step) * tr.batch_size / std::max(summary.seconds, 1e-9);
   return summary;

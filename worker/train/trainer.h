@@ -68,6 +68,8 @@ struct TrainSummary {
   double seconds = 0;
   double samples_per_second = 0;
   int64_t switch_step = -1;    // hybrid: the first dense step
+  std::string exchange;        // strategy auto: the exchange chosen ("hitopk at density 0.01, then torus"); empty: none
+  std::string exchange_reason; // and why, where this gang chose it (without a controller)
   EpochRecord last_epoch;
   // The run stopped on request (set_stop_flag) before its last step: every rank stopped after step
   // `steps` - 1, and checkpointed that step unless the job has no spec.checkpoint.path.
@@ -176,6 +178,7 @@ class Trainer {
   bool calibration_sent_ = false;
   std::optional<ControlAgent::ExchangePlan> pending_;
   int64_t applied_version_ = 0;
+  std::string exchange_chosen_;  // the last plan applied, by name
   std::map<int, std::vector<std::pair<size_t, std::vector<float>>>> owed_;
   // Applies pending_: builds its exchanges, and moves the residuals of the one it replaces to owed_.
   void apply_exchange_plan();
