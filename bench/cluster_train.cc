@@ -138,6 +138,7 @@ struct TrainResult {
   double slowest_compute_ms = 0;
   int64_t params = 0;
   nlohmann::json epochs = nlohmann::json::array();  // {epoch, seconds, val_loss, val_metric} (--epochs)
+  std::string exchange, reason;  // strategy auto: rank 0's choice and why
 };
 
 TrainResult run_cluster_training(const TrainRun& t) {
@@ -149,7 +150,8 @@ TrainResult run_cluster_training(const TrainRun& t) {
     const std::string host = enter_node(r / t.local);
     FileStore store(dir);
     CommGroups g = connect_groups(store, Topology::grid(t.nodes, t.local), r, gloo_factory(Millis(300000), host));
-    const bool hybrid = t.strategy == "hybrid";
+    // auto: the same epochs as hybrid, its sparse phase (if it chooses one) allowed the first two
+    const bool hybrid = t.strategy == "hybrid" || t.strategy == "auto";
     // Throughput: two epochs of --steps per phase (hybrid: sparse, then dense), timed in the second
     // of each, when the synthetic samples are generated already (as a dataset read from a cache
     // would be). Time to a loss: --epochs of --steps, hybrid dense from its second half of epochs on.
@@ -183,14 +185,18 @@ TrainResult run_cluster_training(const TrainRun& t) {
       compute.push_back(1e3 * (s.forward_s + s.backward_s + s.update_s));
       inter.push_back(static_cast<double>(s.bytes_inter));
     };
-    trainer.run();
-    report = nlohmann::json{{"step", step}, {"exposed", exposed}, {"total", total}, {"select", select}, {"compute", compute}, {"inter", inter}, {"epochs", epochs}}.dump();
+    const TrainSummary summary = trainer.run();
+    report = nlohmann::json{{"step", step},          {"exposed", exposed},   {"total", total},
+                            {"select", select},      {"compute", compute},   {"inter", inter},
+                            {"epochs", epochs},      {"exchange", summary.exchange}, {"reason", summary.exchange_reason}}
+                 .dump();
     return 0;
   }, std::chrono::minutes(20));
   std::filesystem::remove_all(dir);
   auto mean = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / std::max<size_t>(1, v.size()); };
   TrainResult worst;
   double inter = 0;
+  std::string exchange, reason;
   std::vector<double> slowest;  // per measured step, the largest compute of any rank
   for (int r = 0; r < world; ++r) {
     if (outcomes[r].exit_code != 0)
@@ -206,12 +212,14 @@ TrainResult run_cluster_training(const TrainRun& t) {
     x.bytes_inter = mean(j["inter"].get<std::vector<double>>());
     x.epochs = j["epochs"];
     inter += x.bytes_inter / world;
+    if (r == 0) exchange = j.value("exchange", ""), reason = j.value("reason", "");
     slowest.resize(std::max(slowest.size(), compute.size()));
     for (size_t i = 0; i < compute.size(); ++i) slowest[i] = std::max(slowest[i], compute[i]);
     // The job runs at its slowest rank's pace; its communication figures are that rank's.
     if (x.step_ms > worst.step_ms) worst = x;
   }
   worst.bytes_inter = inter;
+  worst.exchange = exchange, worst.reason = reason;
   worst.slowest_compute_ms = mean(slowest);
   worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
   return worst;
@@ -266,15 +274,15 @@ TrainResult run_ddp(const TrainRun& t) {
   return worst;
 }
 
-// Training throughput on the emulated cluster: Tessera with --strategy (dense, torus, topk, hitopk or
-// hybrid: two epochs of each phase) and --overlap, or the PyTorch DDP peer (--peer ddp).
+// Training throughput on the emulated cluster: Tessera with --strategy (dense, torus, topk, hitopk,
+// hybrid: two epochs of each phase, or auto: the same epochs, the first timed after its choice) and --overlap, or the PyTorch DDP peer (--peer ddp).
 int cluster_train(int argc, char** argv) {
   TrainRun t;
   int64_t seed = 1;
   std::string overlap = "on", peer = "tessera";
   bool json = false;
   Flags flags("tessera-bench cluster-train",
-              "usage: tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--peer ddp] [--overlap on|off]\n"
+              "usage: tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid|auto [--peer ddp] [--overlap on|off]\n"
               "           --nodes M --local N --rate R [--delay D] [--batch B --steps K --threads T --density R --epochs E\n"
               "           --seed S] [--optimizer sgd|adam|lars --lr X] [--json]\n");
   flags.text("--model", &t.model)
@@ -337,7 +345,7 @@ int cluster_train(int argc, char** argv) {
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
                                        {"select_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.select_ms)},
                                        {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
-                                       {"epochs", r.epochs}}.dump().c_str());
+                                       {"epochs", r.epochs}, {"chosen", r.exchange}, {"reason", r.reason}}.dump().c_str());
     return 0;
   }
   std::printf("%s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
@@ -348,6 +356,7 @@ int cluster_train(int argc, char** argv) {
     std::printf(" (the slowest rank's %.1f ms), communication %.1f ms exposed of %.1f ms%s", r.slowest_compute_ms, r.exposed_ms,
                 r.total_ms, t.overlap ? " (overlapped)" : "");
   std::printf("\n");
+  if (!r.exchange.empty()) std::printf("  auto chose %s: %s\n", r.exchange.c_str(), r.reason.c_str());
   for (const auto& e : r.epochs)
     std::printf("  epoch %d at %.1f s: validation loss %.5f, metric %.4f\n", e["epoch"].get<int>(), e["seconds"].get<double>(),
                 e["val_loss"].get<double>(), e["val_metric"].get<double>());

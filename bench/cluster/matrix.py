@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target,models] [--repeat N]
+  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target,models,auto] [--repeat N]
 
 Each line is one `tessera-bench topk`, `cluster` or `cluster-train` run (the last two bring the
 emulated cluster up and down themselves); a run that fails is reported on stderr and the others go
@@ -77,6 +77,14 @@ def runs(groups):
             for s, epochs in [("dense", "8"), ("hybrid", "8"), ("hybrid", "12")]:
                 yield ["cluster-train", "--model", "cosmoflow", "--strategy", s, "--rate", "1gbit", "--nodes", "2", "--local", "2",
                        "--batch", "16", "--steps", "8", "--epochs", epochs, "--threads", "1", "--density", "0.01", "--seed", seed]
+    if "auto" in groups:
+        # strategy auto beside the fixed strategies, in one sitting: 2 x 2, CosmoFlow and cnn25m, at 100
+        # Mbit/s, 1 and 10 Gbit/s. dense, torus and hybrid keep the accuracy rule auto keeps (at least
+        # the last half of the epochs dense); hitopk throughout does not, and is there for reference.
+        for model in ["cosmoflow", "cnn25m"]:
+            for rate in ["100mbit"] + RATES:
+                for s in ["dense", "torus", "hitopk", "hybrid", "auto"]:
+                    yield ["cluster-train", "--model", model, "--strategy", s, "--overlap", "on", "--rate", rate] + train
     if "models" in groups:
         # the seed paper's workloads, each with ImageNet's or the speed benchmark's gradient (25.6M and
         # 25.5M parameters), on both placements of 4 ranks: every strategy overlapped and the DDP peer;

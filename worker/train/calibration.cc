@@ -19,7 +19,7 @@
 namespace tessera {
 namespace {
 
-constexpr size_t kSmallProbe = size_t{4} << 10, kLargeProbe = size_t{1} << 20;
+constexpr size_t kSmallProbe = size_t{4} << 10, kLargeProbe = size_t{4} << 20;
 constexpr int kRepeats = 3;
 constexpr uint32_t kIntraTag = 31;  // point-to-point tag of the probe inside a node
 constexpr size_t kMaxSelectionFloats = size_t{8} << 20;
