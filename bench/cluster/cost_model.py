@@ -342,8 +342,7 @@ def main():
         g = results.placement(r)
         model, m, n, _ = g
         mc = machine(r["rate"])
-        phases = ["hitopk", "torus"] if r["strategy"] == "hybrid" else [r["strategy"]]
-        exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute[g], 0.0, False)[1] for s in phases)
+        exposed = statistics.mean(step_time(model, s, r["density"], m, n, mc, compute[g], 0.0, False)[1] for s in results.phases(r))
         points.append((g, r["step_ms"] / 1e3 - compute[g], exposed, (1e3 / r["step_ms"]) ** 2))
     in_step, rests = fit_in_step(points)
     cal = {g: (compute[g], rests[g]) for g in compute}
@@ -378,13 +377,12 @@ def main():
 
         def step(strategy):
             return step_time(r["model"], strategy, d, m, n, mc, compute, rest, r["overlap"])[0]
-        pred = (step("hitopk") + step("torus")) / 2 if r["strategy"] == "hybrid" else step(r["strategy"])
+        # hybrid and auto: their phases' steps, each phase half the steps measured
+        pred = statistics.mean(step(s) for s in results.phases(r))
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
         # the selection of a step (every bucket's), as alone: set beside the runs' own select_ms
-        hybrid = r["strategy"] == "hybrid"  # half its steps sparse (hitopk)
-        pred_sel = step_cost(r["model"], "hitopk" if hybrid else r["strategy"], d, m, n, mc, compute, rest, r["overlap"])[3]
-        pred_sel *= 1e3 / 2 if hybrid else 1e3
+        pred_sel = 1e3 * statistics.mean(step_cost(r["model"], s, d, m, n, mc, compute, rest, r["overlap"])[3] for s in results.phases(r))
         out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
                     "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err,
                     "measured_select_ms": r.get("select_ms"), "model_select_ms": pred_sel})

@@ -61,7 +61,7 @@ def main():
             d = ddp.get((place, rate))
             if d:
                 print(f"| {rate} | PyTorch DDP | (its own) | {d['step_ms']:.0f} | {d['samples_per_second']:.1f} | 1 | {d['compute_ms']:.0f} | | |")
-            for s in STRATEGIES + ["hybrid"]:
+            for s in STRATEGIES + ["hybrid", "auto"]:
                 for ov in [True, False]:
                     r = next((r for r in sub if r["rate"] == rate and r["strategy"] == s and r["overlap"] == ov), None)
                     if not r:

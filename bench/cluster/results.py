@@ -5,6 +5,8 @@ import json
 
 MEASURED = {"exchange_ms", "bytes_intra", "bytes_inter", "step_ms", "samples_per_second", "compute_ms",
             "slowest_compute_ms", "comm_exposed_ms", "comm_total_ms", "select_ms", "params", "epochs", "repeats",
+            # strategy auto: what each run chose, and why
+            "chosen", "reason",
             # tessera-bench topk
             "pass_ms", "nth_element_ms", "mstopk_ms", "mstopk_over_pass", "mstopk_over_nth_element", "passes",
             "candidates", "exact", "torch_topk_ms", "mstopk_over_torch_topk", "scatter_pairs", "scatter_ms"}
@@ -74,3 +76,14 @@ def time_to_loss(rows):
 def reached(run, loss):
     """Seconds until the run's validation loss first reached `loss`, or None."""
     return next((e["seconds"] for e in run["epochs"] if e["val_loss"] <= loss), None)
+
+
+def phases(r):
+    """The strategies of a training run's steps, one per phase of equal length: hybrid's (hitopk, then
+    torus); auto's as it chose them ("hitopk at density 0.01, then torus", or one dense strategy)."""
+    if r["strategy"] == "hybrid":
+        return ["hitopk", "torus"]
+    if r["strategy"] == "auto":
+        chosen = r.get("chosen") or "dense"
+        return [chosen.split(" ")[0], chosen.split(" ")[-1]] if ", then " in chosen else [chosen]
+    return [r["strategy"]]

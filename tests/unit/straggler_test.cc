@@ -98,6 +98,40 @@ TEST(StragglerTest, TheProbeGivesEveryRankTheSameSymmetricMatrix) {
     }
 }
 
+// strategy auto chooses again when a link changes: twice as slow, or twice as fast, and above the
+// 1 ms noise floor of shared cores.
+TEST(StragglerTest, ALinkHasChangedByAFactorOfTwoAboveTheNoise) {
+  EXPECT_TRUE(link_changed(0.0003, 0.0021));   // 10 Gbit/s cut to 1 Gbit/s: a 256 KiB probe
+  EXPECT_TRUE(link_changed(0.0021, 0.0003));   // and back
+  EXPECT_TRUE(link_changed(0.002, 0.0041));
+  EXPECT_FALSE(link_changed(0.002, 0.0039));   // less than twice
+  EXPECT_FALSE(link_changed(0.002, 0.0011));   // more than half
+  EXPECT_FALSE(link_changed(0.0001, 0.0009));  // 9x, but both within the noise
+  EXPECT_FALSE(link_changed(0, 0.5));          // no baseline yet
+}
+
+// Two nodes: their one link is watched (not judged: no other link to compare it with), and a change
+// the rounds see twice in a row is reported once, to every rank at the same step.
+TEST(StragglerTest, TheWatchSaysOnceWhenTheLinkChanged) {
+  const int world = 2;
+  MemoryStore store;
+  std::mutex mu;
+  std::vector<std::vector<bool>> changes(world);
+  rethrow_first(run_ranks(world, [&](int r) {
+    CommGroups g = connect_groups(store, Topology::grid(2, 1), r, gloo_factory(Millis(20000)));
+    StragglerWatch watch(g, 1e-9, 64 << 10);
+    for (int step = 0; step < 8; ++step) {
+      watch.after_step(0.1, 1.0);
+      const bool changed = watch.take_link_change();
+      std::lock_guard<std::mutex> lock(mu);
+      changes[r].push_back(changed);
+    }
+    EXPECT_TRUE(watch.report().ranks.empty());
+  }));
+  // threads of one process exchange 64 KiB in well under the noise floor: no change is seen
+  for (int r = 0; r < world; ++r) EXPECT_EQ(changes[r], std::vector<bool>(8, false)) << "rank " << r;
+}
+
 TEST(StragglerTest, TheWatchReportsWhatTwoRoundsInARowFind) {
   const int world = 3;
   MemoryStore store;

@@ -128,6 +128,19 @@ StragglerReport judge_stragglers(const Topology& t, const std::vector<double>& n
   return out;
 }
 
+bool link_changed(double baseline_s, double now_s) {
+  if (!(baseline_s > 0) || !(now_s > 0) || std::max(baseline_s, now_s) <= kNoiseSeconds) return false;
+  return now_s > 2 * baseline_s || now_s < baseline_s / 2;
+}
+
+bool StragglerWatch::take_link_change() {
+  if (!link_change_) return false;
+  link_change_ = false;
+  link_baseline_ = link_now_;
+  link_changed_rounds_ = 0;
+  return true;
+}
+
 StragglerWatch::StragglerWatch(CommGroups& groups, double interval_s, size_t bytes)
     : groups_(groups), interval_s_(interval_s), bytes_(bytes) {}
 
@@ -136,9 +149,17 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   wall_sum_ += step_s;
   if (++steps_ < every_) return false;
   const int world = groups_.topology.world_size();
-  // Links are judged against other links, so a gang of two nodes has none to judge.
-  const std::vector<double> links =
-      groups_.topology.num_nodes() >= 3 ? probe_node_links(groups_, bytes_, 2) : std::vector<double>{};
+  // Links are judged against other links, so a gang of two nodes has none to judge; its one link is
+  // still watched for a change.
+  const int nodes = groups_.topology.num_nodes();
+  const std::vector<double> probed = nodes >= 2 ? probe_node_links(groups_, bytes_, 2) : std::vector<double>{};
+  const std::vector<double> links = nodes >= 3 ? probed : std::vector<double>{};
+  if (!probed.empty()) {
+    link_now_ = *std::max_element(probed.begin(), probed.end());
+    if (link_baseline_ == 0) link_baseline_ = link_now_;
+    link_changed_rounds_ = link_changed(link_baseline_, link_now_) ? link_changed_rounds_ + 1 : 0;
+    if (link_changed_rounds_ >= 2) link_change_ = true;
+  }
   // [each rank's compute per step..., the wall time of the round's steps, summed over ranks]
   std::vector<double> v(world + 1, 0.0);
   v[groups_.rank] = compute_sum_ / static_cast<double>(steps_);

@@ -8,7 +8,8 @@
 // - compute: each rank's forward, backward and update time, against the other ranks'.
 // StragglerWatch runs both every few seconds of training, at steps every rank agrees on, and reports
 // a rank only when two rounds in a row find it slow (and clears it after two rounds that do not), so
-// a moment of noise on shared cores names no one.
+// a moment of noise on shared cores names no one. It also says when the links between nodes have
+// changed (strategy auto chooses its exchange again).
 #pragma once
 
 #include <string>
@@ -47,6 +48,10 @@ std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repea
 StragglerReport judge_stragglers(const Topology& topology, const std::vector<double>& node_seconds, size_t bytes,
                                  const std::vector<double>& compute_seconds);
 
+// Whether the slowest link between nodes changed: its probe now took more than twice, or less than
+// half, the `baseline` time, and the longer of the two is over the noise floor (1 ms).
+bool link_changed(double baseline_s, double now_s);
+
 class StragglerWatch {
  public:
   // Measures about every `interval_s` seconds of training (the steps are agreed from the first
@@ -57,6 +62,10 @@ class StragglerWatch {
   // wall seconds. Collective on the steps of a round; returns true when the report changed.
   bool after_step(double compute_s, double step_s);
   const StragglerReport& report() const { return report_; }
+  // Between two or more nodes: true once the slowest link has changed (link_changed) against the
+  // first round's for two rounds in a row; from then on the rounds compare with the new figure.
+  // Every rank gets the same answer on the same step (the probes are all-reduced).
+  bool take_link_change();
 
  private:
   CommGroups& groups_;
@@ -66,6 +75,10 @@ class StragglerWatch {
   double compute_sum_ = 0, wall_sum_ = 0;  // since the last round
   StragglerReport report_, pending_;       // confirmed; seen in the last round
   int agreeing_rounds_ = 0;                // rounds in a row that found `pending_`
+  double link_baseline_ = 0;               // the slowest link's probe seconds the rounds compare with
+  int link_changed_rounds_ = 0;            // rounds in a row that found it changed
+  double link_now_ = 0;                    // the latest round's
+  bool link_change_ = false;
 };
 
 }  // namespace tessera

@@ -623,6 +623,29 @@ void Trainer::restore() {
   log_info("restored checkpoint ", file, ": resuming at step ", step_);
 }
 
+void Trainer::calibrate_links() {
+  size_t largest = 0;
+  for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
+  const auto& cc = config_.communication;
+  const double compute = calibration_.compute_s;
+  calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
+  calibration_.compute_s = compute;
+  calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
+  calibration_.overlap = cc.overlap;
+}
+
+void Trainer::choose_here(TrainSummary& summary) {
+  const auto& cc = config_.communication;
+  // the switch step: the configuration's epoch, or the one the gang has passed already
+  const int64_t sparse_end = switch_step_ >= 0 ? switch_step_ : static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
+  const cost::ExchangeChoice c = cost::choose_for(calibration_, step_, sparse_end, total_steps_, {cc.density});
+  pending_ = ControlAgent::ExchangePlan{step_, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "", c.chosen.density,
+                                        cost::strategy_name(c.chosen.dense), ++applied_version_};
+  if (c.chosen.hybrid && switch_step_ < 0) switch_step_ = summary.switch_step = sparse_end;
+  summary.exchange_reason = c.reason;
+  if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
+}
+
 void Trainer::apply_exchange_plan() {
   const ControlAgent::ExchangePlan plan = *pending_;
   pending_.reset();
@@ -657,12 +680,7 @@ TrainSummary Trainer::run() {
   restore();
   if (auto_ && groups_) {
     // The links and the sparse exchanges' CPU costs now; a step's compute from the first steps.
-    size_t largest = 0;
-    for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
-    const auto& cc = config_.communication;
-    calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
-    calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
-    calibration_.overlap = cc.overlap;
+    calibrate_links();
     if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary());
   }
   TrainSummary summary;
@@ -794,16 +812,7 @@ TrainSummary Trainer::run() {
         double compute = calibration_compute_[1];
         groups_->world->allreduce(&compute, 1, DType::kFloat64, ReduceOp::kSum, Millis(0));
         calibration_.compute_s = compute / groups_->world->size();
-        if (!control_) {
-          const auto& cc = config_.communication;
-          const int64_t sparse_end = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
-          const cost::ExchangeChoice c = cost::choose_for(calibration_, step_, sparse_end, total_steps_, {cc.density});
-          pending_ = ControlAgent::ExchangePlan{step_, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "",
-                                                c.chosen.density, cost::strategy_name(c.chosen.dense), 1};
-          if (c.chosen.hybrid) switch_step_ = summary.switch_step = sparse_end;
-          summary.exchange_reason = c.reason;
-          if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
-        }
+        if (!control_) choose_here(summary);
       }
     }
     if (stragglers_ && stragglers_->after_step(rec.forward_s + rec.backward_s + rec.update_s, step_s) && rank_ == 0) {
@@ -812,6 +821,15 @@ TrainSummary Trainer::run() {
         log_info("no rank holds the gang back any more");
       else
         log_warn("straggler: ", s.message);
+    }
+    // auto: links that changed (every rank learns it at the same step) are measured again, and the
+    // exchange chosen again from them
+    if (auto_ && stragglers_ && stragglers_->take_link_change()) {
+      const std::string before = calibration_.summary();
+      calibrate_links();
+      if (rank_ == 0) log_info("the links between nodes changed: measured again: ", calibration_.summary(), " (was: ", before, ")");
+      calibration_sent_ = false;  // rank 0 reports it with its next heartbeat
+      if (!control_ && calibration_.compute_s > 0) choose_here(summary);
     }
 
     auto ms = [](double s) { return Fixed{1e3 * s, 1}; };

@@ -182,6 +182,11 @@ class Trainer {
   std::map<int, std::vector<std::pair<size_t, std::vector<float>>>> owed_;
   // Applies pending_: builds its exchanges, and moves the residuals of the one it replaces to owed_.
   void apply_exchange_plan();
+  // Measures the links and CPU costs into calibration_ (collective), keeping the compute.
+  void calibrate_links();
+  // A gang without a controller: every rank chooses the same exchange from the same calibration,
+  // from the next step.
+  void choose_here(TrainSummary& summary);
   std::unique_ptr<BucketExchange> buckets_;  // null for a single process: nothing to exchange
   std::unique_ptr<StragglerWatch> stragglers_;  // null for a single process
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
