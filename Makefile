@@ -99,7 +99,7 @@ CLUSTER_OUT ?= $(BUILD_DIR)/cluster-bench
 bench-cluster: build deps
 	rm -rf $(CLUSTER_OUT) && mkdir -p $(CLUSTER_OUT)
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
-	  --only cpu,calibration,exchange,bucket,train,overlap,ddp,models --repeat 3
+	  --only cpu,calibration,exchange,bucket,train,overlap,ddp,models,auto --repeat 3
 	/usr/bin/python3 bench/cluster/matrix.py $(CLUSTER_OUT)/cluster.jsonl --bench $(BUILD_DIR)/bin/tessera-bench \
 	  --only target
 	TESSERA_COST_LIB=$(BUILD_DIR)/lib/libtessera_cost_c.so \
