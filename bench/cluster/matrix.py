@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs the emulated-cluster benchmarks of docs/benchmarks.md and appends their JSON lines to a file.
 
-  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target,models,auto] [--repeat N]
+  matrix.py OUT.jsonl [--bench PATH] [--only cpu,calibration,exchange,bucket,train,overlap,ddp,target,models,auto,auto-target] [--repeat N]
 
 Each line is one `tessera-bench topk`, `cluster` or `cluster-train` run (the last two bring the
 emulated cluster up and down themselves); a run that fails is reported on stderr and the others go
@@ -85,6 +85,12 @@ def runs(groups):
             for rate in ["100mbit"] + RATES:
                 for s in ["dense", "torus", "hitopk", "hybrid", "auto"]:
                     yield ["cluster-train", "--model", model, "--strategy", s, "--overlap", "on", "--rate", rate] + train
+    if "auto-target" in groups:
+        # auto's accuracy: its final validation loss against dense's seed-to-seed spread, 3 seeds at 1 Gbit/s
+        for seed in ["1", "2", "3"]:
+            for s in ["dense", "auto"]:
+                yield ["cluster-train", "--model", "cosmoflow", "--strategy", s, "--rate", "1gbit", "--nodes", "2", "--local", "2",
+                       "--batch", "16", "--steps", "8", "--epochs", "8", "--threads", "1", "--density", "0.01", "--seed", seed]
     if "models" in groups:
         # the seed paper's workloads, each with ImageNet's or the speed benchmark's gradient (25.6M and
         # 25.5M parameters), on both placements of 4 ranks: every strategy overlapped and the DDP peer;
