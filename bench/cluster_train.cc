@@ -1,4 +1,5 @@
 #include "bench/bench.h"
+#include "common/cost_model.h"
 
 #include <algorithm>
 #include <chrono>
@@ -115,6 +116,11 @@ struct TrainRun {
   bool overlap = true;
   double density = 0.001;
   std::string tokens;  // the Transformer's token files (bench_tokens)
+  // Links that change mid-run: after step cut_at - 1, node 1's link is set to cut_rate; with
+  // measure_from >= 0 the steps timed are [measure_from, measure_to) instead of the usual ones.
+  int cut_at = -1;
+  std::string cut_rate;
+  int measure_from = -1, measure_to = -1;
   // Time to a loss validates on 16 batches (256 samples at batch 16: a steadier loss than one batch).
   uint64_t validation_samples() const { return epochs > 0 ? 16 * static_cast<uint64_t>(batch) : 0; }
 };
@@ -139,6 +145,7 @@ struct TrainResult {
   int64_t params = 0;
   nlohmann::json epochs = nlohmann::json::array();  // {epoch, seconds, val_loss, val_metric} (--epochs)
   std::string exchange, reason;  // strategy auto: rank 0's choice and why
+  nlohmann::json changes = nlohmann::json::array();  // rank 0's [step, strategy] at each change of strategy
 };
 
 TrainResult run_cluster_training(const TrainRun& t) {
@@ -174,10 +181,20 @@ TrainResult run_cluster_training(const TrainRun& t) {
         epochs.push_back({{"epoch", e.epoch}, {"seconds", ms_since(t_start) / 1e3}, {"val_loss", e.val_loss}, {"val_metric", e.val_metric}});
     };
     std::vector<double> step, exposed, total, select, compute, inter;
+    nlohmann::json changes = nlohmann::json::array();  // [step, strategy] where the strategy changed
     trainer.on_step = [&](const StepRecord& s) {
-      // Warm-up: the first two steps of each epoch (allocation, connections, a new phase's
-      // buffers); throughput: the first epoch of each phase as well.
-      if (s.step % trainer.steps_per_epoch() < 2 || (throughput && s.epoch % 2 == 0)) return;
+      if (changes.empty() || changes.back()[1] != s.strategy) changes.push_back({s.step, s.strategy});
+      // the link cut: from the machine's own network namespace (the bench's), where the bridge is
+      if (r == 0 && s.step + 1 == t.cut_at &&
+          std::system(detail::concat("nsenter --net=/proc/", getppid(), "/ns/net ", netns_program(), " rate 1 ", t.cut_rate, " >&2").c_str()) != 0)
+        throw Error("cutting node 1's link failed");
+      if (t.measure_from >= 0) {
+        if (s.step < t.measure_from || s.step >= t.measure_to) return;
+      } else if (s.step % trainer.steps_per_epoch() < 2 || (throughput && s.epoch % 2 == 0)) {
+        // Warm-up: the first two steps of each epoch (allocation, connections, a new phase's
+        // buffers); throughput: the first epoch of each phase as well.
+        return;
+      }
       step.push_back(1e3 * (s.data_s + s.forward_s + s.backward_s + s.comm_s + s.update_s));
       exposed.push_back(1e3 * s.comm_s);
       total.push_back(1e3 * s.comm_total_s);
@@ -188,7 +205,8 @@ TrainResult run_cluster_training(const TrainRun& t) {
     const TrainSummary summary = trainer.run();
     report = nlohmann::json{{"step", step},          {"exposed", exposed},   {"total", total},
                             {"select", select},      {"compute", compute},   {"inter", inter},
-                            {"epochs", epochs},      {"exchange", summary.exchange}, {"reason", summary.exchange_reason}}
+                            {"epochs", epochs},      {"exchange", summary.exchange}, {"reason", summary.exchange_reason},
+                            {"changes", changes}}
                  .dump();
     return 0;
   }, std::chrono::minutes(20));
@@ -197,6 +215,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
   TrainResult worst;
   double inter = 0;
   std::string exchange, reason;
+  nlohmann::json changes;
   std::vector<double> slowest;  // per measured step, the largest compute of any rank
   for (int r = 0; r < world; ++r) {
     if (outcomes[r].exit_code != 0)
@@ -212,14 +231,14 @@ TrainResult run_cluster_training(const TrainRun& t) {
     x.bytes_inter = mean(j["inter"].get<std::vector<double>>());
     x.epochs = j["epochs"];
     inter += x.bytes_inter / world;
-    if (r == 0) exchange = j.value("exchange", ""), reason = j.value("reason", "");
+    if (r == 0) exchange = j.value("exchange", ""), reason = j.value("reason", ""), changes = j["changes"];
     slowest.resize(std::max(slowest.size(), compute.size()));
     for (size_t i = 0; i < compute.size(); ++i) slowest[i] = std::max(slowest[i], compute[i]);
     // The job runs at its slowest rank's pace; its communication figures are that rank's.
     if (x.step_ms > worst.step_ms) worst = x;
   }
   worst.bytes_inter = inter;
-  worst.exchange = exchange, worst.reason = reason;
+  worst.exchange = exchange, worst.reason = reason, worst.changes = changes;
   worst.slowest_compute_ms = mean(slowest);
   worst.params = make_model(bench_job(t.model, world, t.batch, 1, 1, 1).model)->num_params();
   return worst;
@@ -284,7 +303,9 @@ int cluster_train(int argc, char** argv) {
   Flags flags("tessera-bench cluster-train",
               "usage: tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid|auto [--peer ddp] [--overlap on|off]\n"
               "           --nodes M --local N --rate R [--delay D] [--batch B --steps K --threads T --density R --epochs E\n"
-              "           --seed S] [--optimizer sgd|adam|lars --lr X] [--json]\n");
+              "           --seed S] [--optimizer sgd|adam|lars --lr X] [--cut-at STEP --cut-rate R] [--measure-from A --measure-to B] [--json]\n"
+              "  --cut-at STEP --cut-rate R   after step STEP - 1, node 1's link runs at R (links that change mid-run)\n"
+              "  --measure-from A --measure-to B   time steps A..B-1 instead of each phase's second epoch\n");
   flags.text("--model", &t.model)
       .text("--strategy", &t.strategy)
       .integer("--nodes", &t.nodes, 1, 64)
@@ -300,6 +321,10 @@ int cluster_train(int argc, char** argv) {
       .text("--optimizer", &t.optimizer)
       .real("--lr", &t.lr, Interval::above(0))
       .text("--overlap", &overlap)
+      .integer("--cut-at", &t.cut_at, 1, 1000000)
+      .text("--cut-rate", &t.cut_rate)
+      .integer("--measure-from", &t.measure_from, 0, 1000000)
+      .integer("--measure-to", &t.measure_to, 1, 1000000)
       .text("--peer", &peer)
       .toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
@@ -309,6 +334,13 @@ int cluster_train(int argc, char** argv) {
   t.overlap = overlap == "on";
   if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
   if (peer == "ddp" && t.epochs > 0) throw ConfigError("--epochs", "the DDP peer measures throughput only");
+  if (flags.given("--cut-at") != flags.given("--cut-rate"))
+    throw ConfigError(flags.given("--cut-at") ? "--cut-rate" : "--cut-at", "--cut-at and --cut-rate go together");
+  if (flags.given("--cut-rate")) cost::link_bits_per_second(t.cut_rate, "--cut-rate");
+  if (flags.given("--measure-from") != flags.given("--measure-to") || (flags.given("--measure-to") && t.measure_to <= t.measure_from))
+    throw ConfigError("--measure-to", "--measure-from A --measure-to B go together, with A < B");
+  if (peer == "ddp" && (t.cut_at >= 0 || t.measure_from >= 0))
+    throw ConfigError(t.cut_at >= 0 ? "--cut-at" : "--measure-from", "the DDP peer measures throughput only");
   if (peer == "ddp" && seeded) throw ConfigError("--seed", "the DDP peer measures throughput only");
   if (peer == "ddp" && tuned) throw ConfigError(flags.given("--lr") ? "--lr" : "--optimizer", "the DDP peer measures throughput only");
   JobConfig tuned_job = bench_job(t.model, 1, 1, 1, 1, 1);  // the optimizer the ranks will build
@@ -345,7 +377,9 @@ int cluster_train(int argc, char** argv) {
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
                                        {"select_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.select_ms)},
                                        {"bytes_inter", r.bytes_inter}, {"validation_samples", t.validation_samples()},
-                                       {"epochs", r.epochs}, {"chosen", r.exchange}, {"reason", r.reason}}.dump().c_str());
+                                       {"epochs", r.epochs}, {"chosen", r.exchange}, {"reason", r.reason}, {"changes", r.changes},
+                                       {"cut_at", t.cut_at}, {"cut_rate", t.cut_rate}, {"measure_from", t.measure_from},
+                                       {"measure_to", t.measure_to}}.dump().c_str());
     return 0;
   }
   std::printf("%s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
