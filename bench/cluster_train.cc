@@ -98,14 +98,6 @@ std::string bench_tokens(const std::string& model, const std::string& dir) {
   return out;
 }
 
-// The samples a job trains on, as its trainer reads them (bench_job's generated samples or windows).
-std::unique_ptr<Dataset> bench_samples(const JobConfig& job) {
-  if (job.data.format != "tokens") return make_synthetic(job.dataset);
-  const auto& mc = job.model;
-  return std::make_unique<TokenDataset>(TokenFile{job.data.path + "/train.bin", job.data.token_bytes, static_cast<uint32_t>(mc.vocab_size)},
-                                        mc.context, job.dataset.seed, job.data.windows);
-}
-
 struct TrainRun {
   std::string model = "cosmoflow", strategy = "dense", rate = "1gbit", delay;
   int nodes = 2, local = 1, batch = 16, steps = 12, threads = 1;
@@ -254,7 +246,7 @@ TrainResult run_ddp(const TrainRun& t) {
   // The same training samples Tessera trains on, as raw float32: inputs then targets.
   JobConfig job = bench_job(t.model, world, t.batch, t.steps, 1, t.threads, t.tokens);
   {
-    auto data = bench_samples(job);
+    auto data = open_token_or_synthetic_dataset(job, false);  // what the trainer trains on
     std::ofstream x(dir + "/inputs.f32", std::ios::binary), y(dir + "/targets.f32", std::ios::binary);
     for (uint64_t i = 0; i < data->size(); ++i) {
       Sample s = data->get(i);

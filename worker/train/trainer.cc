@@ -76,6 +76,22 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
   return std::make_unique<FileDataset>(dir, std::move(index), extent, remote, cache);
 }
 
+std::unique_ptr<Dataset> open_token_or_synthetic_dataset(const JobConfig& config, bool validation) {
+  const auto& dc = config.data;
+  const uint64_t seed = config.dataset.seed + (validation ? 1000003 : 0);  // disjoint from the training samples
+  if (dc.format == "tokens") {
+    // nanoGPT's layout: train.bin and val.bin side by side, ids below the model's vocabulary.
+    const auto& mc = config.model;
+    return std::make_unique<TokenDataset>(
+        TokenFile{dc.path + (validation ? "/val.bin" : "/train.bin"), dc.token_bytes, static_cast<uint32_t>(mc.vocab_size)},
+        mc.context, seed, validation ? dc.validation_windows : dc.windows);
+  }
+  SyntheticConfig c = config.dataset;
+  if (validation) c.samples = config.validation_samples;
+  c.seed = seed;
+  return make_synthetic(c);
+}
+
 Device resolve_device(const JobConfig& c) {
   if (c.device == "cpu") return Device::kCpu;
   const bool given_gpus = c.gpus_per_pod > 0 || std::getenv("TESSERA_GPU") != nullptr;
@@ -195,20 +211,9 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
     images_ = {train.get(), val.get()};
     train_ = std::move(train);
     val_ = std::move(val);
-  } else if (dc.format == "tokens") {
-    // nanoGPT's layout: train.bin and val.bin side by side, ids below the model's vocabulary.
-    const auto& mc = config_.model;
-    const uint32_t vocab = static_cast<uint32_t>(mc.vocab_size);
-    train_ = std::make_unique<TokenDataset>(TokenFile{dc.path + "/train.bin", dc.token_bytes, vocab}, mc.context,
-                                            config_.dataset.seed, dc.windows);
-    val_ = std::make_unique<TokenDataset>(TokenFile{dc.path + "/val.bin", dc.token_bytes, vocab}, mc.context,
-                                          config_.dataset.seed + 1000003, dc.validation_windows);
   } else {
-    train_ = make_synthetic(config_.dataset);
-    SyntheticConfig vc = config_.dataset;
-    vc.samples = config_.validation_samples;
-    vc.seed = config_.dataset.seed + 1000003;  // disjoint from the training samples
-    val_ = make_synthetic(vc);
+    train_ = open_token_or_synthetic_dataset(config_, false);
+    val_ = open_token_or_synthetic_dataset(config_, true);
   }
   if (dc.device_cache_bytes > 0 && device_ == Device::kCuda)
     sample_cache_ = std::make_unique<SampleCache>(dc.device_cache_bytes, Device::kCuda);

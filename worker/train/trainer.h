@@ -84,6 +84,11 @@ struct TrainSummary {
 std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Model& model, const std::string& dir,
                                                const std::string& field, FileSystem& remote, TieredCache* cache);
 
+// The samples of a job whose dataset needs neither the model nor a cache, for training or for
+// validation, as every rank opens them: format tokens (windows of train.bin or val.bin) or generated
+// ones (synthetic; the validation samples from another seed).
+std::unique_ptr<Dataset> open_token_or_synthetic_dataset(const JobConfig& config, bool validation);
+
 // Where this rank trains (spec.device): cpu, or cuda where the job says cuda, or says auto and the pod
 // was given GPUs (spec.resources.gpu, TESSERA_GPU). A job that wants CUDA on a worker that sees no
 // usable device is a ConfigError at spec.device saying why, and that `device: cpu` trains on the
