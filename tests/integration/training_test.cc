@@ -368,7 +368,7 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   RendezvousJobPolicy policy;
   policy.auto_exchange = true;
   policy.epochs = 4;
-  policy.switch_at_epoch = 2;
+  policy.switch_at_epoch = 3;  // room for the second gang's sparse phase after its calibration
   policy.densities = {0.05};
   policy.sparse_margin = -1e9;  // a sparse phase whatever its prediction
   const auto plan = placement::plan_ring({"node-a", "node-b"}, 2, nodes_ab(), {"kubernetes.io/hostname"});
@@ -386,7 +386,7 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   }
   const auto first = service.progress("auto").exchange;
   EXPECT_EQ(first.version, 1);
-  EXPECT_EQ(first.sparse, "hitopk");
+  EXPECT_TRUE(first.sparse == "topk" || first.sparse == "hitopk") << first.sparse;  // the faster as predicted
   EXPECT_TRUE(first.dense == "dense" || first.dense == "torus") << first.dense;  // the faster as predicted
   EXPECT_DOUBLE_EQ(first.density, 0.05);
   EXPECT_GE(first.from_step, 5);  // after the steps that time the compute
@@ -396,7 +396,7 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   for (int i = 0; i < 4; ++i)
     EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(60)), kExitStopped) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
   const int64_t stopped = records(dir + "/metrics-0.jsonl", "step").back()["step"].get<int64_t>() + 1;
-  ASSERT_LT(stopped, 20) << "the sparse phase ended before the stop";
+  ASSERT_LT(stopped, 24) << "the stop came too late for the next gang's sparse phase";
 
   // The next gang: a new round of the same plan.
   policy.round = 1;
@@ -409,7 +409,7 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   EXPECT_EQ(second.version, 2);
   EXPECT_GE(second.from_step, stopped + 5);
   const int64_t switch_step = service.progress("auto").switch_step;
-  EXPECT_EQ(switch_step, 20);  // the policy's epoch 2 of 10 steps each
+  EXPECT_EQ(switch_step, 30);  // the policy's epoch 3 of 10 steps each
   // Every rank, every step: dense until the choice, its sparse strategy until the switch step, then
   // its dense one; the resumed gang started where the first stopped.
   for (int i = 0; i < 4; ++i) {
@@ -422,7 +422,7 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
       const auto& x = run == &before ? first : second;
       for (const auto& r : *run) {
         const int64_t s = r["step"];
-        const std::string expected = s < x.from_step ? "dense" : s < switch_step ? "hitopk" : x.dense;
+        const std::string expected = s < x.from_step ? "dense" : s < switch_step ? x.sparse : x.dense;
         EXPECT_EQ(r["strategy"], expected) << "rank " << i << " step " << s;
         EXPECT_TRUE(std::isfinite(r["loss"].get<double>()));
       }
@@ -431,7 +431,9 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   std::string logs;  // rank 0 says what it measured and when the choice takes effect
   for (int i = 0; i < 4; ++i) logs += read_file(dir + "/log-" + std::to_string(i) + ".txt");
   EXPECT_NE(logs.find("calibrated the exchange: links between nodes"), std::string::npos) << logs;
-  EXPECT_NE(logs.find("exchange from step " + std::to_string(second.from_step) + ": hitopk at density 0.05"), std::string::npos) << logs;
+  EXPECT_NE(logs.find("exchange from step " + std::to_string(second.from_step) + ": " + second.sparse + " at density 0.05"),
+            std::string::npos)
+      << logs;
   std::filesystem::remove_all(dir);
 }
 

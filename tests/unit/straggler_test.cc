@@ -110,9 +110,10 @@ TEST(StragglerTest, ALinkHasChangedByAFactorOfTwoAboveTheNoise) {
   EXPECT_FALSE(link_changed(0, 0.5));          // no baseline yet
 }
 
-// Two nodes: their one link is watched (not judged: no other link to compare it with), and a change
-// the rounds see twice in a row is reported once, to every rank at the same step.
-TEST(StragglerTest, TheWatchSaysOnceWhenTheLinkChanged) {
+// Two nodes: their one link is watched (not judged: no other link to compare it with), and whatever
+// the rounds find (on loopback between threads, timing noise that may cross the noise floor on a
+// loaded machine), every rank hears it at the same step, and no rank is named a straggler.
+TEST(StragglerTest, EveryRankHearsOfALinkChangeAtTheSameStep) {
   const int world = 2;
   MemoryStore store;
   std::mutex mu;
@@ -128,8 +129,10 @@ TEST(StragglerTest, TheWatchSaysOnceWhenTheLinkChanged) {
     }
     EXPECT_TRUE(watch.report().ranks.empty());
   }));
-  // threads of one process exchange 64 KiB in well under the noise floor: no change is seen
-  for (int r = 0; r < world; ++r) EXPECT_EQ(changes[r], std::vector<bool>(8, false)) << "rank " << r;
+  EXPECT_EQ(changes[1], changes[0]);
+  // a change is said once for the rounds that found it: never two steps in a row (the next rounds
+  // compare with the new figure, and need two rounds again)
+  for (size_t i = 1; i < changes[0].size(); ++i) EXPECT_FALSE(changes[0][i] && changes[0][i - 1]) << "step " << i;
 }
 
 TEST(StragglerTest, TheWatchReportsWhatTwoRoundsInARowFind) {
