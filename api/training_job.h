@@ -109,7 +109,7 @@ struct ParallelismSpec {
 };
 
 struct CommunicationSpec {
-  std::string strategy = "dense";    // auto | dense | torus | topk | hitopk | hybrid (auto: the controller chooses)
+  std::string strategy = "auto";     // auto | dense | torus | topk | hitopk | hybrid (auto, the default: the controller chooses)
   std::string sparse = "hitopk";     // hybrid: the strategy of the first epochs (topk | hitopk)
   std::string dense = "torus";       // hybrid: the strategy from the switch on (dense | torus)
   double density = 0.01;

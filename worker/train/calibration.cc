@@ -40,9 +40,6 @@ std::pair<double, double> fit(double small_s, double large_s) {
   return {std::max(0.0, small_s - per_byte * static_cast<double>(kSmallProbe)), per_byte};
 }
 
-// The slowest link of a node-link matrix (the diagonal is 0).
-double slowest(const std::vector<double>& m) { return m.empty() ? 0.0 : *std::max_element(m.begin(), m.end()); }
-
 // The machine this process runs on: its boot id, hashed (processes in other namespaces of one
 // machine see the same).
 int64_t machine_id() {
@@ -91,7 +88,7 @@ GangCalibration calibrate_gang(CommGroups& groups, size_t bucket_floats, const s
     const double cpu0 = process_cpu_seconds();
     const std::vector<double> large = probe_node_links(groups, kLargeProbe, kRepeats);
     const double cpu = process_cpu_seconds() - cpu0;
-    const auto [alpha, wire] = fit(slowest(small), slowest(large));
+    const auto [alpha, wire] = fit(slowest_link(small), slowest_link(large));
     if (groups.rank == 0) v[0] = alpha, v[1] = wire;
     // this node's CPU over its exchanges of the large probe: (nodes - 1) partners, kRepeats each
     double node_cpu = me.local_rank == 0 ? cpu / static_cast<double>((c.nodes - 1) * kRepeats * kLargeProbe) : 0.0;

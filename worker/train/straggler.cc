@@ -84,6 +84,10 @@ std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repea
   return seconds;
 }
 
+double slowest_link(const std::vector<double>& node_seconds) {
+  return node_seconds.empty() ? 0.0 : *std::max_element(node_seconds.begin(), node_seconds.end());
+}
+
 StragglerReport judge_stragglers(const Topology& t, const std::vector<double>& node_seconds, size_t bytes,
                                  const std::vector<double>& compute_seconds) {
   StragglerReport out;
@@ -155,7 +159,7 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   const std::vector<double> probed = nodes >= 2 ? probe_node_links(groups_, bytes_, 2) : std::vector<double>{};
   const std::vector<double> links = nodes >= 3 ? probed : std::vector<double>{};
   if (!probed.empty()) {
-    link_now_ = *std::max_element(probed.begin(), probed.end());
+    link_now_ = slowest_link(probed);
     if (link_baseline_ == 0) link_baseline_ = link_now_;
     link_changed_rounds_ = link_changed(link_baseline_, link_now_) ? link_changed_rounds_ + 1 : 0;
     if (link_changed_rounds_ >= 2) link_change_ = true;
@@ -165,9 +169,11 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   v[groups_.rank] = compute_sum_ / static_cast<double>(steps_);
   v[world] = wall_sum_;
   groups_.world->allreduce(std::span<double>(v));
-  // The next round after about interval_s of training, from this round's pace, the same on every rank.
+  // The next round after about interval_s of training, from this round's pace, the same on every
+  // rank; later where the probes (two tries of each tournament round) would take over 1% of it.
   const double step_wall = v[world] / world / static_cast<double>(steps_);
-  every_ = std::clamp<int64_t>(static_cast<int64_t>(interval_s_ / std::max(step_wall, 1e-6)), 1, 10000);
+  const double probes_s = 2.0 * link_now_ * tournament_rounds(nodes);
+  every_ = std::clamp<int64_t>(static_cast<int64_t>(std::max(interval_s_, 100 * probes_s) / std::max(step_wall, 1e-6)), 1, 10000);
   steps_ = 0;
   compute_sum_ = wall_sum_ = 0;
   v.pop_back();

@@ -6,7 +6,7 @@
 //   is much slower than the links between the other nodes is the one whose network is slow. With
 //   two nodes there is one link and no other to compare it with, so no node is named for it;
 // - compute: each rank's forward, backward and update time, against the other ranks'.
-// StragglerWatch runs both every few seconds of training, at steps every rank agrees on, and reports
+// StragglerWatch runs both every two seconds of training or so, at steps every rank agrees on, and reports
 // a rank only when two rounds in a row find it slow (and clears it after two rounds that do not), so
 // a moment of noise on shared cores names no one. It also says when the links between nodes have
 // changed (strategy auto chooses its exchange again).
@@ -39,6 +39,8 @@ int tournament_partner(int members, int round, int member);
 // + b], m nodes; the diagonal 0): the first rank of each node takes part, the fastest of `repeats`
 // exchanges counts. Collective over the world: every rank calls it and gets the same matrix.
 std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repeats);
+// The slowest link of such a matrix: its longest time (0 when empty).
+double slowest_link(const std::vector<double>& node_seconds);
 
 // The verdict from one round of measurements: node_seconds as probe_node_links gives it (empty: not
 // measured), compute_seconds[r] rank r's compute per step. A node is slow when even its fastest link
@@ -54,9 +56,10 @@ bool link_changed(double baseline_s, double now_s);
 
 class StragglerWatch {
  public:
-  // Measures about every `interval_s` seconds of training (the steps are agreed from the first
-  // round's pace), probing with `bytes` per link.
-  StragglerWatch(CommGroups& groups, double interval_s = 5.0, size_t bytes = size_t{256} << 10);
+  // Measures about every `interval_s` seconds of training (the steps are agreed from the last
+  // round's pace), probing with `bytes` per link; less often where the probes would take over 1% of
+  // the training time (slow links).
+  StragglerWatch(CommGroups& groups, double interval_s = 2.0, size_t bytes = size_t{256} << 10);
 
   // Every rank calls it after each step, with the step's compute (forward, backward, update) and
   // wall seconds. Collective on the steps of a round; returns true when the report changed.

@@ -632,9 +632,9 @@ void Trainer::calibrate_links() {
   size_t largest = 0;
   for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
   const auto& cc = config_.communication;
-  const double compute = calibration_.compute_s;
+  const double compute = calibration_.compute_s, rest = calibration_.rest_s;
   calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
-  calibration_.compute_s = compute;
+  calibration_.compute_s = compute, calibration_.rest_s = rest;
   calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
   calibration_.overlap = cc.overlap;
 }
@@ -686,7 +686,6 @@ TrainSummary Trainer::run() {
   if (auto_ && groups_) {
     // The links and the sparse exchanges' CPU costs now; a step's compute from the first steps.
     calibrate_links();
-    if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary());
   }
   TrainSummary summary;
   summary.first_step = step_;
@@ -807,16 +806,21 @@ TrainSummary Trainer::run() {
     const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
     last_sps = tr.batch_size / std::max(1e-9, step_s);
     ++step_;
-    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up),
-    // the mean over the ranks. Then the choice: the controller's, from rank 0's report; or, for a
-    // gang without a controller, every rank's own from the same figures, from the next step.
+    // auto: a step's compute and its whole time, the medians of the run's second to fourth steps
+    // (the first warms up; all on the ring all-reduce), the means over the ranks; what the whole step
+    // took beyond the model's prediction is its rest. Then the choice: the controller's, from rank
+    // 0's report; or, for a gang without a controller, every rank's own from the same figures, from
+    // the next step.
     if (auto_ && groups_ && calibration_.compute_s == 0 && step_ - 1 > summary.first_step) {
       calibration_compute_.push_back(rec.forward_s + rec.backward_s + rec.update_s);
+      calibration_wall_.push_back(step_s);
       if (calibration_compute_.size() == 3) {
         std::sort(calibration_compute_.begin(), calibration_compute_.end());
-        double compute = calibration_compute_[1];
-        groups_->world->allreduce(&compute, 1, DType::kFloat64, ReduceOp::kSum, Millis(0));
-        calibration_.compute_s = compute / groups_->world->size();
+        std::sort(calibration_wall_.begin(), calibration_wall_.end());
+        double v[2] = {calibration_compute_[1], calibration_wall_[1]};
+        groups_->world->allreduce(std::span<double>(v, 2));
+        calibration_.compute_s = v[0] / groups_->world->size();
+        calibration_.rest_s = cost::rest_of_step(calibration_, v[1] / groups_->world->size());
         if (!control_) choose_here(summary);
       }
     }
@@ -832,7 +836,7 @@ TrainSummary Trainer::run() {
     if (auto_ && stragglers_ && stragglers_->take_link_change()) {
       const std::string before = calibration_.summary();
       calibrate_links();
-      if (rank_ == 0) log_info("the links between nodes changed: measured again: ", calibration_.summary(), " (was: ", before, ")");
+      if (rank_ == 0) log_info("the links between nodes changed: measured them again (they were: ", before, ")");
       calibration_sent_ = false;  // rank 0 reports it with its next heartbeat
       if (!control_ && calibration_.compute_s > 0) choose_here(summary);
     }

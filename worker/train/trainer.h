@@ -179,7 +179,7 @@ class Trainer {
   // still owes: bucket -> (offset in the bucket, entries), added into the buckets of the next step.
   bool auto_ = false;
   GangCalibration calibration_;
-  std::vector<double> calibration_compute_;  // the first steps' compute, seconds
+  std::vector<double> calibration_compute_, calibration_wall_;  // the first steps' compute and whole step, seconds
   bool calibration_sent_ = false;
   std::optional<ControlAgent::ExchangePlan> pending_;
   int64_t applied_version_ = 0;
