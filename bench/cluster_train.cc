@@ -173,9 +173,12 @@ TrainResult run_cluster_training(const TrainRun& t) {
         epochs.push_back({{"epoch", e.epoch}, {"seconds", ms_since(t_start) / 1e3}, {"val_loss", e.val_loss}, {"val_metric", e.val_metric}});
     };
     std::vector<double> step, exposed, total, select, compute, inter;
-    nlohmann::json changes = nlohmann::json::array();  // [step, strategy] where the strategy changed
+    // [step, strategy] where the strategy changed, or where auto's choice was taken again
+    nlohmann::json changes = nlohmann::json::array();
+    int64_t choice = 0;
     trainer.on_step = [&](const StepRecord& s) {
-      if (changes.empty() || changes.back()[1] != s.strategy) changes.push_back({s.step, s.strategy});
+      if (changes.empty() || changes.back()[1] != s.strategy || s.exchange_choice != choice) changes.push_back({s.step, s.strategy});
+      choice = s.exchange_choice;
       // the link cut: from the machine's own network namespace (the bench's), where the bridge is
       if (r == 0 && s.step + 1 == t.cut_at &&
           std::system(detail::concat("nsenter --net=/proc/", getppid(), "/ns/net ", netns_program(), " rate 1 ", t.cut_rate, " >&2").c_str()) != 0)

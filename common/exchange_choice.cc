@@ -37,11 +37,10 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   if (!(in.sparse_share >= 0 && in.sparse_share <= 1))
     throw ConfigError("sparse_share", detail::concat(in.sparse_share, " is outside [0, 1]"));
   if (!(in.compute_s >= 0)) throw ConfigError("compute", detail::concat(in.compute_s, " s is not a time"));
-  if (!(in.rest_s >= 0)) throw ConfigError("rest", detail::concat(in.rest_s, " s is not a time"));
   for (double d : in.densities)
     if (!(d > 0 && d <= 1)) throw ConfigError("densities", detail::concat(d, " is outside (0, 1]"));
   auto step = [&](Strategy s, double density) {
-    return step_cost(in.buckets, s, density, in.nodes, in.local, in.machine, in.compute_s, in.rest_s, in.overlap).seconds;
+    return step_cost(in.buckets, s, density, in.nodes, in.local, in.machine, in.compute_s, 0, in.overlap).seconds;
   };
   ExchangeChoice out;
   // The dense strategies first: on a tie the earlier (the plain ring) stays chosen.
@@ -111,7 +110,6 @@ ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end
   in.nodes = c.nodes, in.local = c.local;
   in.machine = c.machine;
   in.compute_s = c.compute_s;
-  in.rest_s = c.rest_s;
   in.overlap = c.overlap;
   in.sparse_share = sparse_share(from, sparse_end, total);
   in.densities = densities;
@@ -133,13 +131,7 @@ std::string Calibration::summary() const {
                       " ns a pair");
   if (m.cores > 0) s += detail::concat("; all ", nodes * local, " ranks share ", m.cores, " cores");
   if (compute_s > 0) s += detail::concat("; compute ", std::lround(compute_s * 1e3), " ms a step");
-  if (rest_s > 0) s += detail::concat(", the rest ", std::lround(rest_s * 1e3), " ms");
   return s;
-}
-
-double rest_of_step(const Calibration& c, double measured_step_s) {
-  const double predicted = step_cost(c.buckets, Strategy::kDense, 1, c.nodes, c.local, c.machine, c.compute_s, 0, c.overlap).seconds;
-  return std::max(0.0, measured_step_s - predicted);
 }
 
 }  // namespace tessera::cost

@@ -26,7 +26,6 @@ struct ChoiceInput {
   int nodes = 1, local = 1;     // ranks: nodes x local
   Machine machine;              // the measured links and CPU costs
   double compute_s = 0;         // a step's forward, backward and update, every rank computing
-  double rest_s = 0;            // what a step takes beyond the model's compute and exchange (data, waits)
   bool overlap = true;
   double sparse_share = 0;      // the share of the remaining steps a sparse phase may take, [0, 1]
   std::vector<double> densities = {0.01};  // candidate densities of the sparse strategies
@@ -64,17 +63,10 @@ struct Calibration {
   int nodes = 1, local = 1;
   Machine machine;            // the links and CPU costs (hidden: 1, the wire and the CPU each bound a phase)
   double compute_s = 0;       // a step's forward, backward and update
-  // What a step took beyond the model's prediction for it, as the first steps (on the ring
-  // all-reduce) were measured: data, the loss all-reduce, waits. It lifts every candidate alike.
-  double rest_s = 0;
   std::vector<Bucket> buckets;  // the job's, in send order
   bool overlap = true;
   std::string summary() const;  // one line: the links, the selection, the sharing, the compute
 };
-
-// The rest of a step measured at `measured_step_s` on the ring all-reduce (dense): its excess over
-// the model's prediction of that step from `c` (0 when the model predicts more).
-double rest_of_step(const Calibration& c, double measured_step_s);
 
 // The choice for a gang from its calibration, taking effect at step `from` of the job's `total`: a
 // sparse phase, at one of `densities`, may last until step `sparse_end`. The controller makes it

@@ -91,7 +91,7 @@ Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
       {"alpha_inter_s", c.alpha_inter_s()}, {"wire_inter_s_per_byte", c.wire_inter_s_per_byte()},
       {"cpu_inter_s_per_byte", c.cpu_inter_s_per_byte()}, {"alpha_intra_s", c.alpha_intra_s()},
       {"cpu_intra_s_per_byte", c.cpu_intra_s_per_byte()}, {"pass_s_per_float", c.pass_s_per_float()},
-      {"add_s_per_pair", c.add_s_per_pair()}, {"compute_s", c.compute_s()}, {"rest_s", c.rest_s()}};
+      {"add_s_per_pair", c.add_s_per_pair()}, {"compute_s", c.compute_s()}};
   for (const auto& [name, v] : figures)
     if (!std::isfinite(v) || v < 0) return invalid(std::string("calibration.") + name, "is not a finite number of at least 0");
   if (c.shared_cores() < 0) return invalid("calibration.shared_cores", "is negative");
@@ -122,7 +122,6 @@ cost::Calibration calibration_of(const v1::ExchangeCalibration& c) {
   mc.pass = c.pass_s_per_float(), mc.add = c.add_s_per_pair();
   mc.hidden = 1.0;
   out.compute_s = c.compute_s();
-  out.rest_s = c.rest_s();
   for (int i = 0; i < c.bucket_floats_size(); ++i) out.buckets.push_back({c.bucket_floats(i), c.bucket_ready(i)});
   out.overlap = c.overlap();
   return out;

@@ -141,32 +141,6 @@ TEST(ExchangeChoiceTest, ASparseGainInsideTheMarginKeepsTheDenseExchange) {
   EXPECT_NE(kept.reason.find("a sparse phase would not gain"), std::string::npos) << kept.reason;
 }
 
-// The measured rest of a step lifts every candidate alike, so the ranking stays; a sparse phase then
-// gains a smaller share of the step, and the margin can keep the dense exchange.
-TEST(ExchangeChoiceTest, TheMeasuredRestLiftsEveryCandidateAlike) {
-  ChoiceInput in = input(25e9, 16, 8, 0.09);
-  const ExchangeChoice bare = choose_exchange(in);
-  ASSERT_TRUE(bare.chosen.hybrid);
-  in.rest_s = 0.5;
-  const ExchangeChoice lifted = choose_exchange(in);
-  ASSERT_EQ(lifted.options.size(), bare.options.size());
-  for (size_t i = 0; i < bare.options.size(); ++i) {
-    EXPECT_EQ(lifted.options[i].name(), bare.options[i].name());
-    EXPECT_NEAR(lifted.options[i].mean_step, bare.options[i].mean_step + 0.5, 1e-9);
-  }
-  EXPECT_FALSE(lifted.chosen.hybrid) << lifted.reason;
-
-  // The rest of a measured step: its excess over the model's dense step, never below 0.
-  Calibration c;
-  c.nodes = 16, c.local = 8, c.machine = gpu_machine(25e9), c.compute_s = 0.09, c.buckets = resnet_buckets();
-  in.rest_s = 0;
-  double dense = 0;
-  for (const ExchangeOption& o : bare.options)
-    if (!o.hybrid && o.dense == Strategy::kDense) dense = o.mean_step;
-  EXPECT_NEAR(rest_of_step(c, dense + 0.02), 0.02, 1e-9);
-  EXPECT_EQ(rest_of_step(c, dense / 2), 0.0);
-}
-
 TEST(ExchangeChoiceTest, BadInputIsNamed) {
   ChoiceInput in = input(1e9, 2, 2, 0.1);
   in.buckets.clear();
@@ -179,9 +153,6 @@ TEST(ExchangeChoiceTest, BadInputIsNamed) {
   expect_named(in, "sparse_share");
   in = input(1e9, 0, 2, 0.1);
   expect_named(in, "ranks");
-  in = input(1e9, 2, 2, 0.1);
-  in.rest_s = -1;
-  expect_named(in, "rest");
 }
 
 }  // namespace

@@ -54,7 +54,6 @@ ControlAgent::Answer ControlAgent::heartbeat(const Report& report, const std::at
     p.set_pass_s_per_float(m.pass);
     p.set_add_s_per_pair(m.add);
     p.set_compute_s(c->compute_s);
-    p.set_rest_s(c->rest_s);
     for (const cost::Bucket& b : c->buckets) p.add_bucket_floats(b.floats), p.add_bucket_ready(b.ready);
     p.set_overlap(c->overlap);
   }

@@ -312,6 +312,7 @@ void Trainer::begin_exchange(StepRecord& rec) {
   const bool dense_phase = dense_ && switch_step_ >= 0 && step_ >= switch_step_;
   GradientExchange* ex = dense_phase ? dense_.get() : sparse_.get();
   rec.strategy = ex->name();
+  rec.exchange_choice = taken_choice_;
   rec.dense = rec.strategy == "dense" || rec.strategy == "torus";
   rec.density = rec.dense ? 1.0 : config_.communication.density;
   // First dense step after the switch: what the sparse phase still owed is sent now.
@@ -632,9 +633,9 @@ void Trainer::calibrate_links() {
   size_t largest = 0;
   for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
   const auto& cc = config_.communication;
-  const double compute = calibration_.compute_s, rest = calibration_.rest_s;
+  const double compute = calibration_.compute_s;
   calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
-  calibration_.compute_s = compute, calibration_.rest_s = rest;
+  calibration_.compute_s = compute;
   calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
   calibration_.overlap = cc.overlap;
 }
@@ -654,6 +655,7 @@ void Trainer::choose_here(TrainSummary& summary) {
 void Trainer::apply_exchange_plan() {
   const ControlAgent::ExchangePlan plan = *pending_;
   pending_.reset();
+  taken_choice_ = plan.version;
   const auto& cc = config_.communication;
   CommGroups& g = device_groups_ ? *device_groups_ : *groups_;
   const Device on = device_groups_ ? Device::kCuda : Device::kCpu;
@@ -806,21 +808,16 @@ TrainSummary Trainer::run() {
     const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
     last_sps = tr.batch_size / std::max(1e-9, step_s);
     ++step_;
-    // auto: a step's compute and its whole time, the medians of the run's second to fourth steps
-    // (the first warms up; all on the ring all-reduce), the means over the ranks; what the whole step
-    // took beyond the model's prediction is its rest. Then the choice: the controller's, from rank
-    // 0's report; or, for a gang without a controller, every rank's own from the same figures, from
-    // the next step.
+    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up),
+    // the mean over the ranks. Then the choice: the controller's, from rank 0's report; or, for a
+    // gang without a controller, every rank's own from the same figures, from the next step.
     if (auto_ && groups_ && calibration_.compute_s == 0 && step_ - 1 > summary.first_step) {
       calibration_compute_.push_back(rec.forward_s + rec.backward_s + rec.update_s);
-      calibration_wall_.push_back(step_s);
       if (calibration_compute_.size() == 3) {
         std::sort(calibration_compute_.begin(), calibration_compute_.end());
-        std::sort(calibration_wall_.begin(), calibration_wall_.end());
-        double v[2] = {calibration_compute_[1], calibration_wall_[1]};
-        groups_->world->allreduce(std::span<double>(v, 2));
-        calibration_.compute_s = v[0] / groups_->world->size();
-        calibration_.rest_s = cost::rest_of_step(calibration_, v[1] / groups_->world->size());
+        double compute = calibration_compute_[1];
+        groups_->world->allreduce(&compute, 1, DType::kFloat64, ReduceOp::kSum, Millis(0));
+        calibration_.compute_s = compute / groups_->world->size();
         if (!control_) choose_here(summary);
       }
     }

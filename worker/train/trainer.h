@@ -39,6 +39,7 @@ struct StepRecord {
   double loss = 0;             // mean over the global batch
   double lr = 0;
   std::string strategy;        // exchange strategy used this step
+  int64_t exchange_choice = 0; // strategy auto: the choices the gang has taken by this step (0: none yet)
   double data_s = 0, forward_s = 0, backward_s = 0, update_s = 0;
   double comm_s = 0;           // communication the step waited for (exposed), after the backward pass
   double comm_total_s = 0;     // all communication of the step, overlapped with backward or not
@@ -179,10 +180,11 @@ class Trainer {
   // still owes: bucket -> (offset in the bucket, entries), added into the buckets of the next step.
   bool auto_ = false;
   GangCalibration calibration_;
-  std::vector<double> calibration_compute_, calibration_wall_;  // the first steps' compute and whole step, seconds
+  std::vector<double> calibration_compute_;  // the first steps' compute, seconds
   bool calibration_sent_ = false;
   std::optional<ControlAgent::ExchangePlan> pending_;
-  int64_t applied_version_ = 0;
+  int64_t applied_version_ = 0;  // the latest choice received (pending_ until its step)
+  int64_t taken_choice_ = 0;     // the latest choice taken
   std::string exchange_chosen_;  // the last plan applied, by name
   std::map<int, std::vector<std::pair<size_t, std::vector<float>>>> owed_;
   // Applies pending_: builds its exchanges, and moves the residuals of the one it replaces to owed_.
