@@ -117,6 +117,12 @@ ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end
   return choose_exchange(in);
 }
 
+bool links_changed(const Calibration& before, const Calibration& now) {
+  const double a = before.machine.wire_inter, b = now.machine.wire_inter;
+  if (!(a > 0) || !(b > 0)) return (a > 0) != (b > 0);
+  return b > 2 * a || b < a / 2;
+}
+
 std::string Calibration::summary() const {
   const Machine& m = machine;
   std::string s = nodes > 1 ? detail::concat("links between nodes ", rate_text(8 / std::max(m.wire_inter, 1e-15)), " (alpha ",

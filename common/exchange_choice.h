@@ -68,6 +68,11 @@ struct Calibration {
   std::string summary() const;  // one line: the links, the selection, the sharing, the compute
 };
 
+// Whether the links between nodes of calibration `now` differ from `before`'s by more than a factor
+// of 2 in seconds per byte: a change worth choosing again for (a smaller one is within what the
+// watch's probes and a calibration's read of one link vary by).
+bool links_changed(const Calibration& before, const Calibration& now);
+
 // The choice for a gang from its calibration, taking effect at step `from` of the job's `total`: a
 // sparse phase, at one of `densities`, may last until step `sparse_end`. The controller makes it
 // (controller/rendezvous), and so does a gang that runs without one, each rank the same.

@@ -141,6 +141,23 @@ TEST(ExchangeChoiceTest, ASparseGainInsideTheMarginKeepsTheDenseExchange) {
   EXPECT_NE(kept.reason.find("a sparse phase would not gain"), std::string::npos) << kept.reason;
 }
 
+// A new choice is made for links that changed by more than a factor of 2.
+TEST(ExchangeChoiceTest, LinksHaveChangedByMoreThanAFactorOfTwo) {
+  Calibration a, b;
+  a.machine = gpu_machine(10e9);
+  b.machine = gpu_machine(1e9);
+  EXPECT_TRUE(links_changed(a, b));  // cut to a tenth
+  EXPECT_TRUE(links_changed(b, a));  // and back
+  b.machine = gpu_machine(6e9);
+  EXPECT_FALSE(links_changed(a, b));  // within a factor of 2
+  b.machine = gpu_machine(4.9e9);
+  EXPECT_TRUE(links_changed(a, b));
+  b.machine.wire_inter = 0;  // one node: no link between nodes
+  EXPECT_TRUE(links_changed(a, b));
+  a.machine.wire_inter = 0;
+  EXPECT_FALSE(links_changed(a, b));
+}
+
 TEST(ExchangeChoiceTest, BadInputIsNamed) {
   ChoiceInput in = input(1e9, 2, 2, 0.1);
   in.buckets.clear();

@@ -146,7 +146,7 @@ bool StragglerWatch::take_link_change() {
 }
 
 StragglerWatch::StragglerWatch(CommGroups& groups, double interval_s, size_t bytes)
-    : groups_(groups), interval_s_(interval_s), bytes_(bytes) {}
+    : groups_(groups), interval_s_(interval_s), bytes_(bytes), link_bytes_(bytes) {}
 
 bool StragglerWatch::after_step(double compute_s, double step_s) {
   compute_sum_ += compute_s;
@@ -156,13 +156,26 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   // Links are judged against other links, so a gang of two nodes has none to judge; its one link is
   // still watched for a change.
   const int nodes = groups_.topology.num_nodes();
-  const std::vector<double> probed = nodes >= 2 ? probe_node_links(groups_, bytes_, 2) : std::vector<double>{};
+  const size_t probe_bytes = link_bytes_;
+  const std::vector<double> probed = nodes >= 2 ? probe_node_links(groups_, probe_bytes, 2) : std::vector<double>{};
   const std::vector<double> links = nodes >= 3 ? probed : std::vector<double>{};
+  double probe_s = 0;  // the slowest link's probe
   if (!probed.empty()) {
-    link_now_ = slowest_link(probed);
-    if (link_baseline_ == 0) link_baseline_ = link_now_;
-    link_changed_rounds_ = link_changed(link_baseline_, link_now_) ? link_changed_rounds_ + 1 : 0;
+    probe_s = slowest_link(probed);
+    link_now_ = probe_s / static_cast<double>(probe_bytes);
+    // The first round's probe only sizes the next one (a short probe can pass in the shaper's burst);
+    // the second sets the baseline; from then on, this probe's time against what it would have taken
+    // at the baseline's rate.
+    ++link_rounds_;
+    if (link_rounds_ == 2) link_baseline_ = link_now_;
+    const bool changed = link_rounds_ > 2 && link_changed(link_baseline_ * static_cast<double>(probe_bytes), probe_s);
+    link_changed_rounds_ = changed ? link_changed_rounds_ + 1 : 0;
     if (link_changed_rounds_ >= 2) link_change_ = true;
+    // the next probe: about 5 ms at this rate (the matrix is all-reduced: the same on every rank)
+    constexpr double kProbeSeconds = 5e-3;
+    constexpr size_t kMaxProbe = size_t{16} << 20, kGrain = size_t{64} << 10;
+    const double fit = kProbeSeconds / std::max(link_now_, 1e-15);
+    link_bytes_ = std::clamp(static_cast<size_t>(std::min(fit, static_cast<double>(kMaxProbe))) / kGrain * kGrain, bytes_, kMaxProbe);
   }
   // [each rank's compute per step..., the wall time of the round's steps, summed over ranks]
   std::vector<double> v(world + 1, 0.0);
@@ -172,12 +185,12 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   // The next round after about interval_s of training, from this round's pace, the same on every
   // rank; later where the probes (two tries of each tournament round) would take over 1% of it.
   const double step_wall = v[world] / world / static_cast<double>(steps_);
-  const double probes_s = 2.0 * link_now_ * tournament_rounds(nodes);
+  const double probes_s = 2.0 * probe_s * tournament_rounds(nodes);
   every_ = std::clamp<int64_t>(static_cast<int64_t>(std::max(interval_s_, 100 * probes_s) / std::max(step_wall, 1e-6)), 1, 10000);
   steps_ = 0;
   compute_sum_ = wall_sum_ = 0;
   v.pop_back();
-  StragglerReport seen = judge_stragglers(groups_.topology, links, bytes_, v);
+  StragglerReport seen = judge_stragglers(groups_.topology, links, probe_bytes, v);
   agreeing_rounds_ = seen.ranks == pending_.ranks ? agreeing_rounds_ + 1 : 1;
   pending_ = std::move(seen);
   if (agreeing_rounds_ < 2) return false;

@@ -57,8 +57,10 @@ bool link_changed(double baseline_s, double now_s);
 class StragglerWatch {
  public:
   // Measures about every `interval_s` seconds of training (the steps are agreed from the last
-  // round's pace), probing with `bytes` per link; less often where the probes would take over 1% of
-  // the training time (slow links).
+  // round's pace), less often where the probes would take over 1% of the training time (slow links).
+  // A link's probe is at least `bytes`, and grows to take about 5 ms at the rate the last round
+  // measured (at most 16 MiB): a probe far longer than scheduling noise and than the burst a link's
+  // shaper lets through at once, so that a change of rate shows in its time.
   StragglerWatch(CommGroups& groups, double interval_s = 2.0, size_t bytes = size_t{256} << 10);
 
   // Every rank calls it after each step, with the step's compute (forward, backward, update) and
@@ -78,9 +80,11 @@ class StragglerWatch {
   double compute_sum_ = 0, wall_sum_ = 0;  // since the last round
   StragglerReport report_, pending_;       // confirmed; seen in the last round
   int agreeing_rounds_ = 0;                // rounds in a row that found `pending_`
-  double link_baseline_ = 0;               // the slowest link's probe seconds the rounds compare with
+  size_t link_bytes_;                      // the probe of the next round
+  int link_rounds_ = 0;                    // rounds that probed the links
+  double link_baseline_ = 0;               // the slowest link's seconds per byte the rounds compare with
   int link_changed_rounds_ = 0;            // rounds in a row that found it changed
-  double link_now_ = 0;                    // the latest round's
+  double link_now_ = 0;                    // the latest round's, seconds per byte
   bool link_change_ = false;
 };
 

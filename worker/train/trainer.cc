@@ -830,12 +830,19 @@ TrainSummary Trainer::run() {
     }
     // auto: links that changed (every rank learns it at the same step) are measured again, and the
     // exchange chosen again from them
+    // (measured the same as before within a factor of 2, the choice stands: the watch's small probes
+    // were noise)
     if (auto_ && stragglers_ && stragglers_->take_link_change()) {
-      const std::string before = calibration_.summary();
+      const GangCalibration before = calibration_;
       calibrate_links();
-      if (rank_ == 0) log_info("the links between nodes changed: measured them again (they were: ", before, ")");
-      calibration_sent_ = false;  // rank 0 reports it with its next heartbeat
-      if (!control_ && calibration_.compute_s > 0) choose_here(summary);
+      if (!cost::links_changed(before, calibration_)) {
+        if (rank_ == 0) log_info("the links between nodes seemed to change, but measure as before: ", calibration_.summary());
+        calibration_ = before;
+      } else {
+        if (rank_ == 0) log_info("the links between nodes changed: measured them again (they were: ", before.summary(), ")");
+        calibration_sent_ = false;  // rank 0 reports it with its next heartbeat
+        if (!control_ && calibration_.compute_s > 0) choose_here(summary);
+      }
     }
 
     auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
