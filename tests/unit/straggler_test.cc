@@ -118,6 +118,7 @@ TEST(StragglerTest, EveryRankHearsOfALinkChangeAtTheSameStep) {
   MemoryStore store;
   std::mutex mu;
   std::vector<std::vector<bool>> changes(world);
+  std::vector<size_t> probe_bytes(world);
   rethrow_first(run_ranks(world, [&](int r) {
     CommGroups g = connect_groups(store, Topology::grid(2, 1), r, gloo_factory(Millis(20000)));
     StragglerWatch watch(g, 1e-9, 64 << 10);
@@ -127,9 +128,14 @@ TEST(StragglerTest, EveryRankHearsOfALinkChangeAtTheSameStep) {
       std::lock_guard<std::mutex> lock(mu);
       changes[r].push_back(changed);
     }
+    probe_bytes[r] = watch.link_probe_bytes();
     EXPECT_TRUE(watch.report().ranks.empty());
   }));
   EXPECT_EQ(changes[1], changes[0]);
+  // the probe grew from 64 KiB to about 5 ms of loopback (at least 64 KiB more), the same on both ranks
+  EXPECT_EQ(probe_bytes[1], probe_bytes[0]);
+  EXPECT_GT(probe_bytes[0], size_t{128} << 10);
+  EXPECT_LE(probe_bytes[0], size_t{16} << 20);
   // a change is said once for the rounds that found it: never two steps in a row (the next rounds
   // compare with the new figure, and need two rounds again)
   for (size_t i = 1; i < changes[0].size(); ++i) EXPECT_FALSE(changes[0][i] && changes[0][i - 1]) << "step " << i;

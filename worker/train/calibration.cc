@@ -34,9 +34,12 @@ double process_cpu_seconds() {
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// alpha and seconds per byte from the times of a small and a large message.
+// alpha and seconds per byte from the times of a small and a large message. The small message's time
+// is mostly latency; where a wait for a core made it over half the large one's (the gang's start
+// shares the cores with its data loaders), at least half of the large one's time is the wire's.
 std::pair<double, double> fit(double small_s, double large_s) {
-  const double per_byte = std::max(0.0, (large_s - small_s) / static_cast<double>(kLargeProbe - kSmallProbe));
+  const double per_byte = std::max((large_s - small_s) / static_cast<double>(kLargeProbe - kSmallProbe),
+                                   0.5 * large_s / static_cast<double>(kLargeProbe));
   return {std::max(0.0, small_s - per_byte * static_cast<double>(kSmallProbe)), per_byte};
 }
 

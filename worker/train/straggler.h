@@ -71,6 +71,8 @@ class StragglerWatch {
   // first round's for two rounds in a row; from then on the rounds compare with the new figure.
   // Every rank gets the same answer on the same step (the probes are all-reduced).
   bool take_link_change();
+  // The bytes the next round probes a link with.
+  size_t link_probe_bytes() const { return link_bytes_; }
 
  private:
   CommGroups& groups_;
