@@ -230,8 +230,12 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
 
   ConfigNode comm = spec.child("communication");
-  // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay dense
-  if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch")) s.communication.switch_at_epoch = s.training.epochs / 2;
+  // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay
+  // dense, and with an optimizer that applies momentum to the exchanged gradient (sgd, lars) there is
+  // no sparse phase unless switchAtEpoch allows one: the few entries a sparse step sends carry many
+  // steps of gradient, which that momentum then multiplies (docs/benchmarks.md, "ResNet-50")
+  if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch"))
+    s.communication.switch_at_epoch = momentum_after_exchange(s.training.optimizer) ? 0 : s.training.epochs / 2;
   else if (s.communication.strategy == "auto" && s.communication.switch_at_epoch >= s.training.epochs)
     comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
                                                  s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
@@ -335,6 +339,8 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
 }
 
 }  // namespace
+
+bool momentum_after_exchange(const OptimizerSpec& o) { return (o.name == "sgd" || o.name == "lars") && o.momentum > 0; }
 
 ParsedJob parse_training_job(const ConfigNode& root) {
   ParsedJob out;

@@ -220,6 +220,10 @@ struct ParsedJob {
 };
 
 ParsedJob parse_training_job(const ConfigNode& root);
+
+// Whether the optimizer applies momentum to the exchanged (summed) gradient: sgd and lars with a
+// momentum above 0. communication.strategy auto then takes no sparse phase unless switchAtEpoch is set.
+bool momentum_after_exchange(const OptimizerSpec& o);
 // Reads a file; a file that cannot be read or parsed is one problem naming the file.
 ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.

@@ -148,15 +148,19 @@ int plan(int argc, char** argv) {
   row(detail::concat("hybrid (", c.sparse, " for ", c.switch_at_epoch, " of ", job.training.epochs, " epochs, then ", c.dense, ")"),
       c.density, hy);
   // What strategy auto would choose on such links (the controller chooses from the gang's own
-  // measurements): a sparse phase for the epochs before switchAtEpoch (auto: half the epochs).
+  // measurements): a sparse phase for the epochs before switchAtEpoch (auto's default: half the
+  // epochs, none where momentum is applied after the exchange).
   cost::ChoiceInput choice_in;
   choice_in.buckets = cost::buckets(layers, bucket);
   choice_in.nodes = m, choice_in.local = n;
   choice_in.machine = mc;
   choice_in.compute_s = compute_ms / 1e3;
   choice_in.overlap = c.overlap;
-  const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid" ? c.switch_at_epoch : job.training.epochs / 2;
+  const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid" ? c.switch_at_epoch
+                            : api::momentum_after_exchange(spec.spec.training.optimizer) ? 0
+                                                                                  : job.training.epochs / 2;
   choice_in.sparse_share = std::clamp(static_cast<double>(sparse_epochs) / job.training.epochs, 0.0, 1.0);
+  choice_in.sparse_allowed = sparse_epochs > 0;
   choice_in.densities = {c.density};
   choice_in.measured = false;
   const cost::ExchangeChoice choice = cost::choose_exchange(choice_in);

@@ -98,8 +98,10 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
                                 seconds_text(sparse->sparse_step), ": a sparse phase would not gain ",
                                 std::lround(in.sparse_margin * 100), "% over the job");
   else
-    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step),
-                                " a step; no sparse phase is left (the dense epochs have begun)");
+    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step; ",
+                                in.sparse_allowed ? "no sparse phase is left (the dense epochs have begun)"
+                                                  : "the job allows no sparse phase (switchAtEpoch 0, auto's default with "
+                                                    "SGD or LARS momentum)");
   return out;
 }
 
@@ -112,6 +114,7 @@ ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end
   in.compute_s = c.compute_s;
   in.overlap = c.overlap;
   in.sparse_share = sparse_share(from, sparse_end, total);
+  in.sparse_allowed = sparse_end > 0;
   in.densities = densities;
   in.sparse_margin = sparse_margin;
   return choose_exchange(in);

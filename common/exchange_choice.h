@@ -28,6 +28,7 @@ struct ChoiceInput {
   double compute_s = 0;         // a step's forward, backward and update, every rank computing
   bool overlap = true;
   double sparse_share = 0;      // the share of the remaining steps a sparse phase may take, [0, 1]
+  bool sparse_allowed = true;   // false: the job allows no sparse phase at all (its switch epoch is 0)
   std::vector<double> densities = {0.01};  // candidate densities of the sparse strategies
   double sparse_margin = 0.05;
   bool measured = true;  // the links were measured (the reason says so), or assumed (tessera plan)

@@ -181,19 +181,18 @@ std::string last_chars(const std::string& s, size_t n) {
   while (from < s.size() && (static_cast<unsigned char>(s[from]) & 0xC0) == 0x80) ++from;
   return "..." + s.substr(from);
 }
-// What the rendezvous needs of the spec's exchange: a hybrid job's switch epoch; for auto, the
-// latest epoch a sparse phase may reach (switchAtEpoch, else half the epochs), the epochs and the
-// density.
+// What the rendezvous needs of the spec's exchange, as the workers parse it (api/): a hybrid job's
+// switch epoch; for auto, the latest epoch a sparse phase may reach, the epochs and the density.
 void exchange_policy(const json& spec, RendezvousTarget& t) {
-  const json comm = spec.contains("communication") ? spec["communication"] : json::object();
-  const api::CommunicationSpec defaults;
-  const std::string strategy = comm.value("strategy", defaults.strategy);
-  t.epochs = spec.contains("training") ? spec["training"].value("epochs", api::TrainingSpec{}.epochs) : api::TrainingSpec{}.epochs;
-  if (strategy == "hybrid") t.switch_at_epoch = comm.value("switchAtEpoch", defaults.switch_at_epoch);
-  if (strategy == "auto") {
+  const json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", spec}};
+  const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
+  const api::TrainingJobSpec& s = parsed.job.spec;
+  t.epochs = s.training.epochs;
+  if (s.communication.strategy == "hybrid") t.switch_at_epoch = s.communication.switch_at_epoch;
+  if (s.communication.strategy == "auto") {
     t.auto_exchange = true;
-    t.switch_at_epoch = comm.value("switchAtEpoch", t.epochs / 2);
-    t.density = comm.value("density", defaults.density);
+    t.switch_at_epoch = s.communication.switch_at_epoch;
+    t.density = s.communication.density;
   }
 }
 

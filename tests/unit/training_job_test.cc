@@ -135,10 +135,22 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
                            "  dataset: {format: synthetic}\n";
   auto parse = [&](const std::string& spec) { return api::parse_training_job(ConfigNode::load_string(head + spec)); };
-  const api::ParsedJob seven = parse("  communication: {strategy: auto}\n  training: {epochs: 7}\n");
+  const api::ParsedJob seven = parse("  communication: {strategy: auto}\n  training: {epochs: 7, optimizer: {name: adam}}\n");
   ASSERT_TRUE(seven.ok());
   EXPECT_EQ(seven.job.spec.communication.switch_at_epoch, 3);
   EXPECT_TRUE(seven.warnings.empty());
+  // the default (no strategy named) is auto
+  EXPECT_EQ(parse("  training: {epochs: 7}\n").job.spec.communication.strategy, "auto");
+  // momentum applied after the exchange (sgd, the default optimizer, and lars): no sparse phase
+  // unless switchAtEpoch allows one; sgd without momentum and adamw as adam
+  auto switch_epoch = [&](const std::string& optimizer, const std::string& comm = "{strategy: auto}") {
+    return parse("  communication: " + comm + "\n  training: {epochs: 7, optimizer: " + optimizer + "}\n").job.spec.communication.switch_at_epoch;
+  };
+  EXPECT_EQ(switch_epoch("{name: sgd}"), 0);
+  EXPECT_EQ(switch_epoch("{name: lars}"), 0);
+  EXPECT_EQ(switch_epoch("{name: sgd, momentum: 0}"), 3);
+  EXPECT_EQ(switch_epoch("{name: adamw}"), 3);
+  EXPECT_EQ(switch_epoch("{name: sgd}", "{strategy: auto, switchAtEpoch: 2}"), 2);
   EXPECT_EQ(parse("  communication: {strategy: auto}\n").job.spec.communication.switch_at_epoch, 0);  // one epoch: none sparse
   const api::ParsedJob more = parse("  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7}\n");
   ASSERT_TRUE(more.ok());
