@@ -183,10 +183,12 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
   v[world] = wall_sum_;
   groups_.world->allreduce(std::span<double>(v));
   // The next round after about interval_s of training, from this round's pace, the same on every
-  // rank; later where the probes (two tries of each tournament round) would take over 1% of it.
+  // rank; later where the probes (two tries of each tournament round) would take over 5% of it, but
+  // never over 5 x interval_s (a link slowed that much costs the exchange far more than its probes).
   const double step_wall = v[world] / world / static_cast<double>(steps_);
   const double probes_s = 2.0 * probe_s * tournament_rounds(nodes);
-  every_ = std::clamp<int64_t>(static_cast<int64_t>(std::max(interval_s_, 100 * probes_s) / std::max(step_wall, 1e-6)), 1, 10000);
+  const double next_s = std::clamp(20 * probes_s, interval_s_, 5 * interval_s_);
+  every_ = std::clamp<int64_t>(static_cast<int64_t>(next_s / std::max(step_wall, 1e-6)), 1, 10000);
   steps_ = 0;
   compute_sum_ = wall_sum_ = 0;
   v.pop_back();

@@ -57,7 +57,8 @@ bool link_changed(double baseline_s, double now_s);
 class StragglerWatch {
  public:
   // Measures about every `interval_s` seconds of training (the steps are agreed from the last
-  // round's pace), less often where the probes would take over 1% of the training time (slow links).
+  // round's pace), less often where the probes would take over 5% of the training time (slow links),
+  // but at least every 5 x interval_s.
   // A link's probe is at least `bytes`, and grows to take about 5 ms at the rate the last round
   // measured (at most 16 MiB): a probe far longer than scheduling noise and than the burst a link's
   // shaper lets through at once, so that a change of rate shows in its time.
