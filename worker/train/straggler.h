@@ -6,9 +6,9 @@
 //   is much slower than the links between the other nodes is the one whose network is slow. With
 //   two nodes there is one link and no other to compare it with, so no node is named for it;
 // - compute: each rank's forward, backward and update time, against the other ranks'.
-// StragglerWatch runs both every two seconds of training or so, at steps every rank agrees on, and reports
-// a rank only when two rounds in a row find it slow (and clears it after two rounds that do not), so
-// a moment of noise on shared cores names no one. It also says when the links between nodes have
+// StragglerWatch runs both every two seconds of training or so, at steps every rank agrees on, and
+// reports a rank only when two rounds in a row find it slow (and clears it after two rounds that do
+// not), so a moment of noise on shared cores names no one. It also says when the links between nodes have
 // changed (strategy auto chooses its exchange again).
 #pragma once
 
@@ -69,7 +69,7 @@ class StragglerWatch {
   bool after_step(double compute_s, double step_s);
   const StragglerReport& report() const { return report_; }
   // Between two or more nodes: true once the slowest link has changed (link_changed) against the
-  // first round's for two rounds in a row; from then on the rounds compare with the new figure.
+  // second round's (the first sizes the probe) for two rounds in a row; from then on the rounds compare with the new figure.
   // Every rank gets the same answer on the same step (the probes are all-reduced).
   bool take_link_change();
   // The bytes the next round probes a link with.
