@@ -132,6 +132,13 @@ StragglerReport judge_stragglers(const Topology& t, const std::vector<double>& n
   return out;
 }
 
+size_t next_probe_bytes(double seconds_per_byte, size_t least) {
+  constexpr double kProbeSeconds = 5e-3;
+  constexpr size_t kMaxProbe = size_t{16} << 20, kGrain = size_t{64} << 10;
+  const double fit = std::min(kProbeSeconds / std::max(seconds_per_byte, 1e-15), static_cast<double>(kMaxProbe));
+  return std::clamp(static_cast<size_t>(fit) / kGrain * kGrain, least, std::max(least, kMaxProbe));
+}
+
 bool link_changed(double baseline_s, double now_s) {
   if (!(baseline_s > 0) || !(now_s > 0) || std::max(baseline_s, now_s) <= kNoiseSeconds) return false;
   return now_s > 2 * baseline_s || now_s < baseline_s / 2;
@@ -172,10 +179,7 @@ bool StragglerWatch::after_step(double compute_s, double step_s) {
     link_changed_rounds_ = changed ? link_changed_rounds_ + 1 : 0;
     if (link_changed_rounds_ >= 2) link_change_ = true;
     // the next probe: about 5 ms at this rate (the matrix is all-reduced: the same on every rank)
-    constexpr double kProbeSeconds = 5e-3;
-    constexpr size_t kMaxProbe = size_t{16} << 20, kGrain = size_t{64} << 10;
-    const double fit = kProbeSeconds / std::max(link_now_, 1e-15);
-    link_bytes_ = std::clamp(static_cast<size_t>(std::min(fit, static_cast<double>(kMaxProbe))) / kGrain * kGrain, bytes_, kMaxProbe);
+    link_bytes_ = next_probe_bytes(link_now_, bytes_);
   }
   // [each rank's compute per step..., the wall time of the round's steps, summed over ranks]
   std::vector<double> v(world + 1, 0.0);

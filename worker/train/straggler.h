@@ -50,6 +50,10 @@ double slowest_link(const std::vector<double>& node_seconds);
 StragglerReport judge_stragglers(const Topology& topology, const std::vector<double>& node_seconds, size_t bytes,
                                  const std::vector<double>& compute_seconds);
 
+// The bytes of the watch's next link probe after a round measured `seconds_per_byte` on the slowest
+// link: about 5 ms of it, in steps of 64 KiB, at least `least` and at most 16 MiB.
+size_t next_probe_bytes(double seconds_per_byte, size_t least);
+
 // Whether the slowest link between nodes changed: its probe now took more than twice, or less than
 // half, the `baseline` time, and the longer of the two is over the noise floor (1 ms).
 bool link_changed(double baseline_s, double now_s);
