@@ -183,10 +183,7 @@ std::string last_chars(const std::string& s, size_t n) {
 }
 // What the rendezvous needs of the spec's exchange, as the workers parse it (api/): a hybrid job's
 // switch epoch; for auto, the latest epoch a sparse phase may reach, the epochs and the density.
-void exchange_policy(const json& spec, RendezvousTarget& t) {
-  const json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", spec}};
-  const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
-  const api::TrainingJobSpec& s = parsed.job.spec;
+void exchange_policy(const api::TrainingJobSpec& s, RendezvousTarget& t) {
   t.epochs = s.training.epochs;
   if (s.communication.strategy == "hybrid") t.switch_at_epoch = s.communication.switch_at_epoch;
   if (s.communication.strategy == "auto") {
@@ -197,7 +194,7 @@ void exchange_policy(const json& spec, RendezvousTarget& t) {
 }
 
 // The gang to serve: none when the job has ended, is suspended, or its plan is not the current attempt's.
-std::optional<RendezvousTarget> target_of(const std::string& token, const json& status, const std::optional<json>& spec,
+std::optional<RendezvousTarget> target_of(const std::string& token, const json& status, const api::TrainingJobSpec* spec,
                                           const std::optional<std::pair<int, std::vector<placement::RankAssignment>>>& plan) {
   const std::string phase = status.is_object() ? status.value("phase", "") : "";
   if (token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
@@ -342,7 +339,14 @@ std::optional<Time> parse_time(const std::string& s) {
 
 std::optional<RendezvousTarget> rendezvous_target(const Observed& o) {
   if (!o.has_secret) return std::nullopt;
-  return target_of(o.token, o.job.contains("status") ? o.job["status"] : json::object(), frozen_spec(o.config_map), read_plan(o.config_map));
+  const std::optional<json> frozen = frozen_spec(o.config_map);
+  std::optional<api::TrainingJobSpec> spec;
+  if (frozen) {
+    const json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", *frozen}};
+    spec = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job")).job.spec;
+  }
+  return target_of(o.token, o.job.contains("status") ? o.job["status"] : json::object(), spec ? &*spec : nullptr,
+                   read_plan(o.config_map));
 }
 
 namespace {
@@ -1207,7 +1211,8 @@ class Reconciler {
   // resumes from it); the rendezvous serves the gang before its first pod is created ----
   Decision decision() {
     status.s["observedGeneration"] = status.generation;
-    const std::optional<RendezvousTarget> target = target_of(o.token, status.s, frozen ? frozen : std::optional<json>(spec), plan);
+    // the spec as parsed for this reconcile: the frozen one (with the current runPolicy), or the job's
+    const std::optional<RendezvousTarget> target = target_of(o.token, status.s, &s(), plan);
     if (target && (o.served_attempt != target->attempt || o.served_round != target->round)) {
       Action a;
       a.kind = Action::Kind::kServeRendezvous;
