@@ -363,13 +363,11 @@ start() {
     ((gpus == 0)) || [ -x "$bin_dir/tessera-device-plugin" ] ||
       { echo "test-cluster: --gpus $gpus needs --bin-dir with tessera-device-plugin" >&2; exit 2; }
     # One real cluster at a time: its network and cgroups have fixed names.
-    if ip link show tessera-kbr >/dev/null 2>&1; then
-      echo "test-cluster: another test cluster with real nodes is running (bridge tessera-kbr); stop it first" >&2
-      exit 1
-    fi
+    clear_leftovers
   fi
   mkdir -p "$dir"
   dir=$(cd "$dir" && pwd)
+  ((real)) && echo "$dir" >"$OWNER"
   local etcd_port peer_port token addr=127.0.0.1
   if ((real)); then
     "${NETNS[@]}" bridge >/dev/null
@@ -473,6 +471,34 @@ stop_one() {
   rm -f "$dir/$name.pid"
 }
 
+# The directory of the running cluster with real nodes (written by start, removed by stop).
+OWNER=/run/tessera-test-cluster
+# A real cluster runs while its etcd, started from its directory, does.
+cluster_alive() {
+  local dir=$1 pid
+  pid=$(cat "$dir/etcd.pid" 2>/dev/null) || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "--data-dir $dir/etcd"
+}
+
+# Before a start with real nodes: refuses if another such cluster runs; removes what one that ended
+# without a stop (a killed test, a restarted machine) left: its processes, cgroups and network.
+clear_leftovers() {
+  local old k
+  old=$(cat "$OWNER" 2>/dev/null || true)
+  if [ -n "$old" ] && cluster_alive "$old"; then
+    echo "test-cluster: another test cluster with real nodes is running (in $old); stop it first" >&2
+    exit 1
+  fi
+  [ -n "$old" ] || ip link show tessera-kbr >/dev/null 2>&1 || return 0
+  echo "test-cluster: removing what a test cluster that was not stopped left${old:+ (in $old)}" >&2
+  [ -n "$old" ] && [ -d "$old" ] && stop "$old"
+  for k in $(ls /run/netns 2>/dev/null | sed -n 's/^tessera-k\([0-9]*\)$/\1/p'; ls -d /sys/fs/cgroup/*/tessera-node-* 2>/dev/null | sed 's/.*tessera-node-//' | sort -u); do
+    stop_node /nonexistent "$k"
+  done
+  "${NETNS[@]}" down >/dev/null 2>&1 || true
+  rm -f "$OWNER"
+}
+
 stop() {
   local dir=$1 k
   # The nodes (or the agent) first: they stop the pods' processes.
@@ -483,6 +509,7 @@ stop() {
     rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true  # the mount points, once unused
   fi
   for name in dns scheduler controller-manager apiserver etcd; do stop_one "$dir" "$name"; done
+  [ "$(cat "$OWNER" 2>/dev/null)" != "$dir" ] || rm -f "$OWNER"
 }
 
 account_kubeconfig() {
