@@ -146,7 +146,7 @@ TrainingSpec parse_training(const ConfigNode& t) {
 
 CommunicationSpec parse_communication(const ConfigNode& c) {
   c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds",
-                "transport"});
+                "transport", "momentumCorrection"});
   CommunicationSpec s;
   s.strategy = c.choice("strategy", s.strategy, {"auto", "dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
@@ -159,6 +159,7 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
   s.overlap = c.boolean("overlap", s.overlap);
   s.timeout_ms = static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
   s.transport = c.choice("transport", s.transport, {"auto", "nccl", "gloo"});
+  s.momentum_correction = c.boolean("momentumCorrection", false);
   return s;
 }
 
@@ -185,6 +186,30 @@ PlacementSpec parse_placement(const ConfigNode& p) {
 }
 
 // Rules between fields of different sections.
+// communication.momentumCorrection: its default, and the optimizers and settings it cannot serve.
+void momentum_correction(const ConfigNode& comm, TrainingJobSpec& s) {
+  CommunicationSpec& c = s.communication;
+  const OptimizerSpec& o = s.training.optimizer;
+  const bool sparse = c.strategy != "dense" && c.strategy != "torus";
+  if (!comm.has("momentumCorrection")) {
+    c.momentum_correction = sparse && o.name == "sgd" && o.momentum > 0 && !o.nesterov && s.training.grad_clip == 0;
+    return;
+  }
+  if (!c.momentum_correction) return;
+  if (o.name != "sgd")
+    comm.problem("momentumCorrection", "applies to optimizer sgd, not " + o.name +
+                                           (o.name == "lars" ? " (LARS scales each layer by the exchanged gradient's norm before its momentum)"
+                                                             : " (it keeps no momentum of SGD's kind)"));
+  else if (o.momentum == 0)
+    comm.problem("momentumCorrection", "training.optimizer.momentum is 0: there is no momentum to keep before the exchange");
+  else if (o.nesterov)
+    comm.problem("momentumCorrection", "does not serve Nesterov momentum (its step needs the exchanged gradient beside the velocity)");
+  else if (s.training.grad_clip > 0)
+    comm.problem("momentumCorrection", "cannot be combined with training.gradClip, which bounds the exchanged gradient (with it, a velocity)");
+  // dense and torus send every entry: the momentum is the same on either side of the exchange
+  if (!sparse) c.momentum_correction = false;
+}
+
 void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   const int workers = s.workers();
   const std::string worker_count =
@@ -230,12 +255,13 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   }
 
   ConfigNode comm = spec.child("communication");
+  momentum_correction(comm, s);
   // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay
   // dense, and with an optimizer that applies momentum to the exchanged gradient (sgd, lars) there is
   // no sparse phase unless switchAtEpoch allows one: the few entries a sparse step sends carry many
   // steps of gradient, which that momentum then multiplies (docs/benchmarks.md, "ResNet-50")
   if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch"))
-    s.communication.switch_at_epoch = momentum_after_exchange(s.training.optimizer) ? 0 : s.training.epochs / 2;
+    s.communication.switch_at_epoch = momentum_after_exchange(s.training, s.communication) ? 0 : s.training.epochs / 2;
   else if (s.communication.strategy == "auto" && s.communication.switch_at_epoch >= s.training.epochs)
     comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
                                                  s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
@@ -312,8 +338,11 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
   else if (strategy != "hybrid")
     for (const char* k : {"sparse", "dense", "switchAtEpoch"})
       note(comm, k, "has no effect with strategy " + strategy + " (only hybrid and auto switch from a sparse to a dense exchange)");
-  if (strategy == "dense" || strategy == "torus")
+  if (strategy == "dense" || strategy == "torus") {
     note(comm, "density", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient)");
+    note(comm, "momentumCorrection", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient, so "
+                                     "the momentum is the same kept before or after it)");
+  }
   const ConfigNode sched = spec.child("training").child("schedule");
   const std::string& decay = s.training.schedule.decay;
   if (decay != "step")
@@ -340,7 +369,10 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
 
 }  // namespace
 
-bool momentum_after_exchange(const OptimizerSpec& o) { return (o.name == "sgd" || o.name == "lars") && o.momentum > 0; }
+bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c) {
+  const OptimizerSpec& o = t.optimizer;
+  return (o.name == "lars" || (o.name == "sgd" && !c.momentum_correction)) && o.momentum > 0;
+}
 
 ParsedJob parse_training_job(const ConfigNode& root) {
   ParsedJob out;

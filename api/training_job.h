@@ -121,6 +121,10 @@ struct CommunicationSpec {
   // How a job on the GPU exchanges gradients: nccl (device memory), gloo (staged through host
   // memory), or auto (nccl where the job trains on CUDA and NCCL was built, gloo otherwise).
   std::string transport = "auto";
+  // SGD's momentum kept by each rank before the exchange (Deep Gradient Compression's momentum
+  // correction): what a sparse exchange sends is velocity, and a sent entry's velocity restarts.
+  // Default: on where sgd (momentum > 0, not Nesterov, no gradClip) may exchange sparsely.
+  bool momentum_correction = false;
 };
 
 struct CacheSpec {
@@ -221,9 +225,10 @@ struct ParsedJob {
 
 ParsedJob parse_training_job(const ConfigNode& root);
 
-// Whether the optimizer applies momentum to the exchanged (summed) gradient: sgd and lars with a
-// momentum above 0. communication.strategy auto then takes no sparse phase unless switchAtEpoch is set.
-bool momentum_after_exchange(const OptimizerSpec& o);
+// Whether the optimizer applies momentum to the exchanged (summed) gradient: sgd without momentum
+// correction and lars, with a momentum above 0. communication.strategy auto then takes no sparse
+// phase unless switchAtEpoch is set.
+bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c);
 // Reads a file; a file that cannot be read or parsed is one problem naming the file.
 ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.

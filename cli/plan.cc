@@ -157,7 +157,7 @@ int plan(int argc, char** argv) {
   choice_in.compute_s = compute_ms / 1e3;
   choice_in.overlap = c.overlap;
   const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid" ? c.switch_at_epoch
-                            : api::momentum_after_exchange(spec.spec.training.optimizer) ? 0
+                            : api::momentum_after_exchange(spec.spec.training, c) ? 0
                                                                                   : job.training.epochs / 2;
   choice_in.sparse_share = std::clamp(static_cast<double>(sparse_epochs) / job.training.epochs, 0.0, 1.0);
   choice_in.sparse_allowed = sparse_epochs > 0;

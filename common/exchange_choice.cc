@@ -101,7 +101,7 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
     out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step; ",
                                 in.sparse_allowed ? "no sparse phase is left (the dense epochs have begun)"
                                                   : "the job allows no sparse phase (switchAtEpoch 0, auto's default with "
-                                                    "SGD or LARS momentum)");
+                                                    "LARS momentum, or SGD momentum without momentumCorrection)");
   return out;
 }
 

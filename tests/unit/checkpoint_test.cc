@@ -34,20 +34,20 @@ TEST(CheckpointTest, SummedResidualsPlaceEachRanksShareInItsBucket) {
   write_checkpoint(posix, dir, 7, 0, a);
   write_checkpoint(posix, dir, 7, 1, b);
   write_checkpoint(posix, dir, 7, 2, c);
-  const auto sum = summed_residuals(posix, dir, 7, 3, {4, 3});
+  const auto sum = summed_bucket_arrays(posix, dir, 7, 3, {4, 3});
   ASSERT_EQ(sum.size(), 2u);
   EXPECT_EQ(sum.at(0), (std::vector<double>{101, 202, 10, 20}));
   EXPECT_EQ(sum.at(1), (std::vector<double>{1.5, 1, 0}));
   // Buckets that do not fit them: the file named.
   try {
-    summed_residuals(posix, dir, 7, 3, {3, 3});
+    summed_bucket_arrays(posix, dir, 7, 3, {3, 3});
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("ckpt-0000000007-rank1.bin': the residual of bucket 0 (2 entries at 2) does not fit its 3"),
               std::string::npos) << e.what();
   }
-  EXPECT_THROW(summed_residuals(posix, dir, 7, 3, {4}), ConfigError);  // no bucket 1
-  EXPECT_THROW(summed_residuals(posix, dir, 7, 4, {4, 3}), Error);     // rank 3 wrote nothing
+  EXPECT_THROW(summed_bucket_arrays(posix, dir, 7, 3, {4}), ConfigError);  // no bucket 1
+  EXPECT_THROW(summed_bucket_arrays(posix, dir, 7, 4, {4, 3}), Error);     // rank 3 wrote nothing
   std::filesystem::remove_all(dir);
 }
 

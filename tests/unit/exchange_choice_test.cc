@@ -125,7 +125,7 @@ TEST(ExchangeChoiceTest, NoSparsePhaseOnceTheDenseEpochsHaveBegun) {
   EXPECT_EQ(c.chosen.name(), "torus");
   EXPECT_EQ(c.options.size(), 2u);
   EXPECT_NE(c.reason.find("no sparse phase is left"), std::string::npos) << c.reason;
-  // a job whose switch epoch is 0 (auto's default under momentum SGD) allows none from the start
+  // a job whose switch epoch is 0 (auto's default under LARS momentum) allows none from the start
   Calibration cal;
   cal.nodes = 16, cal.local = 8, cal.machine = gpu_machine(1e9), cal.compute_s = 0.1, cal.buckets = resnet_buckets();
   const ExchangeChoice none = choose_for(cal, 0, 0, 1000, {0.01});

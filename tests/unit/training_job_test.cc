@@ -141,18 +141,23 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_TRUE(seven.warnings.empty());
   // the default (no strategy named) is auto
   EXPECT_EQ(parse("  training: {epochs: 7}\n").job.spec.communication.strategy, "auto");
-  // momentum applied after the exchange (sgd, the default optimizer, and lars): no sparse phase
-  // unless switchAtEpoch allows one; sgd without momentum and adamw as adam
-  auto switch_epoch = [&](const std::string& optimizer, const std::string& comm = "{strategy: auto}") {
-    return parse("  communication: " + comm + "\n  training: {epochs: 7, optimizer: " + optimizer + "}\n").job.spec.communication.switch_at_epoch;
+  // momentum applied after the exchange (lars; sgd without momentum correction): no sparse phase
+  // unless switchAtEpoch allows one; sgd (the default optimizer, momentum corrected by default),
+  // sgd without momentum and adamw as adam
+  auto switch_epoch = [&](const std::string& optimizer, const std::string& comm = "{strategy: auto}", const std::string& more = "") {
+    return parse("  communication: " + comm + "\n  training: {epochs: 7, optimizer: " + optimizer + more + "}\n")
+        .job.spec.communication.switch_at_epoch;
   };
-  EXPECT_EQ(switch_epoch("{name: sgd}"), 0);
+  EXPECT_EQ(switch_epoch("{name: sgd}"), 3);
+  EXPECT_EQ(switch_epoch("{name: sgd}", "{strategy: auto, momentumCorrection: false}"), 0);
+  EXPECT_EQ(switch_epoch("{name: sgd, nesterov: true}"), 0);
+  EXPECT_EQ(switch_epoch("{name: sgd}", "{strategy: auto}", ", gradClip: 1"), 0);
   EXPECT_EQ(switch_epoch("{name: lars}"), 0);
   EXPECT_EQ(switch_epoch("{name: sgd, momentum: 0}"), 3);
   EXPECT_EQ(switch_epoch("{name: adamw}"), 3);
   EXPECT_EQ(switch_epoch("{name: sgd}", "{strategy: auto, switchAtEpoch: 2}"), 2);
   EXPECT_EQ(parse("  communication: {strategy: auto}\n").job.spec.communication.switch_at_epoch, 0);  // one epoch: none sparse
-  const api::ParsedJob more = parse("  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7}\n");
+  const api::ParsedJob more = parse("  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7, optimizer: {name: lars}}\n");
   ASSERT_TRUE(more.ok());
   EXPECT_EQ(more.job.spec.communication.switch_at_epoch, 5);
   EXPECT_TRUE(more.warnings.empty());
@@ -170,6 +175,46 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.dense"}));
 }
 
+
+// communication.momentumCorrection: on by default where sgd with momentum may exchange sparsely; set,
+// it is refused (named, with the reason) where it cannot keep SGD's momentum.
+TEST(TrainingJobTest, MomentumCorrectionDefaultsAndLimits) {
+  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+                           "  dataset: {format: synthetic}\n";
+  auto parse = [&](const std::string& comm, const std::string& training) {
+    return api::parse_training_job(ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"));
+  };
+  auto corrected = [&](const std::string& comm, const std::string& training) {
+    const api::ParsedJob p = parse(comm, training);
+    EXPECT_TRUE(p.ok()) << comm << " " << training;
+    return p.job.spec.communication.momentum_correction;
+  };
+  for (const char* s : {"hitopk", "topk", "hybrid", "auto"})
+    EXPECT_TRUE(corrected(std::string("{strategy: ") + s + "}", "{epochs: 4}")) << s;
+  EXPECT_FALSE(corrected("{strategy: torus}", "{epochs: 4}"));  // every entry sent: nothing to correct
+  EXPECT_FALSE(corrected("{strategy: hitopk}", "{optimizer: {name: sgd, momentum: 0}}"));
+  EXPECT_FALSE(corrected("{strategy: hitopk}", "{optimizer: {name: adamw}}"));
+  EXPECT_FALSE(corrected("{strategy: hitopk}", "{optimizer: {name: lars}}"));
+  EXPECT_FALSE(corrected("{strategy: hitopk}", "{optimizer: {name: sgd, nesterov: true}}"));
+  EXPECT_FALSE(corrected("{strategy: hitopk}", "{gradClip: 1}"));
+  EXPECT_FALSE(corrected("{strategy: hitopk, momentumCorrection: false}", "{epochs: 4}"));
+  const api::ParsedJob dense = parse("{strategy: dense, momentumCorrection: true}", "{epochs: 4}");
+  ASSERT_TRUE(dense.ok());
+  EXPECT_FALSE(dense.job.spec.communication.momentum_correction);
+  ASSERT_EQ(dense.warnings.size(), 1u);
+  EXPECT_EQ(dense.warnings[0].field, "spec.communication.momentumCorrection");
+  for (const auto& [training, why] : std::vector<std::pair<std::string, std::string>>{
+           {"{optimizer: {name: lars}}", "LARS scales each layer"},
+           {"{optimizer: {name: adam}}", "applies to optimizer sgd, not adam"},
+           {"{optimizer: {name: sgd, momentum: 0}}", "no momentum to keep"},
+           {"{optimizer: {name: sgd, nesterov: true}}", "Nesterov"},
+           {"{gradClip: 0.5}", "gradClip"}}) {
+    const api::ParsedJob p = parse("{strategy: hybrid, momentumCorrection: true}", "{epochs: 4, " + training.substr(1));
+    ASSERT_EQ(p.problems.size(), 1u) << training;
+    EXPECT_EQ(p.problems[0].field, "spec.communication.momentumCorrection");
+    EXPECT_NE(p.problems[0].reason.find(why), std::string::npos) << p.problems[0].reason;
+  }
+}
 TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
   auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
                                               "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"

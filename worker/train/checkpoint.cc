@@ -158,24 +158,25 @@ int remove_partial_checkpoints(FileSystem& fs, const std::string& dir, int rank)
   return static_cast<int>(partial.size());
 }
 
-std::map<int, std::vector<double>> summed_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                    const std::vector<size_t>& bucket_sizes) {
+std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const std::string& dir, int64_t step, int world,
+                                                        const std::vector<size_t>& bucket_sizes, const std::string& kind) {
+  const std::string prefix = kind + "/";
   std::map<int, std::vector<double>> sum;
   for (int r = 0; r < world; ++r) {
     const std::string file = checkpoint_file(dir, step, r);
     const CheckpointData c = read_checkpoint(fs, file);
     for (const auto& [key, v] : c.arrays) {
-      if (key.rfind("residual/", 0) != 0) continue;
-      const int b = std::stoi(key.substr(9));
+      if (key.rfind(prefix, 0) != 0) continue;
+      const int b = std::stoi(key.substr(prefix.size()));
       if (b < 0 || static_cast<size_t>(b) >= bucket_sizes.size())
-        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "' holds a residual of bucket ", b, ", which this job's ",
+        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "' holds a ", kind, " of bucket ", b, ", which this job's ",
                                                                  bucket_sizes.size(), " gradient buckets do not have"));
-      const auto off = c.counters.find("residual_offset/" + std::to_string(b));
+      const auto off = c.counters.find(kind + "_offset/" + std::to_string(b));
       const size_t offset = off == c.counters.end() ? 0 : static_cast<size_t>(std::max<int64_t>(0, off->second));
       auto& s = sum[b];
       s.resize(bucket_sizes[b], 0.0);
       if (offset > s.size() || v.size() > s.size() - offset)
-        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "': the residual of bucket ", b, " (", v.size(),
+        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "': the ", kind, " of bucket ", b, " (", v.size(),
                                                                  " entries at ", offset, ") does not fit its ", s.size(),
                                                                  " entries (was spec.communication.bucketSize changed?)"));
       for (size_t i = 0; i < v.size(); ++i) s[offset + i] += v[i];

@@ -37,11 +37,13 @@ int remove_partial_checkpoints(FileSystem& fs, const std::string& dir, int rank)
 // Deletes this rank's checkpoints except the newest `keep`.
 void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int keep);
 
-// The error-feedback residuals of the `world` ranks that wrote `step` in dir, each placed in its
-// bucket at its offset (counter residual_offset/<bucket>; 0 when absent) and summed: bucket -> the
-// whole bucket's residual, what the gang still owed. bucket_sizes: the job's buckets. ConfigError
-// at spec.checkpoint.path naming the file when a residual does not fit them.
-std::map<int, std::vector<double>> summed_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                    const std::vector<size_t>& bucket_sizes);
+// The per-bucket arrays `kind`/<bucket> of the `world` ranks that wrote `step` in dir, each placed
+// in its bucket at its offset (counter <kind>_offset/<bucket>; 0 when absent) and summed: bucket ->
+// the whole bucket's sum over the gang. kind "residual": the error-feedback residuals, what the
+// gang still owed; "velocity": momentum correction's velocities, whose sum is the gang's momentum.
+// bucket_sizes: the job's buckets. ConfigError at spec.checkpoint.path naming the file when an
+// array does not fit them.
+std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const std::string& dir, int64_t step, int world,
+                                                        const std::vector<size_t>& bucket_sizes, const std::string& kind = "residual");
 
 }  // namespace tessera

@@ -234,9 +234,21 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
   s.total_steps = total_steps_;
   s.milestones.clear();
   for (int64_t e : tr.milestone_epochs) s.milestones.push_back(e * steps_per_epoch_);
-  optimizer_ = make_optimizer(tr.optimizer);
-
   const auto& cc = config_.communication;
+  if (groups_ && cc.momentum_correction) {
+    // the velocity goes through the exchange: the optimiser steps by it as it comes
+    velocity_ = std::make_unique<MomentumCorrection>(static_cast<float>(tr.optimizer.momentum));
+    velocity_decay_ = static_cast<float>(tr.optimizer.weight_decay);
+    OptimizerConfig plain = tr.optimizer;
+    plain.momentum = 0;
+    plain.weight_decay = 0;
+    optimizer_ = make_optimizer(plain);
+    if (rank_ == 0)
+      log_info("momentum correction: each rank keeps SGD's velocity (momentum ", tr.optimizer.momentum,
+               ") before the exchange, and a sparse exchange sends velocity");
+  } else {
+    optimizer_ = make_optimizer(tr.optimizer);
+  }
   if (groups_) {
     const bool hybrid = cc.strategy == "hybrid";
     auto_ = cc.strategy == "auto";
@@ -304,6 +316,41 @@ double Trainer::allreduce_weighted(double weighted_sum, double weight, bool* sto
   return v[1] > 0 ? v[0] / v[1] : 0.0;
 }
 
+namespace {
+
+// Runs fn on the bucket's values on the host: in place, or for a device bucket on a copy, copied
+// back after it unless `write` is false.
+template <class Fn>
+void with_host(std::span<float> bucket, bool on_device, Fn&& fn, bool write = true) {
+  if (!on_device) return fn(bucket);
+  std::vector<float> h(bucket.size());
+  gpu::copy(h.data(), Device::kCpu, bucket.data(), Device::kCuda, h.size() * sizeof(float));
+  fn(std::span<float>(h));
+  if (write) gpu::copy(bucket.data(), Device::kCuda, h.data(), Device::kCpu, h.size() * sizeof(float));
+}
+
+}  // namespace
+
+void Trainer::start_gradients(int micro_batches) {
+  for (Param* p : model_->params()) {
+    if (!velocity_ || velocity_decay_ == 0 || !p->decay) {
+      p->grad.zero();
+      continue;
+    }
+    // every rank adds its micro-batches' share: summed over the gang's virtual replicas and scaled
+    // by 1 / their count, weightDecay x w, inside the velocity as in SGD
+    const float f = velocity_decay_ * static_cast<float>(micro_batches);
+    if (p->grad.on_device()) {
+      gpu::copy(p->grad.data(), Device::kCuda, p->value.data(), Device::kCuda, static_cast<size_t>(p->value.numel()) * sizeof(float));
+      gpu::scale(p->grad.data(), static_cast<size_t>(p->grad.numel()), f);
+      continue;
+    }
+    const float* w = p->value.data();
+    float* g = p->grad.data();
+    for (int64_t i = 0; i < p->value.numel(); ++i) g[i] = f * w[i];
+  }
+}
+
 void Trainer::begin_exchange(StepRecord& rec) {
   if (!groups_) {
     rec.strategy = "local";
@@ -322,8 +369,11 @@ void Trainer::begin_exchange(StepRecord& rec) {
   // communication thread reads owed_, which the step loop clears when the step's buckets are done
   const bool owed = !owed_.empty();
   const bool on_device = device_groups_ != nullptr;
+  const bool mask = !rec.dense;
   buckets_->begin(
-      [this, ex, flush, owed, on_device, &rec](int b, std::span<float> bucket) {
+      [this, ex, flush, owed, on_device, mask, &rec](int b, std::span<float> bucket) {
+        // the velocity first: what the earlier exchanges owe is velocity already
+        if (velocity_) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
         if (flush) sparse_->add_residual(b, bucket);
         if (owed)
           if (auto it = owed_.find(b); it != owed_.end())
@@ -338,6 +388,7 @@ void Trainer::begin_exchange(StepRecord& rec) {
               gpu::add_into(at, staged.data(), v.size());
             }
         const ExchangeStats st = ex->exchange(b, bucket);
+        if (velocity_ && mask) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->mask(b, h); }, false);
         rec.bytes_intra += st.bytes.intra;
         rec.bytes_inter += st.bytes.inter;
         rec.select_s += st.select_seconds;
@@ -450,6 +501,8 @@ void Trainer::save(int64_t next_step) {
       d.arrays["residual/" + std::to_string(b)] = r;
       d.counters["residual_offset/" + std::to_string(b)] = static_cast<int64_t>(sparse_->residual_offset(buckets_->bucket_size(b)));
     }
+  if (velocity_)
+    for (const auto& [b, u] : velocity_->velocities()) d.arrays["velocity/" + std::to_string(b)] = u;
   try {
     write_checkpoint(*posix_, config_.checkpoint.path, next_step, rank_, d);
   } catch (const Error& e) {
@@ -473,7 +526,7 @@ std::map<int, std::vector<float>> Trainer::reshard_residuals(int64_t step, int w
   if (holds) {
     std::vector<size_t> sizes;
     for (size_t b = 0; b < buckets_->size(); ++b) sizes.push_back(buckets_->bucket_size(b));
-    sum = summed_residuals(*posix_, config_.checkpoint.path, step, world, sizes);
+    sum = summed_bucket_arrays(*posix_, config_.checkpoint.path, step, world, sizes);
   }
   for (size_t b = 0; b < buckets_->size(); ++b) {
     const size_t n = buckets_->bucket_size(b), size = sparse_->residual_size(n), offset = sparse_->residual_offset(n);
@@ -623,6 +676,29 @@ void Trainer::restore() {
       throw mismatch(detail::concat("its error-feedback residual of bucket ", b, " (", v.size(),
                                     " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
   if (sparse_) sparse_->restore_residuals(residuals);
+  if (velocity_) {
+    // A gang of another size: rank 0 takes the writers' sum (the sum is the gang's momentum), the
+    // others start from none.
+    std::map<int, std::vector<float>> velocities;
+    if (writers != d.counters.end() && writers->second != world) {
+      if (rank_ == 0) {
+        std::vector<size_t> sizes;
+        for (size_t b = 0; b < buckets_->size(); ++b) sizes.push_back(buckets_->bucket_size(b));
+        for (auto& [b, v] : summed_bucket_arrays(*posix_, config_.checkpoint.path, agreed, static_cast<int>(writers->second), sizes, "velocity"))
+          velocities[b] = std::vector<float>(v.begin(), v.end());
+      }
+    } else {
+      for (const auto& [key, v] : d.arrays)
+        if (key.rfind("velocity/", 0) == 0) {
+          const int b = std::stoi(key.substr(9));
+          if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(static_cast<size_t>(b)))
+            throw mismatch(detail::concat("its momentum-correction velocity of bucket ", b, " (", v.size(),
+                                          " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
+          velocities[b] = v;
+        }
+    }
+    velocity_->restore(std::move(velocities));
+  }
   optimizer_->set_steps(d.counters.at("optimizer_steps"));
   flushed_residuals_ = d.counters.count("flushed_residuals") && d.counters.at("flushed_residuals");
   step_ = d.counters.at("step");
@@ -755,7 +831,7 @@ TrainSummary Trainer::run() {
     rec.epoch = epoch;
     rec.global_batch = tr.batch_size;
     rec.micro_batches = micro;
-    for (Param* p : params) p->grad.zero();
+    start_gradients(micro);
     // The replica's micro-batches (one unless an elastic gang shrank): their gradients add up, and
     // the last one's backward pass sends the buckets.
     const double share = model_->loss_share(local_batch);

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "worker/comm/topology.h"
+#include "worker/compress/momentum_correction.h"
 #include "worker/data/file_dataset.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/loader.h"
@@ -171,6 +172,13 @@ class Trainer {
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
   std::unique_ptr<Optimizer> optimizer_;
+  // communication.momentumCorrection (with an exchange): SGD's velocity, kept per rank before the
+  // exchange; the optimiser then steps without momentum or weight decay (the decay is in the velocity).
+  std::unique_ptr<MomentumCorrection> velocity_;
+  float velocity_decay_ = 0;
+  // Starts a step's gradients: zero, or under momentum correction the weight decay of this rank's
+  // share of the step (summed over the ranks and scaled by the exchange: weightDecay x w).
+  void start_gradients(int micro_batches);
   // The exchange before the switch step (a single strategy's, hybrid's sparse one) and after it
   // (hybrid's dense one; null otherwise). Under strategy auto: the controller's choice, and until it
   // comes the dense strategy alone.
