@@ -337,9 +337,10 @@ void Trainer::start_gradients(int micro_batches) {
       p->grad.zero();
       continue;
     }
-    // every rank adds its micro-batches' share: summed over the gang's virtual replicas and scaled
-    // by 1 / their count, weightDecay x w, inside the velocity as in SGD
-    const float f = velocity_decay_ * static_cast<float>(micro_batches);
+    // every rank adds its share (its micro-batches, over the ranks of a spatial group, which sum
+    // one replica's gradient): summed over the gang and scaled by 1 / its virtual replicas,
+    // weightDecay x w, inside the velocity as in SGD
+    const float f = velocity_decay_ * static_cast<float>(micro_batches) / static_cast<float>(config_.model.spatial.size());
     if (p->grad.on_device()) {
       gpu::copy(p->grad.data(), Device::kCuda, p->value.data(), Device::kCuda, static_cast<size_t>(p->value.numel()) * sizeof(float));
       gpu::scale(p->grad.data(), static_cast<size_t>(p->grad.numel()), f);
