@@ -26,7 +26,6 @@ class MomentumCorrection {
   // After a sparse exchange: u := 0 wherever `exchanged` (the gang's sum) is non-zero.
   void mask(int bucket, std::span<const float> exchanged);
 
-  float momentum() const { return momentum_; }
   // Every velocity by bucket (for checkpoints), and restoring them.
   const std::map<int, std::vector<float>>& velocities() const { return velocity_; }
   void restore(std::map<int, std::vector<float>> v) { velocity_ = std::move(v); }

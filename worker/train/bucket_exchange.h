@@ -44,6 +44,11 @@ class BucketExchange {
 
   size_t size() const { return buckets_.size(); }
   size_t bucket_size(size_t b) const { return buckets_[b].size; }
+  std::vector<size_t> bucket_sizes() const {
+    std::vector<size_t> out;
+    for (const Bucket& b : buckets_) out.push_back(b.size);
+    return out;
+  }
   bool overlap() const { return overlap_; }
 
   // Starts a step. After the exchange, each gradient is the bucket's result times `scale`.

@@ -525,9 +525,7 @@ std::map<int, std::vector<float>> Trainer::reshard_residuals(int64_t step, int w
   const bool holds = rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
   std::map<int, std::vector<double>> sum;  // bucket -> the whole bucket's residual, summed over the writers
   if (holds) {
-    std::vector<size_t> sizes;
-    for (size_t b = 0; b < buckets_->size(); ++b) sizes.push_back(buckets_->bucket_size(b));
-    sum = summed_bucket_arrays(*posix_, config_.checkpoint.path, step, world, sizes);
+    sum = summed_bucket_arrays(*posix_, config_.checkpoint.path, step, world, buckets_->bucket_sizes());
   }
   for (size_t b = 0; b < buckets_->size(); ++b) {
     const size_t n = buckets_->bucket_size(b), size = sparse_->residual_size(n), offset = sparse_->residual_offset(n);
@@ -683,9 +681,8 @@ void Trainer::restore() {
     std::map<int, std::vector<float>> velocities;
     if (writers != d.counters.end() && writers->second != world) {
       if (rank_ == 0) {
-        std::vector<size_t> sizes;
-        for (size_t b = 0; b < buckets_->size(); ++b) sizes.push_back(buckets_->bucket_size(b));
-        for (auto& [b, v] : summed_bucket_arrays(*posix_, config_.checkpoint.path, agreed, static_cast<int>(writers->second), sizes, "velocity"))
+        for (auto& [b, v] : summed_bucket_arrays(*posix_, config_.checkpoint.path, agreed, static_cast<int>(writers->second),
+                                                 buckets_->bucket_sizes(), "velocity"))
           velocities[b] = std::vector<float>(v.begin(), v.end());
       }
     } else {
