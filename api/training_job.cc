@@ -192,7 +192,7 @@ void momentum_correction(const ConfigNode& comm, TrainingJobSpec& s) {
   const OptimizerSpec& o = s.training.optimizer;
   const bool sparse = c.strategy != "dense" && c.strategy != "torus";
   if (!comm.has("momentumCorrection")) {
-    c.momentum_correction = sparse && o.name == "sgd" && o.momentum > 0 && !o.nesterov && s.training.grad_clip == 0;
+    c.momentum_correction = momentum_correction_default(c.strategy, o.name, o.momentum, o.nesterov, s.training.grad_clip);
     return;
   }
   if (!c.momentum_correction) return;
@@ -372,6 +372,12 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
 bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c) {
   const OptimizerSpec& o = t.optimizer;
   return (o.name == "lars" || (o.name == "sgd" && !c.momentum_correction)) && o.momentum > 0;
+}
+
+bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
+                                 double grad_clip) {
+  const bool sparse = strategy != "dense" && strategy != "torus";
+  return sparse && optimizer == "sgd" && momentum > 0 && !nesterov && grad_clip == 0;
 }
 
 ParsedJob parse_training_job(const ConfigNode& root) {

@@ -229,6 +229,10 @@ ParsedJob parse_training_job(const ConfigNode& root);
 // correction and lars, with a momentum above 0. communication.strategy auto then takes no sparse
 // phase unless switchAtEpoch is set.
 bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c);
+// communication.momentumCorrection's default: on for optimizer sgd with momentum above 0, not
+// Nesterov, without gradClip, under a strategy that may exchange sparsely (not dense or torus).
+bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
+                                 double grad_clip);
 // Reads a file; a file that cannot be read or parsed is one problem naming the file.
 ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.

@@ -104,6 +104,7 @@ struct TrainRun {
   int epochs = 0;  // > 0: train that many epochs of `steps` steps and report validation after each
   uint64_t seed = 1;  // the weights' initialisation and the data order (the samples stay the same)
   std::string optimizer;  // empty: the model's own (bench_job); else OptimizerConfig's defaults
+  std::string momentum_correction;  // on, off, or empty: a manifest's default (api::momentum_correction_default)
   double lr = 0;          // > 0: the base learning rate instead of the model's
   bool overlap = true;
   double density = 0.001;
@@ -117,10 +118,15 @@ struct TrainRun {
   uint64_t validation_samples() const { return epochs > 0 ? 16 * static_cast<uint64_t>(batch) : 0; }
 };
 
-// The model's own optimizer and learning rate (bench_job's), or those of --optimizer and --lr.
+// The model's own optimizer and learning rate (bench_job's), or those of --optimizer and --lr; and
+// momentum correction as --momentum-correction says, else as a manifest of this strategy has it.
 void tune_optimizer(JobConfig& job, const TrainRun& t) {
   if (!t.optimizer.empty()) job.training.optimizer = OptimizerConfig{.name = t.optimizer};  // its defaults: momentum 0.9
   if (t.lr > 0) job.training.schedule.base_lr = t.lr;
+  const OptimizerConfig& o = job.training.optimizer;
+  job.communication.momentum_correction =
+      t.momentum_correction.empty() ? api::momentum_correction_default(t.strategy, o.name, o.momentum, o.nesterov, job.training.grad_clip)
+                                    : t.momentum_correction == "on";
 }
 
 // The slowest rank's means over the measured steps (each epoch's first two warm up): the step
@@ -159,9 +165,9 @@ TrainResult run_cluster_training(const TrainRun& t) {
     if (t.epochs > 0) job.validation_samples = t.validation_samples();
     job.model.seed = t.seed;
     job.training.seed = t.seed;
-    tune_optimizer(job, t);
     auto& c = job.communication;
     c.strategy = t.strategy;
+    tune_optimizer(job, t);
     c.density = t.density;
     c.overlap = t.overlap;
     c.switch_at_epoch = throughput ? 2 : std::max(1, t.epochs / 2);
@@ -298,7 +304,10 @@ int cluster_train(int argc, char** argv) {
   Flags flags("tessera-bench cluster-train",
               "usage: tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid|auto [--peer ddp] [--overlap on|off]\n"
               "           --nodes M --local N --rate R [--delay D] [--batch B --steps K --threads T --density R --epochs E\n"
-              "           --seed S] [--optimizer sgd|adam|lars --lr X] [--cut-at STEP --cut-rate R] [--measure-from A --measure-to B] [--json]\n"
+              "           --seed S] [--optimizer sgd|adam|lars --lr X] [--momentum-correction on|off]\n"
+              "           [--cut-at STEP --cut-rate R] [--measure-from A --measure-to B] [--json]\n"
+              "  --momentum-correction on|off   SGD's velocity kept before the exchange; default: as a manifest has it\n"
+              "                                 (on for sgd with momentum under a strategy that may exchange sparsely)\n"
               "  --cut-at STEP --cut-rate R   after step STEP - 1, node 1's link runs at R (links that change mid-run)\n"
               "  --measure-from A --measure-to B   time steps A..B-1 instead of each phase's second epoch\n");
   flags.text("--model", &t.model)
@@ -315,6 +324,7 @@ int cluster_train(int argc, char** argv) {
       .text("--delay", &t.delay)
       .text("--optimizer", &t.optimizer)
       .real("--lr", &t.lr, Interval::above(0))
+      .text("--momentum-correction", &t.momentum_correction)
       .text("--overlap", &overlap)
       .integer("--cut-at", &t.cut_at, 1, 1000000)
       .text("--cut-rate", &t.cut_rate)
@@ -324,7 +334,10 @@ int cluster_train(int argc, char** argv) {
       .toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
   t.seed = static_cast<uint64_t>(seed);
-  const bool seeded = flags.given("--seed"), tuned = flags.given("--optimizer") || flags.given("--lr");
+  const bool seeded = flags.given("--seed"),
+             tuned = flags.given("--optimizer") || flags.given("--lr") || flags.given("--momentum-correction");
+  if (flags.given("--momentum-correction") && t.momentum_correction != "on" && t.momentum_correction != "off")
+    throw ConfigError("--momentum-correction", "'" + t.momentum_correction + "': expected on or off");
   if (overlap != "on" && overlap != "off") throw ConfigError("--overlap", "'" + overlap + "': expected on or off");
   t.overlap = overlap == "on";
   if (peer != "tessera" && peer != "ddp") throw ConfigError("--peer", "'" + peer + "': expected tessera or ddp");
@@ -337,13 +350,23 @@ int cluster_train(int argc, char** argv) {
   if (peer == "ddp" && (t.cut_at >= 0 || t.measure_from >= 0))
     throw ConfigError(t.cut_at >= 0 ? "--cut-at" : "--measure-from", "the DDP peer measures throughput only");
   if (peer == "ddp" && seeded) throw ConfigError("--seed", "the DDP peer measures throughput only");
-  if (peer == "ddp" && tuned) throw ConfigError(flags.given("--lr") ? "--lr" : "--optimizer", "the DDP peer measures throughput only");
+  if (peer == "ddp" && tuned)
+    throw ConfigError(flags.given("--lr") ? "--lr" : flags.given("--optimizer") ? "--optimizer" : "--momentum-correction",
+                      "the DDP peer trains with its own optimizer");
   JobConfig tuned_job = bench_job(t.model, 1, 1, 1, 1, 1);  // the optimizer the ranks will build
+  tuned_job.communication.strategy = t.strategy;
   tune_optimizer(tuned_job, t);
   try {
     make_optimizer(tuned_job.training.optimizer);
   } catch (const ConfigError& e) {
     throw ConfigError("--optimizer", e.problems().front().reason);
+  }
+  if (t.momentum_correction == "on") {
+    const OptimizerConfig& o = tuned_job.training.optimizer;
+    if (o.name != "sgd" || o.momentum == 0 || o.nesterov)
+      throw ConfigError("--momentum-correction", "applies to SGD with momentum, not Nesterov (this run's optimizer is " + o.name + ")");
+    if (t.strategy == "dense" || t.strategy == "torus")
+      throw ConfigError("--momentum-correction", "has no effect with strategy " + t.strategy + " (it sends every gradient)");
   }
   if (t.batch % (t.nodes * t.local))
     throw ConfigError("--batch", detail::concat(t.batch, " does not divide over ", t.nodes * t.local, " ranks"));
@@ -366,7 +389,9 @@ int cluster_train(int argc, char** argv) {
                                        {"nodes", t.nodes}, {"local", t.local}, {"rate", t.rate}, {"delay", t.delay},
                                        {"batch", t.batch}, {"threads", t.threads}, {"density", t.density}, {"steps", t.steps},
                                        {"seed", t.seed}, {"optimizer", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.optimizer.name)},
-                                       {"lr", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.schedule.base_lr)}, {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
+                                       {"lr", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.training.schedule.base_lr)},
+                                       {"momentum_correction", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(tuned_job.communication.momentum_correction)},
+                                       {"step_ms", r.step_ms}, {"samples_per_second", sps}, {"compute_ms", r.compute_ms},
                                        {"slowest_compute_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.slowest_compute_ms)},
                                        {"comm_exposed_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.exposed_ms)},
                                        {"comm_total_ms", peer == "ddp" ? nlohmann::json(nullptr) : nlohmann::json(r.total_ms)},
@@ -377,9 +402,11 @@ int cluster_train(int argc, char** argv) {
                                        {"measure_to", t.measure_to}}.dump().c_str());
     return 0;
   }
+  const std::string who = peer == "ddp" ? "PyTorch DDP"
+                          : "tessera " + strategy + (tuned_job.communication.momentum_correction ? " (momentum-corrected)" : "");
   std::printf("%s (%lld parameters) on %d emulated nodes x %d ranks, links of %s, global batch %d: %.1f ms per step, "
               "%.1f samples/s; compute %.1f ms",
-              peer == "ddp" ? "PyTorch DDP" : ("tessera " + strategy).c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
+              who.c_str(), static_cast<long long>(r.params), t.nodes, t.local, t.rate.c_str(), t.batch,
               r.step_ms, sps, r.compute_ms);
   if (peer == "tessera")
     std::printf(" (the slowest rank's %.1f ms), communication %.1f ms exposed of %.1f ms%s", r.slowest_compute_ms, r.exposed_ms,

@@ -129,8 +129,11 @@ int plan(int argc, char** argv) {
   const double params = static_cast<double>(model->num_params());
   const auto& c = job.communication;
   const double bucket = static_cast<double>(c.bucket_bytes);
-  auto step = [&](const std::string& s) {
-    return cost::step_cost(layers, cost::parse_strategy(s), c.density, m, n, mc, compute_ms / 1e3, 0, c.overlap, bucket);
+  // momentum correction's passes where the job keeps velocities: its sparse strategies and both
+  // phases of its hybrid schedule (a job that exchanges densely throughout keeps none)
+  auto step = [&](const std::string& s, bool corrected = false) {
+    return cost::step_cost(layers, cost::parse_strategy(s), c.density, m, n, mc, compute_ms / 1e3, 0, c.overlap, bucket,
+                           corrected && c.momentum_correction);
   };
   nlohmann::json rows = nlohmann::json::array();
   auto row = [&](const std::string& name, double density, const cost::StepCost& p) {
@@ -138,10 +141,10 @@ int plan(int argc, char** argv) {
                     {"samples_per_second", job.training.batch_size / p.seconds}});
   };
   for (const char* s : {"dense", "torus"}) row(s, 1, step(s));
-  for (const char* s : {"topk", "hitopk"}) row(s, c.density, step(s));
+  for (const char* s : {"topk", "hitopk"}) row(s, c.density, step(s, true));
   // hybrid: the sparse strategy for the first switchAtEpoch epochs, the dense one after
   const double sparse_share = std::min(1.0, static_cast<double>(c.switch_at_epoch) / job.training.epochs);
-  const cost::StepCost sp = step(c.sparse), de = step(c.dense);
+  const cost::StepCost sp = step(c.sparse, true), de = step(c.dense, true);
   cost::StepCost hy;
   hy.seconds = sparse_share * sp.seconds + (1 - sparse_share) * de.seconds;
   hy.exposed = sparse_share * sp.exposed + (1 - sparse_share) * de.exposed;

@@ -179,19 +179,22 @@ std::vector<Bucket> buckets(const std::vector<LayerCost>& layers, double bucket_
 }
 
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
-                   double rest_s, bool overlap, double bucket_bytes) {
-  return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap);
+                   double rest_s, bool overlap, double bucket_bytes, bool momentum_correction) {
+  return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction);
 }
 
 StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
-                   double rest_s, bool overlap) {
+                   double rest_s, bool overlap, bool momentum_correction) {
   const double slow = mc.slow(m * n);
+  // the streams over each bucket besides the exchange: the copies in and out; the velocity; the mask
+  const bool sparse = s == Strategy::kTopk || s == Strategy::kHitopk;
+  const double streams = 4 + (momentum_correction ? 4 + (sparse ? 1 : 0) : 0);
   const double backward = compute_s * 2 / 3;
   double t = 0, cpu = 0;
   StepCost out;
   for (const Bucket& b : bucket_list) {
     const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc);
-    const double fuse = slow * mc.pass * 4 * b.floats;  // gradients copied into the bucket and scaled back out: four streams
+    const double fuse = slow * mc.pass * streams * b.floats;
     const double c = mc.in_step * (e.seconds + fuse);
     out.total += c;
     out.select += e.select;

@@ -25,7 +25,10 @@
 // does not hide behind it (1 - hidden) adds on.
 //
 // A training step is its compute, a fixed rest and the exposed exchange, each exchange taking
-// `in_step` times longer inside a step than alone. Without overlap all of it is exposed. With
+// `in_step` times longer inside a step than alone. Every bucket is copied into the flat bucket and
+// scaled back out (four streams over it); under momentum correction each rank also keeps its
+// velocity (u := m u + g, bucket := u: four more) and, after a sparse exchange, reads the sum to
+// restart the velocity of what was sent (one more). Without overlap all of it is exposed. With
 // overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
 // other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
 // them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
@@ -97,11 +100,13 @@ struct StepCost {
   double select = 0;   // their selection, alone (every bucket's)
 };
 
-// `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest.
+// `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest;
+// `momentum_correction`: communication.momentumCorrection's passes over every bucket.
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes);
+                   double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
+                   bool momentum_correction = false);
 // The same from the buckets (a caller that has them and not the layers).
 StepCost step_cost(const std::vector<Bucket>& buckets, Strategy s, double density, int nodes, int local, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap);
+                   double compute_s, double rest_s, bool overlap, bool momentum_correction = false);
 
 }  // namespace tessera::cost

@@ -210,24 +210,25 @@ def buckets(model, bucket_bytes=25 << 20):
         cap = got
 
 
-def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
+def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False):
     """(step, exposed, total) seconds of one training step: `compute_s` is forward + backward +
     update as measured with every rank computing at once (the cores shared `slow` ways), `rest_s`
     the step's fixed remainder. Without overlap the exchange follows the backward pass. With it,
     buckets start as the pass finishes them (its time spread over the layers by FLOPs) and run one
     after another; what runs past the pass's end is exposed. And the cores are shared: the step also
     takes at least the machine's CPU work, the rank's compute plus the exchange's CPU work, spread
-    over its share of the cores."""
-    return step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap)[:3]
+    over its share of the cores. momentum_correction: the run kept SGD's velocity before the
+    exchange (its passes over every bucket)."""
+    return step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction)[:3]
 
 
-def step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap):
+def step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False):
     """step_time's (step, exposed, total) and the selection of every bucket, each as alone."""
     arr, count = _c_layers(model)
     c, keep = _c_machine(mc)
     out = (ctypes.c_double * 4)()
     _call("tessera_cost_step", arr, count, ctypes.c_double(25 << 20), strategy.encode(), ctypes.c_double(d), m, n, ctypes.byref(c),
-          ctypes.c_double(compute_s), ctypes.c_double(rest_s), int(bool(overlap)), out)
+          ctypes.c_double(compute_s), ctypes.c_double(rest_s), int(bool(overlap)), int(bool(momentum_correction)), out)
     return out[0], out[1], out[2], out[3]
 
 
@@ -376,13 +377,14 @@ def main():
         m, n, d = r["nodes"], r["local"], r["density"]
 
         def step(strategy):
-            return step_time(r["model"], strategy, d, m, n, mc, compute, rest, r["overlap"])[0]
+            return step_time(r["model"], strategy, d, m, n, mc, compute, rest, r["overlap"], r.get("momentum_correction"))[0]
         # hybrid and auto: their phases' steps, each phase half the steps measured
         pred = statistics.mean(step(s) for s in results.phases(r))
         err = pred * 1e3 / r["step_ms"] - 1
         worst = max(worst, abs(err))
         # the selection of a step (every bucket's), as alone: set beside the runs' own select_ms
-        pred_sel = 1e3 * statistics.mean(step_cost(r["model"], s, d, m, n, mc, compute, rest, r["overlap"])[3] for s in results.phases(r))
+        pred_sel = 1e3 * statistics.mean(step_cost(r["model"], s, d, m, n, mc, compute, rest, r["overlap"], r.get("momentum_correction"))[3]
+                                         for s in results.phases(r))
         out.append({"kind": "step", **{k: r[k] for k in ["model", "nodes", "local", "batch", "strategy", "overlap", "rate"]},
                     "measured_ms": r["step_ms"], "model_ms": pred * 1e3, "error": err,
                     "measured_select_ms": r.get("select_ms"), "model_select_ms": pred_sel})

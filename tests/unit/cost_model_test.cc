@@ -98,6 +98,20 @@ TEST(CostModelTest, OverlapHidesAtMostTheBackwardPass) {
   EXPECT_GE(ovl.seconds, seq.seconds - 0.3 * 2 / 3 - 1e-12);
 }
 
+TEST(CostModelTest, MomentumCorrectionAddsItsPassesOverEveryBucket) {
+  const std::vector<LayerCost> layers = {{1e6, 1e9}, {8e6, 1e9}, {1e6, 1e8}};
+  Machine mc = machine();
+  mc.pass = 1e-10;
+  for (Strategy s : {Strategy::kDense, Strategy::kHitopk}) {
+    const StepCost plain = step_cost(layers, s, 0.01, 2, 1, mc, 0.3, 0.01, false);
+    const StepCost corrected = step_cost(layers, s, 0.01, 2, 1, mc, 0.3, 0.01, false, kBucketBytes, true);
+    // the velocity (4 streams) over all 10M floats, and after a sparse exchange the mask (1 more)
+    const double streams = s == Strategy::kHitopk ? 5 : 4;
+    EXPECT_NEAR(corrected.seconds - plain.seconds, streams * 10e6 * mc.pass, 1e-9) << strategy_name(s);
+    EXPECT_NEAR(corrected.total - plain.total, streams * 10e6 * mc.pass, 1e-9) << strategy_name(s);
+  }
+}
+
 TEST(CostModelTest, AnUnknownStrategyIsNamed) {
   EXPECT_EQ(parse_strategy("hitopk"), Strategy::kHitopk);
   EXPECT_STREQ(strategy_name(Strategy::kTorus), "torus");
