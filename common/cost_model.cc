@@ -186,13 +186,16 @@ StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, i
 StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
                    double rest_s, bool overlap, bool momentum_correction) {
   const double slow = mc.slow(m * n);
-  // the streams over each bucket besides the exchange: the copies in and out; the velocity; the mask
+  // the streams over each bucket besides the exchange: the copy in and the scaled copy out; under
+  // momentum correction the copy in reads and writes the velocity too, and a sparse exchange's sum
+  // is read once more (the mask)
   const bool sparse = s == Strategy::kTopk || s == Strategy::kHitopk;
-  const double streams = 4 + (momentum_correction ? 4 + (sparse ? 1 : 0) : 0);
+  const double streams = 4 + (momentum_correction ? 2 + (sparse ? 1 : 0) : 0);
   const double backward = compute_s * 2 / 3;
-  double t = 0, cpu = 0;
+  double t = 0, cpu = 0, floats = 0;
   StepCost out;
   for (const Bucket& b : bucket_list) {
+    floats += b.floats;
     const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc);
     const double fuse = slow * mc.pass * streams * b.floats;
     const double c = mc.in_step * (e.seconds + fuse);
@@ -206,8 +209,10 @@ StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d,
     t = start + during + (c - during * mc.overlap_pace);
   }
   out.exposed = std::max(0.0, t - backward);
-  double step = compute_s + out.exposed;
-  if (overlap && mc.cores > 0) step = std::max(step, compute_s + cpu);
+  // under momentum correction the update has no momentum buffer to keep: three streams fewer
+  const double compute = compute_s - (momentum_correction ? slow * mc.pass * 3 * floats : 0);
+  double step = compute + out.exposed;
+  if (overlap && mc.cores > 0) step = std::max(step, compute + cpu);
   out.seconds = rest_s + step;
   return out;
 }

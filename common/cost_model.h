@@ -26,9 +26,10 @@
 //
 // A training step is its compute, a fixed rest and the exposed exchange, each exchange taking
 // `in_step` times longer inside a step than alone. Every bucket is copied into the flat bucket and
-// scaled back out (four streams over it); under momentum correction each rank also keeps its
-// velocity (u := m u + g, bucket := u: four more) and, after a sparse exchange, reads the sum to
-// restart the velocity of what was sent (one more). Without overlap all of it is exposed. With
+// scaled back out (four streams over it). Under momentum correction the copy in also reads and
+// writes the velocity (u := m u + g, the bucket := u: two more streams), a sparse exchange's sum is
+// read once more to restart the velocity of what was sent (one more), and the update, which keeps no
+// momentum buffer then, takes three streams fewer than the `compute_s` measured without it. Without overlap all of it is exposed. With
 // overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
 // other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
 // them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
@@ -101,7 +102,8 @@ struct StepCost {
 };
 
 // `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest;
-// `momentum_correction`: communication.momentumCorrection's passes over every bucket.
+// `momentum_correction`: communication.momentumCorrection's passes over every bucket, and its update
+// without a momentum buffer (`compute_s` is measured without correction).
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
                    double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
                    bool momentum_correction = false);

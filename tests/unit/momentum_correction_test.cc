@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace tessera {
@@ -25,6 +28,30 @@ TEST(MomentumCorrectionTest, TheRanksVelocitiesSumToSgdsMomentumBuffer) {
     }
   }
   EXPECT_EQ(r0.velocities().at(7).size(), 3u);
+}
+
+TEST(MomentumCorrectionTest, FillingABucketPartByPartIsAccumulatingItWhole) {
+  // a bucket of two parameters (3 and 2 floats), filled from their gradients as BucketExchange fuses
+  // them, against the same bucket copied and accumulated in place; the gradients stay as they were
+  const std::vector<float> w = {1, -2, 0.5f}, v = {4, 0.25f};
+  MomentumCorrection parts(0.9f), whole(0.9f);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> bucket(5, -7.0f);
+    parts.accumulate_into(3, 5, 0, w, std::span<float>(bucket.data(), 3));
+    parts.accumulate_into(3, 5, 3, v, std::span<float>(bucket.data() + 3, 2));
+    std::vector<float> copied = {w[0], w[1], w[2], v[0], v[1]};
+    whole.accumulate(3, copied);
+    EXPECT_EQ(bucket, copied) << "step " << step;
+  }
+  EXPECT_EQ(parts.velocities(), whole.velocities());
+  EXPECT_EQ(w, (std::vector<float>{1, -2, 0.5f}));
+  std::vector<float> out(2);
+  try {
+    parts.accumulate_into(3, 5, 4, v, out);  // past the bucket's end
+    FAIL() << "expected a failed check";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 floats at 4 of its velocity of 5"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MomentumCorrectionTest, ASentEntrysVelocityRestarts) {

@@ -4,17 +4,29 @@
 
 namespace tessera {
 
-void MomentumCorrection::accumulate(int bucket, std::span<float> grad) {
+std::vector<float>& MomentumCorrection::velocity(int bucket, size_t size) {
   auto [it, inserted] = velocity_.try_emplace(bucket);
   std::vector<float>& u = it->second;
-  if (inserted) u.assign(grad.size(), 0.0f);
-  TESSERA_CHECK_EQ(u.size(), grad.size(), "the velocity of bucket ", bucket, " changed size");
+  if (inserted) u.assign(size, 0.0f);
+  TESSERA_CHECK_EQ(u.size(), size, "the velocity of bucket ", bucket, " changed size");
+  return u;
+}
+
+void MomentumCorrection::accumulate(int bucket, std::span<float> grad) { accumulate_into(bucket, grad.size(), 0, grad, grad); }
+
+void MomentumCorrection::accumulate_into(int bucket, size_t bucket_size, size_t offset, std::span<const float> grad,
+                                         std::span<float> into) {
+  std::vector<float>& u = velocity(bucket, bucket_size);
+  TESSERA_CHECK(offset + grad.size() <= u.size() && into.size() == grad.size(), "bucket ", bucket, ": ", grad.size(),
+                " floats at ", offset, " of its velocity of ", u.size());
   const float m = momentum_;
-  float* __restrict up = u.data();
-  float* __restrict gp = grad.data();
-  for (size_t i = 0; i < u.size(); ++i) {
-    up[i] = m * up[i] + gp[i];
-    gp[i] = up[i];
+  float* up = u.data() + offset;
+  const float* gp = grad.data();
+  float* out = into.data();
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const float v = m * up[i] + gp[i];
+    up[i] = v;
+    out[i] = v;
   }
 }
 

@@ -23,6 +23,10 @@ class MomentumCorrection {
 
   // u := momentum * u + grad, then grad := u. A bucket's size is fixed by its first use.
   void accumulate(int bucket, std::span<float> grad);
+  // The same for the part of a bucket of `bucket_size` at `offset`, with the gradient read from
+  // `grad` and u written to `into` (the fused bucket): one pass where a copy into the bucket and
+  // accumulate would take two.
+  void accumulate_into(int bucket, size_t bucket_size, size_t offset, std::span<const float> grad, std::span<float> into);
   // After a sparse exchange: u := 0 wherever `exchanged` (the gang's sum) is non-zero.
   void mask(int bucket, std::span<const float> exchanged);
 
@@ -31,6 +35,8 @@ class MomentumCorrection {
   void restore(std::map<int, std::vector<float>> v) { velocity_ = std::move(v); }
 
  private:
+  std::vector<float>& velocity(int bucket, size_t size);
+
   float momentum_;
   std::map<int, std::vector<float>> velocity_;
 };

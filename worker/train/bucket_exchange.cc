@@ -60,8 +60,9 @@ BucketExchange::~BucketExchange() {
   thread_.join();
 }
 
-void BucketExchange::begin(Send send, float scale) {
+void BucketExchange::begin(Send send, float scale, Fill fill) {
   send_ = std::move(send);
+  fill_ = std::move(fill);
   scale_ = scale;
   for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].slots.size();
   next_ = 0;
@@ -106,7 +107,13 @@ void BucketExchange::run_bucket(size_t b) {
       gpu::copy(fused + s.offset, to, s.param->grad.data(), Device::kCuda, static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
     gpu::synchronize();  // the collectives run on other streams (NCCL's) or the host
   } else {
-    for (const Slot& s : k.slots) std::memcpy(k.data.data() + s.offset, s.param->grad.data(), s.param->grad.numel() * sizeof(float));
+    for (const Slot& s : k.slots) {
+      const size_t n = static_cast<size_t>(s.param->grad.numel());
+      if (fill_)
+        fill_(static_cast<int>(b), s.offset, std::span<const float>(s.param->grad.data(), n), std::span<float>(k.data.data() + s.offset, n));
+      else
+        std::memcpy(k.data.data() + s.offset, s.param->grad.data(), n * sizeof(float));
+    }
   }
   const auto t1 = Clock::now();
   send_(static_cast<int>(b), std::span<float>(fused, k.size));

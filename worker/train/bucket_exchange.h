@@ -36,6 +36,9 @@ class BucketExchange {
  public:
   // Exchanges bucket `b` in place: this rank's gradients on entry, the sum over ranks on return.
   using Send = std::function<void(int b, std::span<float> bucket)>;
+  // Fills bucket `b` from one parameter's gradients at `offset` instead of copying them (gradients on
+  // the host only; see host_gradients()): `into` is the bucket's span for that parameter.
+  using Fill = std::function<void(int b, size_t offset, std::span<const float> grad, std::span<float> into)>;
 
   BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap, bool device_buckets = false);
   ~BucketExchange();
@@ -51,8 +54,11 @@ class BucketExchange {
   }
   bool overlap() const { return overlap_; }
 
-  // Starts a step. After the exchange, each gradient is the bucket's result times `scale`.
-  void begin(Send send, float scale);
+  // Starts a step. After the exchange, each gradient is the bucket's result times `scale`. `fill`,
+  // where given, fills the buckets of host gradients in the pass that fuses them.
+  void begin(Send send, float scale, Fill fill = nullptr);
+  // Whether the gradients are in host memory (and begin's `fill` is used).
+  bool host_gradients() const { return device_ < 0; }
   // The hook to pass to the backward pass (null without overlap).
   const GradReady* hook() const { return overlap_ ? &hook_ : nullptr; }
   // Sends what the hook has not, waits for every bucket and rethrows the first error of a send.
@@ -84,6 +90,7 @@ class BucketExchange {
   bool overlap_;
   GradReady hook_;
   Send send_;
+  Fill fill_;
   float scale_ = 1;
   std::vector<size_t> pending_;  // per bucket: parameters the backward pass has not finished
   size_t next_ = 0;              // the next bucket to hand over

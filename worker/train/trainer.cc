@@ -371,10 +371,17 @@ void Trainer::begin_exchange(StepRecord& rec) {
   const bool owed = !owed_.empty();
   const bool on_device = device_groups_ != nullptr;
   const bool mask = !rec.dense;
+  // the velocity first: what the earlier exchanges owe is velocity already. Gradients on the host
+  // become velocity as they are fused into the bucket (one pass); others in the bucket, here.
+  const bool fill_velocity = velocity_ && buckets_->host_gradients();
+  BucketExchange::Fill fill;
+  if (fill_velocity)
+    fill = [this](int b, size_t offset, std::span<const float> grad, std::span<float> into) {
+      velocity_->accumulate_into(b, buckets_->bucket_size(static_cast<size_t>(b)), offset, grad, into);
+    };
   buckets_->begin(
-      [this, ex, flush, owed, on_device, mask, &rec](int b, std::span<float> bucket) {
-        // the velocity first: what the earlier exchanges owe is velocity already
-        if (velocity_) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
+      [this, ex, flush, owed, on_device, mask, fill_velocity, &rec](int b, std::span<float> bucket) {
+        if (velocity_ && !fill_velocity) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
         if (flush) sparse_->add_residual(b, bucket);
         if (owed)
           if (auto it = owed_.find(b); it != owed_.end())
@@ -394,7 +401,7 @@ void Trainer::begin_exchange(StepRecord& rec) {
         rec.bytes_inter += st.bytes.inter;
         rec.select_s += st.select_seconds;
       },
-      1.0f / static_cast<float>(virtual_replicas_));
+      1.0f / static_cast<float>(virtual_replicas_), std::move(fill));
 }
 
 EpochRecord Trainer::validate(int epoch) {
