@@ -190,24 +190,15 @@ PlacementSpec parse_placement(const ConfigNode& p) {
 void momentum_correction(const ConfigNode& comm, TrainingJobSpec& s) {
   CommunicationSpec& c = s.communication;
   const OptimizerSpec& o = s.training.optimizer;
-  const bool sparse = c.strategy != "dense" && c.strategy != "torus";
   if (!comm.has("momentumCorrection")) {
     c.momentum_correction = momentum_correction_default(c.strategy, o.name, o.momentum, o.nesterov, s.training.grad_clip);
     return;
   }
   if (!c.momentum_correction) return;
-  if (o.name != "sgd")
-    comm.problem("momentumCorrection", "applies to optimizer sgd, not " + o.name +
-                                           (o.name == "lars" ? " (LARS scales each layer by the exchanged gradient's norm before its momentum)"
-                                                             : " (it keeps no momentum of SGD's kind)"));
-  else if (o.momentum == 0)
-    comm.problem("momentumCorrection", "training.optimizer.momentum is 0: there is no momentum to keep before the exchange");
-  else if (o.nesterov)
-    comm.problem("momentumCorrection", "does not serve Nesterov momentum (its step needs the exchanged gradient beside the velocity)");
-  else if (s.training.grad_clip > 0)
-    comm.problem("momentumCorrection", "cannot be combined with training.gradClip, which bounds the exchanged gradient (with it, a velocity)");
+  if (const std::string why = momentum_correction_refusal(o.name, o.momentum, o.nesterov, s.training.grad_clip); !why.empty())
+    comm.problem("momentumCorrection", why);
   // dense and torus send every entry: the momentum is the same on either side of the exchange
-  if (!sparse) c.momentum_correction = false;
+  if (!may_exchange_sparsely(c.strategy)) c.momentum_correction = false;
 }
 
 void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
@@ -338,7 +329,7 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
   else if (strategy != "hybrid")
     for (const char* k : {"sparse", "dense", "switchAtEpoch"})
       note(comm, k, "has no effect with strategy " + strategy + " (only hybrid and auto switch from a sparse to a dense exchange)");
-  if (strategy == "dense" || strategy == "torus") {
+  if (!may_exchange_sparsely(strategy)) {
     note(comm, "density", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient)");
     note(comm, "momentumCorrection", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient, so "
                                      "the momentum is the same kept before or after it)");
@@ -374,10 +365,22 @@ bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c) 
   return (o.name == "lars" || (o.name == "sgd" && !c.momentum_correction)) && o.momentum > 0;
 }
 
+bool may_exchange_sparsely(const std::string& strategy) { return strategy != "dense" && strategy != "torus"; }
+
+std::string momentum_correction_refusal(const std::string& optimizer, double momentum, bool nesterov, double grad_clip) {
+  if (optimizer != "sgd")
+    return "applies to optimizer sgd, not " + optimizer +
+           (optimizer == "lars" ? " (LARS scales each layer by the exchanged gradient's norm before its momentum)"
+                                : " (it keeps no momentum of SGD's kind)");
+  if (momentum == 0) return "training.optimizer.momentum is 0: there is no momentum to keep before the exchange";
+  if (nesterov) return "does not serve Nesterov momentum (its step needs the exchanged gradient beside the velocity)";
+  if (grad_clip > 0) return "cannot be combined with training.gradClip, which bounds the exchanged gradient (with it, a velocity)";
+  return "";
+}
+
 bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
                                  double grad_clip) {
-  const bool sparse = strategy != "dense" && strategy != "torus";
-  return sparse && optimizer == "sgd" && momentum > 0 && !nesterov && grad_clip == 0;
+  return may_exchange_sparsely(strategy) && momentum_correction_refusal(optimizer, momentum, nesterov, grad_clip).empty();
 }
 
 ParsedJob parse_training_job(const ConfigNode& root) {

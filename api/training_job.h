@@ -229,8 +229,13 @@ ParsedJob parse_training_job(const ConfigNode& root);
 // correction and lars, with a momentum above 0. communication.strategy auto then takes no sparse
 // phase unless switchAtEpoch is set.
 bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c);
-// communication.momentumCorrection's default: on for optimizer sgd with momentum above 0, not
-// Nesterov, without gradClip, under a strategy that may exchange sparsely (not dense or torus).
+// Whether communication.strategy may exchange sparsely: every strategy but dense and torus.
+bool may_exchange_sparsely(const std::string& strategy);
+// Why communication.momentumCorrection cannot serve this optimizer (it needs sgd with momentum above
+// 0, not Nesterov, without gradClip), or "" where it can.
+std::string momentum_correction_refusal(const std::string& optimizer, double momentum, bool nesterov, double grad_clip);
+// communication.momentumCorrection's default: on where the strategy may exchange sparsely and the
+// optimizer can be served.
 bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
                                  double grad_clip);
 // Reads a file; a file that cannot be read or parsed is one problem naming the file.

@@ -363,9 +363,10 @@ int cluster_train(int argc, char** argv) {
   }
   if (t.momentum_correction == "on") {
     const OptimizerConfig& o = tuned_job.training.optimizer;
-    if (o.name != "sgd" || o.momentum == 0 || o.nesterov)
-      throw ConfigError("--momentum-correction", "applies to SGD with momentum, not Nesterov (this run's optimizer is " + o.name + ")");
-    if (t.strategy == "dense" || t.strategy == "torus")
+    if (const std::string why = api::momentum_correction_refusal(o.name, o.momentum, o.nesterov, tuned_job.training.grad_clip);
+        !why.empty())
+      throw ConfigError("--momentum-correction", "needs SGD with momentum: " + why);
+    if (!api::may_exchange_sparsely(t.strategy))
       throw ConfigError("--momentum-correction", "has no effect with strategy " + t.strategy + " (it sends every gradient)");
   }
   if (t.batch % (t.nodes * t.local))
