@@ -198,7 +198,7 @@ StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d,
     floats += b.floats;
     const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc);
     const double fuse = slow * mc.pass * streams * b.floats;
-    const double c = mc.in_step * (e.seconds + fuse);
+    const double c = e.seconds + fuse;
     out.total += c;
     out.select += e.select;
     cpu += e.busy + fuse;

@@ -24,8 +24,8 @@
 // A phase takes the longer of the two; where the wire is the longer, the share of the CPU work that
 // does not hide behind it (1 - hidden) adds on.
 //
-// A training step is its compute, a fixed rest and the exposed exchange, each exchange taking
-// `in_step` times longer inside a step than alone. Every bucket is copied into the flat bucket and
+// A training step is its compute, a fixed rest and the exposed exchange, each exchange taking as
+// long inside a step as alone. Every bucket is copied into the flat bucket and
 // scaled back out (four streams over it). Under momentum correction the copy in also reads and
 // writes the velocity (u := m u + g, the bucket := u: two more streams), a sparse exchange's sum is
 // read once more to restart the velocity of what was sent (one more), and the update, which keeps no
@@ -62,7 +62,6 @@ struct Machine {
   double add = 0;           // seconds per random access (a scatter-add of one pair)
   double hidden = 0;        // the share of a link-bound phase's CPU work hidden behind the wire
   double overlap_pace = 1;  // communication's speed while the backward pass holds the cores
-  double in_step = 1;       // how much longer an exchange takes inside a training step than alone
   double sel_share = 1;     // the selection's share of the processes' P/C
 
   double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores

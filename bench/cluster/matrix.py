@@ -31,14 +31,18 @@ def runs(groups):
             yield ["topk", "--size", str(SIZE), "--density", density]
     if "calibration" in groups:
         # alpha and beta of each link kind: dense all-reduce of growing size between two nodes (inter)
-        # and between two ranks of one node (intra, loopback).
-        for rate in RATES:
+        # and between two ranks of one node (intra, loopback). Three passes (results.py keeps each
+        # size's median run): a few seconds each, and one stalled run (a 2,500-float exchange at 8 ms
+        # instead of 0.3, a 25.6M-float loopback one at 98 ms instead of 49) would set a link's alpha
+        # or a byte's CPU cost for every exchange the model predicts.
+        for _ in range(3):
+            for rate in RATES:
+                for size in [2500, 250000, 2500000, 25600000]:
+                    yield ["cluster", "--strategy", "dense", "--nodes", "2", "--local", "1", "--rate", rate,
+                           "--size", str(size), "--density", "1", "--iters", "5"]
             for size in [2500, 250000, 2500000, 25600000]:
-                yield ["cluster", "--strategy", "dense", "--nodes", "2", "--local", "1", "--rate", rate,
+                yield ["cluster", "--strategy", "dense", "--nodes", "1", "--local", "2", "--rate", "1gbit",
                        "--size", str(size), "--density", "1", "--iters", "5"]
-        for size in [2500, 250000, 2500000, 25600000]:
-            yield ["cluster", "--strategy", "dense", "--nodes", "1", "--local", "2", "--rate", "1gbit",
-                   "--size", str(size), "--density", "1", "--iters", "5"]
     if "exchange" in groups:
         for rate in RATES:
             for nodes, local in [(2, 2), (4, 1), (4, 2)]:
@@ -94,7 +98,7 @@ def runs(groups):
     if "models" in groups:
         # the seed paper's workloads, each with ImageNet's or the speed benchmark's gradient (25.6M and
         # 25.5M parameters), on both placements of 4 ranks: every strategy overlapped and the DDP peer;
-        # dense without overlap calibrates the cost model's compute and rest for each placement
+        # dense without overlap calibrates the cost model's compute and rest of each model on 4 ranks
         for model, batch in [("resnet50", "16"), ("transformer", "4")]:
             for rate in RATES:
                 for nodes, local in [("2", "2"), ("4", "1")]:

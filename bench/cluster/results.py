@@ -55,12 +55,19 @@ def placement(r):
     return (r["model"], r["nodes"], r["local"], r["batch"])
 
 
+def workload(r):
+    """What a training run's compute depends on on the emulated cluster: its model, global batch and
+    number of ranks (every placement of them runs the same processes on the machine's cores)."""
+    return (r["model"], r["nodes"] * r["local"], r["batch"])
+
+
 MODELS = ["cosmoflow", "cnn25m", "resnet50", "transformer"]  # cluster-train's --model, in the tables' order
 
 
 def placement_order(p):
-    """Sort key of placements for tables and plots: CosmoFlow first, then the most ranks."""
-    return (MODELS.index(p[0]), -p[1] * p[2], p[3])
+    """Sort key of placements for tables and plots: CosmoFlow first, then the most ranks, then the
+    fewest nodes (2 x 2 before 4 x 1)."""
+    return (MODELS.index(p[0]), -p[1] * p[2], p[3], p[1])
 
 
 def time_to_loss(rows):

@@ -145,24 +145,31 @@ def load(rows):
 
 
 class CalibrationTest(unittest.TestCase):
-    def test_in_step_factor_is_one_slope_with_a_rest_per_placement(self):
-        # two placements with rests 0.05 and 0.08 s, exchanges 1.2 times their modelled time
-        pts = [(g, rest + 1.2 * x, x, 1.0) for g, rest in [("a", 0.05), ("b", 0.08)] for x in (0.1, 0.4, 1.5)]
-        f, rests = cost_model.fit_in_step(pts)
-        self.assertAlmostEqual(f, 1.2)
-        self.assertAlmostEqual(rests["a"], 0.05)
-        self.assertAlmostEqual(rests["b"], 0.08)
+    def test_the_rest_is_each_workloads_weighted_excess_and_never_negative(self):
+        # workload a: steps 0.05 s beyond their exchange, weighted 1 and 3 (0.02 and 0.06); b: below it
+        pts = [("a", 0.02 + 0.4, 0.4, 1.0), ("a", 0.06 + 1.5, 1.5, 3.0), ("b", 0.3, 0.4, 1.0)]
+        rests = cost_model.fit_rests(pts)
+        self.assertAlmostEqual(rests["a"][0], 0.05)
+        self.assertAlmostEqual(rests["b"][0], 0.0)
+        self.assertAlmostEqual(rests["b"][1], -0.1)
 
-    def test_in_step_factor_scales_each_exchange_of_a_step(self):
+    def test_without_overlap_the_step_is_compute_rest_and_every_exchange(self):
         mc = machine()
-        base = cost_model.step_time("cnn25m", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
-        mc.in_step = 1.5
-        slow = cost_model.step_time("cnn25m", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
-        self.assertAlmostEqual(slow[1], 1.5 * base[1])  # without overlap all of it is exposed
-        self.assertAlmostEqual(slow[0] - 0.3, 1.5 * (base[0] - 0.3))
+        step, exposed, total = cost_model.step_time("cnn25m", "dense", 1, 2, 1, mc, 0.3, 0.02, False)
+        self.assertAlmostEqual(exposed, total)
+        self.assertAlmostEqual(total, sum(cost_model.exchange_s("dense", b, 1, 2, 1, mc) for b, _ in cost_model.buckets("cnn25m")))
+        self.assertAlmostEqual(step, 0.3 + 0.02 + total)
 
 
 class ResultsTest(unittest.TestCase):
+    def test_placements_of_the_same_ranks_are_one_workload(self):
+        def run(model, nodes, local, batch):
+            return {"model": model, "nodes": nodes, "local": local, "batch": batch}
+        self.assertEqual(results.workload(run("resnet50", 2, 2, 16)), results.workload(run("resnet50", 4, 1, 16)))
+        self.assertNotEqual(results.workload(run("cosmoflow", 2, 1, 64)), results.workload(run("cosmoflow", 2, 2, 16)))
+        self.assertNotEqual(results.workload(run("cosmoflow", 2, 2, 16)), results.workload(run("cosmoflow", 2, 2, 32)))
+        self.assertNotEqual(results.workload(run("resnet50", 2, 2, 16)), results.workload(run("transformer", 2, 2, 16)))
+
     def test_a_repeated_configuration_is_its_median_run(self):
         rows = [{"bench": "cluster", "strategy": "dense", "exchange_ms": v, "bytes_inter": 1} for v in (30, 10, 20)]
         rows.append({"bench": "cluster", "strategy": "topk", "exchange_ms": 5, "bytes_inter": 1})
