@@ -333,7 +333,7 @@ def main():
     # and 411 ms on 4 x 1 in one sitting, 294 and 374 ms in another), and that difference, not the
     # exchange, set the placements' sparse steps apart in the model. An exchange takes as long inside
     # a step as alone: a factor for its excess, fitted with the rests by least squares over the two
-    # link rates, came out between 1.04 and 1.21 from sitting to sitting with rests down to -97 ms,
+    # link rates, came out between 1.04 and 1.21 from sitting to sitting with rests down to -110 ms,
     # taking in the links' calibration error rather than the exchanges' (docs/benchmarks.md).
     seq = [r for r in train if not r["overlap"]]
     compute = {g: statistics.median(r["compute_ms"] for r in seq if results.workload(r) == g) / 1e3
@@ -348,7 +348,8 @@ def main():
     rests = fit_rests(points)
     cal = {g: (compute[g], rests[g][0]) for g in compute}
     for (model, N, batch), (c, rest) in cal.items():
-        below = f" (the runs were {-rests[(model, N, batch)][1] * 1e3:.0f} ms below the model)" if rests[(model, N, batch)][1] < 0 else ""
+        mean = rests[(model, N, batch)][1]
+        below = f" (the runs were {-mean * 1e3:.0f} ms below the model)" if mean < 0 else ""
         print(f"{model} on {N} ranks, batch {batch}: compute {c * 1e3:.0f} ms per step, the rest {rest * 1e3:.0f} ms{below}")
     # The pace of communication during the backward pass: from the dense, overlapped step at the
     # slowest link in the placement with the most runs (the first such, CosmoFlow's where it ran;
