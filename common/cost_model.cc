@@ -201,7 +201,7 @@ StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d,
     const double c = e.seconds + fuse;
     out.total += c;
     out.select += e.select;
-    cpu += e.busy + fuse;
+    cpu += mc.busy_share * e.busy + fuse;
     const double start = std::max(t, overlap ? b.ready * backward : backward);
     // While the backward pass runs, the communication thread waits for a core now and then and its
     // link idles meanwhile: it gets `overlap_pace` of its speed until the pass ends.

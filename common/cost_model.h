@@ -33,6 +33,10 @@
 // overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
 // other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
 // them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
+// Where the ranks share the cores, an overlapped step is never shorter than its compute and the CPU
+// work its exchanges hold the cores for: `busy_share` of their modelled CPU work (a byte's CPU cost
+// comes from 2 processes on 2 cores, which wait on their sockets part of that time; more processes
+// fill those waits), and the copies.
 #pragma once
 
 #include <string>
@@ -63,6 +67,7 @@ struct Machine {
   double hidden = 0;        // the share of a link-bound phase's CPU work hidden behind the wire
   double overlap_pace = 1;  // communication's speed while the backward pass holds the cores
   double sel_share = 1;     // the selection's share of the processes' P/C
+  double busy_share = 1;    // the share of an exchange's modelled CPU work that holds the cores (overlapped steps)
 
   double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores
   double sel_slow(int procs) const;  // the same for the selection

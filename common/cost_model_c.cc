@@ -22,7 +22,7 @@ struct TesseraCostMachine {
   int selections;  // entries of the two arrays below
   const double* selection_density;
   const double* selection_seconds;
-  double pass, add, hidden, overlap_pace, sel_share;
+  double pass, add, hidden, overlap_pace, sel_share, busy_share;
 };
 
 const char* tessera_cost_error() { return last_error.c_str(); }
@@ -38,7 +38,7 @@ tessera::cost::Machine machine(const TesseraCostMachine& c) {
   m.cores = c.cores;
   for (int i = 0; i < c.selections; ++i) m.selection.emplace_back(c.selection_density[i], c.selection_seconds[i]);
   m.pass = c.pass, m.add = c.add, m.hidden = c.hidden;
-  m.overlap_pace = c.overlap_pace, m.sel_share = c.sel_share;
+  m.overlap_pace = c.overlap_pace, m.sel_share = c.sel_share, m.busy_share = c.busy_share;
   return m;
 }
 

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -96,6 +97,26 @@ TEST(CostModelTest, OverlapHidesAtMostTheBackwardPass) {
   EXPECT_NEAR(seq.exposed, seq.total, 1e-12);
   EXPECT_LT(ovl.seconds, seq.seconds);
   EXPECT_GE(ovl.seconds, seq.seconds - 0.3 * 2 / 3 - 1e-12);
+}
+
+// A CPU-bound exchange on shared cores takes as long overlapped as after the backward pass, which
+// shares the cores with all of its CPU work; with a busy share below 1 the pass shares them with that
+// share of it, and a step without overlap is unchanged.
+TEST(CostModelTest, AnOverlappedCpuBoundExchangeHoldsTheCoresForItsBusyShare) {
+  const std::vector<LayerCost> layers = {{1e6, 1e9}, {8e6, 1e9}, {1e6, 1e8}};
+  Machine mc = machine();
+  mc.cores = 2, mc.cpu_inter = kBi, mc.hidden = 1;  // 4 processes on 2 cores: twice the wire time
+  double busy = 0;
+  for (const Bucket& b : buckets(layers)) busy += exchange_cost(Strategy::kDense, b.floats, 1, 4, 1, mc).busy;
+  const double compute = 0.3, rest = 0.01;
+  const StepCost seq = step_cost(layers, Strategy::kDense, 1, 4, 1, mc, compute, rest, false);
+  EXPECT_NEAR(seq.total, busy, 1e-12);
+  EXPECT_NEAR(step_cost(layers, Strategy::kDense, 1, 4, 1, mc, compute, rest, true).seconds, seq.seconds, 1e-12);
+  mc.busy_share = 0.5;
+  EXPECT_NEAR(step_cost(layers, Strategy::kDense, 1, 4, 1, mc, compute, rest, false).seconds, seq.seconds, 1e-12);
+  const StepCost ovl = step_cost(layers, Strategy::kDense, 1, 4, 1, mc, compute, rest, true);
+  EXPECT_NEAR(ovl.seconds, rest + std::max(compute + ovl.exposed, compute + 0.5 * busy), 1e-12);
+  EXPECT_LT(ovl.seconds, seq.seconds - 0.9 * compute * 2 / 3);  // beside nearly all of the backward pass
 }
 
 TEST(CostModelTest, MomentumCorrectionAddsItsPassesOverEveryBucket) {
