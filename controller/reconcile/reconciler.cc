@@ -733,32 +733,48 @@ class Reconciler {
       return true;
     }
     // Leaving: its pods are stopped (SIGTERM), and the gang moves once they have ended.
-    bool live = false;
-    for (const PodInfo* p : current)
-      if (p->node == leaving && p->phase != "Succeeded" && p->phase != "Failed") {
+    bool live = false, running = false;
+    for (const PodInfo* p : current) {
+      if (p->phase == "Succeeded" || p->phase == "Failed") continue;
+      running = true;
+      if (p->node == leaving) {
         live = true;
         if (!p->terminating) child(Action::Kind::kDelete, Resource::kPod, p->name);
       }
-    if (live) {
-      if (!status.is("Preempted") || status.find("Preempted")->value("message", "").find(leaving) == std::string::npos)
-        status.condition("Preempted", true, "NodeLeaving",
-                         detail::concat("node ", leaving, " ", leaving_why, ": the gang checkpoints and moves"));
-      requeue(milliseconds(1000));
+    }
+    if (!status.is("Preempted") || status.find("Preempted")->value("message", "").find(leaving) == std::string::npos)
+      status.condition("Preempted", true, "NodeLeaving",
+                       detail::concat("node ", leaving, " ", leaving_why, ": the gang checkpoints and moves"));
+    // Once the pods there have ended their account of the stop may be gone with them (a deleted pod
+    // leaves the API as its container ends); the gang's other ranks stop at the same step with the
+    // same account, so they are waited for too, up to the grace period from when the node was seen
+    // leaving (the condition's transition) and a moment more.
+    bool waiting = live;
+    if (!waiting && running && !stopped_account()) {
+      const auto since = parse_time(status.find("Preempted")->value("lastTransitionTime", ""));
+      waiting = since && o.now < *since + seconds(s().run_policy.termination_grace_period_seconds) + kKilledRankWait;
+    }
+    if (waiting) {
+      requeue(milliseconds(live ? 1000 : 500));
       return true;
     }
     preempt(pod, leaving, "NodeLeaving", detail::concat("node ", leaving, " ", leaving_why));
     return true;
   }
 
+  // A pod whose ranks stopped on SIGTERM with their account (their termination message): the step
+  // they agreed on and checkpointed.
+  const PodInfo* stopped_account() const {
+    for (const PodInfo* p : current)
+      if (p->exit_code == kExitStopped && !p->message.empty()) return p;
+    return nullptr;
+  }
+
   // A new gang after a preemption (`cause`: PodStopped, NodeLeaving, NodeLost): a restart-history
   // entry, the Preempted condition and an Event that say which node was left and why, and how much of
   // the run the checkpoint kept; not counted against backoffLimit.
   void preempt(const std::string& pod, const std::string& node, const std::string& cause, std::string why) {
-    // The stopped ranks' own account (their termination message): the step they agreed on and checkpointed.
-    const PodInfo* stopped = nullptr;
-    for (const PodInfo* p : current)
-      if (p->exit_code == kExitStopped && !p->message.empty() && !stopped) stopped = p;
-    if (stopped) {
+    if (const PodInfo* stopped = stopped_account()) {
       why += ": " + last_chars(stopped->message, kMessageChars);
     } else if (cause == "NodeLost") {
       why += ": its ranks could not checkpoint; the gang resumes from its newest checkpoint";

@@ -737,6 +737,42 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
             std::string::npos) << message;
 }
 
+// A drained node's pod can leave the API as its container ends, and its account of the stop with it.
+// The gang's other ranks stop at the same step with the same account: they are waited for, up to the
+// grace period from when the node was seen leaving, and then the gang moves without it.
+TEST(ReconcileTest, ADrainedGangWaitsForItsOtherRanksWhenThePodThereIsGone) {
+  Observed o = running();
+  o.nodes[1].unschedulable = true;
+  o.nodes.push_back(node("n2", "b", 2));
+  const Decision d = reconcile(o, options());
+  ASSERT_EQ(describe(d), (std::vector<std::string>{"status", "delete pod j-0-1"}));
+  o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
+  o.pods.pop_back();  // j-0-1 gone; j-0-0 still running
+  o.now += seconds(2);
+  const Decision waited = reconcile(o, options());
+  EXPECT_EQ(describe(waited), (std::vector<std::string>{}));
+  EXPECT_GT(waited.requeue_after.count(), 0);
+  // Its ranks stop with the account: the preemption says where the gang stopped.
+  Observed stopped = o;
+  stopped.pods[0] = pod(0, 0, "Failed", kExitStopped);
+  stopped.pods[0].message = "slot 0: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
+  const Decision moved = reconcile(stopped, options());
+  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
+                                                       "stop rendezvous"}));
+  std::string why = moved.actions[0].object["restartHistory"][0]["reason"];
+  EXPECT_NE(why.find("stopped at step 42 on SIGTERM"), std::string::npos) << why;
+  EXPECT_EQ(moved.actions[0].object["restartHistory"][0]["pod"], "j-0-1");
+  // Still running past the grace period (30 s) and a moment: the gang moves from its periodic checkpoint.
+  o.now += seconds(30);
+  EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{}));
+  o.now += seconds(4);
+  const Decision late = reconcile(o, options());
+  EXPECT_EQ(describe(late), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
+                                                      "stop rendezvous"}));
+  why = late.actions[0].object["restartHistory"][0]["reason"];
+  EXPECT_NE(why.find("did not checkpoint on SIGTERM"), std::string::npos) << why;
+}
+
 // A node lost (its kubelet stopped reporting, or the node deleted): the gang's pods are deleted at
 // once (no kubelet is left to confirm a graceful delete of the lost node's pod, and the others' ranks
 // cannot agree on a step to checkpoint without its ranks) and the gang is placed elsewhere.
