@@ -268,11 +268,14 @@ def main():
     print("CPU: top-k selection " + ", ".join(f"{v * 1e9:.2f} ns per float at density {d:g}" for d, v in sorted(sel.items())) +
           f"; a pass {pass_ * 1e9:.2f} ns per float; scatter-add {add * 1e9:.1f} ns per pair")
 
+    def dense_4x1(rate):  # the dense exchange of 4 nodes x 1 rank at `rate` (the exchange group's)
+        return next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] != 1
+                     and r["nodes"] == 4 and r["local"] == 1 and r["rate"] == rate), None)
+
     # hidden: from the dense exchange of 4 nodes x 1 rank on the slowest link (link-bound, with 4
     # processes' copies on the cores), which is calibration and not checked below.
     slowest = max(links.inter, key=lambda k: links.inter[k][1])
-    h_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] != 1
-                  and r["nodes"] == 4 and r["local"] == 1 and r["rate"] == slowest), None)
+    h_row = dense_4x1(slowest)
     # Every machine below has the calibrated values found so far (the defaults before they are).
     calibrated = {}
 
@@ -311,8 +314,7 @@ def main():
     # than the model's count. What the backward pass of an overlapped step shares the cores with is
     # that measured time; the exchange inside a step keeps the full count (the rests are fitted to it).
     fastest = min(links.inter, key=lambda k: links.inter[k][1])
-    b_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] != 1
-                  and r["nodes"] == 4 and r["local"] == 1 and r["rate"] == fastest), None)
+    b_row = dense_4x1(fastest)
     busy_share = 1.0
     if b_row and fastest != slowest:
         seconds, busy, _ = exchange_cost("dense", b_row["size"], 1, 4, 1, machine(fastest))
