@@ -37,6 +37,8 @@ double link_bits_per_second(const std::string& rate, const std::string& field) {
   return v;
 }
 
+double Machine::shared_wire(int rings) const { return rings > 1 ? std::max(1.0, rings * link_sharing) : 1.0; }
+
 double Machine::slow(int procs) const { return cores > 0 ? std::max(1.0, static_cast<double>(procs) / cores) : 1.0; }
 
 double Machine::sel_slow(int procs) const { return cores > 0 ? std::max(1.0, sel_share * procs / cores) : 1.0; }
@@ -65,7 +67,7 @@ class Phases {
   void next(bool selection = false) { phases_.push_back({0, 0, selection}); }
   // ring steps whose message crosses the node's link, `on_link` rings sharing it
   void inter(double steps, double bytes, int on_link = 1) {
-    phases_.back().wire += steps * (mc_.alpha_inter + on_link * bytes * mc_.wire_inter);
+    phases_.back().wire += steps * (mc_.alpha_inter + mc_.shared_wire(on_link) * bytes * mc_.wire_inter);
     phases_.back().work += steps * bytes * mc_.cpu_inter;
   }
   void intra(double steps, double bytes) {  // loopback: CPU copies

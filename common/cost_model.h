@@ -1,13 +1,15 @@
 // The alpha-beta cost model of the gradient exchanges and of a training step: one implementation,
 // used by the operator and `tessera plan` to predict each strategy's step, and by the emulated
-// cluster's benchmarks (bench/cluster/cost_model.py calls it through cost_model_c.h), which
+// cluster's benchmarks (bench/cluster/cost_model.py calls it through cost_model_c.cc), which
 // calibrate it and check it against every measured exchange and step.
 //
 // A message of b bytes crossing a node's link costs alpha + b * wire of wire time; every byte sent
 // also costs CPU time (cpu_intra through loopback inside a node, cpu_inter through the network
 // between nodes). Every collective is a ring (as in worker/comm/gloo): p members, p - 1 steps each
 // way; in a ring over ranks ordered node by node every step crosses each node's link once, and
-// rings running side by side (torus, hitopk: one per local rank) share their node's link. With n
+// rings running side by side (torus, hitopk: one per local rank) share their node's link: r of them
+// take max(1, r * link_sharing) times one ring's wire time per byte (1: they only take turns; below
+// 1 where a ring alone leaves the link idle between its steps and the others fill the gaps). With n
 // ranks on each of m nodes (N = nm), a bucket of S floats, density d, k = dS pairs of 8 bytes:
 //
 //   dense   a world ring: 2(N-1) steps of 4S/N bytes
@@ -68,7 +70,9 @@ struct Machine {
   double overlap_pace = 1;  // communication's speed while the backward pass holds the cores
   double sel_share = 1;     // the selection's share of the processes' P/C
   double busy_share = 1;    // the share of an exchange's modelled CPU work that holds the cores (overlapped steps)
+  double link_sharing = 1;  // each of several rings on a node's link: its wire time per byte, in one ring's
 
+  double shared_wire(int rings) const;  // the wire time per byte of `rings` side by side, in one ring's
   double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores
   double sel_slow(int procs) const;  // the same for the selection
   double selection_at(double density) const;  // the calibrated density nearest (in log) to `density`

@@ -22,7 +22,7 @@ struct TesseraCostMachine {
   int selections;  // entries of the two arrays below
   const double* selection_density;
   const double* selection_seconds;
-  double pass, add, hidden, overlap_pace, sel_share, busy_share;
+  double pass, add, hidden, overlap_pace, sel_share, busy_share, link_sharing;
 };
 
 const char* tessera_cost_error() { return last_error.c_str(); }
@@ -39,6 +39,7 @@ tessera::cost::Machine machine(const TesseraCostMachine& c) {
   for (int i = 0; i < c.selections; ++i) m.selection.emplace_back(c.selection_density[i], c.selection_seconds[i]);
   m.pass = c.pass, m.add = c.add, m.hidden = c.hidden;
   m.overlap_pace = c.overlap_pace, m.sel_share = c.sel_share, m.busy_share = c.busy_share;
+  m.link_sharing = c.link_sharing;
   return m;
 }
 

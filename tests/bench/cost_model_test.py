@@ -40,6 +40,15 @@ class ExchangeTest(unittest.TestCase):
         want = 2 * (n - 1) * (A_L + 4 * S / n * B_L) + 2 * (m - 1) * (A_I + 4 * S / m * B_I)
         self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, m, n, machine()), want)
 
+    def test_rings_sharing_a_link_take_its_sharing_factor(self):
+        # 4 rings at 0.9: 3.6 times one ring's wire time per byte across; one ring alone unchanged
+        S, m, n = 1_000_000, 2, 4
+        mc = machine()
+        mc.link_sharing = 0.9
+        want = 2 * (n - 1) * (A_L + 4 * S / n * B_L) + 2 * (m - 1) * (A_I + 0.9 * 4 * S / m * B_I)
+        self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, m, n, mc), want)
+        self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, 4, 1, mc), cost_model.exchange_s("torus", S, 1, 4, 1, machine()))
+
     def test_sparse_strategies_send_pairs(self):
         S, d, m, n = 1_000_000, 0.01, 2, 2
         k = math.ceil(d * S)
@@ -163,6 +172,13 @@ class CalibrationTest(unittest.TestCase):
         self.assertAlmostEqual(rests["a"][0], 0.05)
         self.assertAlmostEqual(rests["b"][0], 0.0)
         self.assertAlmostEqual(rests["b"][1], -0.1)
+
+    def test_solve_finds_where_a_monotonic_function_meets_its_target(self):
+        self.assertAlmostEqual(cost_model.solve(lambda x: 2 * x + 1, 2.0, 0.0, 1.0), 0.5)
+        self.assertAlmostEqual(cost_model.solve(lambda x: 1 / x, 4.0, 0.05, 1.0), 0.25)
+        # out of reach: the nearer end
+        self.assertAlmostEqual(cost_model.solve(lambda x: 1 / x, 0.5, 0.05, 1.0), 1.0)
+        self.assertAlmostEqual(cost_model.solve(lambda x: x, -1.0, 0.5, 1.5), 0.5)
 
     def test_without_overlap_the_step_is_compute_rest_and_every_exchange(self):
         mc = machine()
