@@ -39,12 +39,17 @@ class Bottleneck(nn.Module):
         self.downsample = None
         if stride != 1 or inplanes != out:
             self.downsample = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+        self.relu1, self.relu2, self.relu3 = nn.ReLU(), nn.ReLU(), nn.ReLU()
 
     def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = F.relu(self.bn2(self.conv2(y)))
+        y = self.relu1(self.bn1(self.conv1(x)))
+        y = self.relu2(self.bn2(self.conv2(y)))
         y = self.bn3(self.conv3(y))
-        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
+        return self.relu3(y + (self.downsample(x) if self.downsample is not None else x))
+
+    def gates(self):
+        """Each ReLU with the BatchNorm whose shift moves its input."""
+        return [(self.relu1, self.bn1), (self.relu2, self.bn2), (self.relu3, self.bn3)]
 
 
 class ResNet50(nn.Module):
@@ -52,6 +57,7 @@ class ResNet50(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, base, 7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm2d(base)
+        self.relu = nn.ReLU()
         inplanes = base
         for stage, blocks in enumerate((3, 4, 6, 3)):
             width = base << stage
@@ -69,7 +75,7 @@ class ResNet50(nn.Module):
                 nn.init.zeros_(m.bias)
 
     def forward(self, x):
-        x = F.max_pool2d(F.relu(self.bn1(self.conv1(x))), 3, stride=2, padding=1)
+        x = F.max_pool2d(self.relu(self.bn1(self.conv1(x))), 3, stride=2, padding=1)
         for stage in (self.layer1, self.layer2, self.layer3, self.layer4):
             x = stage(x)
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
@@ -87,6 +93,50 @@ class ResNet50(nn.Module):
         return names
 
 
+def gates(model):
+    """Every ReLU of the model with the BatchNorm whose shift moves its input."""
+    return [(model.relu, model.bn1)] + [g for m in model.modules() if isinstance(m, Bottleneck) for g in m.gates()]
+
+
+def clear_gates(model, x, window=0.05):
+    """Shifts the BatchNorm before each ReLU, channel by channel, by at most `window` of the ReLU input's
+    spread, so that zero falls in the widest gap between the channel's entries there; returns the
+    smallest distance of any ReLU input from zero, in its channel's spread. A ReLU's gradient jumps
+    at zero: an entry within the two frameworks' rounding of zero (their forward passes differ by
+    about 1e-5) is gated differently by each, its gradient reaches one side only, and through
+    BatchNorm it moves its channel's gradients by up to a percent. With the gaps cleared, the
+    narrowest is some 1e-4 of a spread on the stem's 18k entries a channel."""
+    def shift(bn):
+        def hook(_, inputs):
+            z = inputs[0]
+            s = torch.zeros(z.shape[1], dtype=z.dtype)
+            for c in range(z.shape[1]):
+                v = z[:, c].flatten().double().sort().values
+                w = window * v.std().item()
+                mid, gap = (v[1:] + v[:-1]) / 2, v[1:] - v[:-1]
+                gap[mid.abs() > w] = -1
+                if gap.max() > 0:
+                    s[c] = -mid[gap.argmax()]
+            with torch.no_grad():
+                bn.bias.add_(s)
+            return (z + s.view(1, -1, 1, 1),)
+        return hook
+
+    def margin(_, inputs):
+        z = inputs[0].double()
+        spread = z.transpose(0, 1).flatten(1).std(dim=1).clamp_min(1e-30)
+        closest.append((z.abs().transpose(0, 1).flatten(1).min(dim=1).values / spread).min().item())
+
+    closest = []
+    for hook in ([shift(bn) for _, bn in gates(model)], [margin] * len(gates(model))):
+        handles = [relu.register_forward_pre_hook(h) for (relu, _), h in zip(gates(model), hook)]
+        with torch.no_grad():
+            model(x)
+        for h in handles:
+            h.remove()
+    return min(closest)
+
+
 def dump(out, seed):
     cfg = {"size": 96, "base": 4, "classes": 10, "batch": 8, "label_smoothing": 0.1}
     torch.manual_seed(seed)
@@ -98,6 +148,7 @@ def dump(out, seed):
                 m.bias.add_(torch.randn_like(m.bias) * 0.2)
     x = torch.randn(cfg["batch"], 3, cfg["size"], cfg["size"])
     y = torch.randint(0, cfg["classes"], (cfg["batch"],))
+    cfg["closest_gate"] = clear_gates(model, x)
     logits = model(x)
     loss = F.cross_entropy(logits, y, label_smoothing=cfg["label_smoothing"])
     loss.backward()
