@@ -98,9 +98,9 @@ TEST(TorchParity, TransformerForwardAndBackwardEqualPyTorchs) {
 // statistics and label smoothing, on weights PyTorch drew as torchvision does. A ReLU's gradient
 // jumps at zero: where a pre-activation lies within the two frameworks' rounding of zero (their
 // forward passes differ by about 1e-5), their gates differ, that entry's gradient reaches one side
-// only, and through BatchNorm it moved its channel's gradients by up to 3% (on 2 threads against
-// PyTorch's 1, where a draw with no such entry on 2 against 2 had one). With over a million ReLU
-// entries such an entry is in nearly every draw, so the reference shifts each BatchNorm's beta,
+// only, and through BatchNorm it moved the gradients below it by up to 3% (a draw that held no such
+// entry with both on 2 threads held one with PyTorch on 1). With over a million ReLU entries such
+// an entry is in nearly every draw, so the reference shifts each BatchNorm's beta,
 // channel by channel, to put zero in the widest gap between that channel's entries
 // (bench/torch_resnet50.py, clear_gates): every ReLU input is then at least some 4e-4 of its
 // channel's spread from zero (closest_gate), and the bound is the same 1e-4 as the Transformer's.
