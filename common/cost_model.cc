@@ -63,24 +63,25 @@ struct Phase {
 
 class Phases {
  public:
-  Phases(int m, int n, const Machine& mc) : m_(m), n_(n), mc_(mc), phases_(1) {}
+  // `work`: a factor on the CPU work of every phase but the selection (Machine::sparse_work)
+  Phases(int m, int n, const Machine& mc, double work = 1) : m_(m), n_(n), mc_(mc), work_(work), phases_(1) {}
   void next(bool selection = false) { phases_.push_back({0, 0, selection}); }
   // ring steps whose message crosses the node's link, `on_link` rings sharing it
   void inter(double steps, double bytes, int on_link = 1) {
     phases_.back().wire += steps * (mc_.alpha_inter + mc_.shared_wire(on_link) * bytes * mc_.wire_inter);
-    phases_.back().work += steps * bytes * mc_.cpu_inter;
+    phases_.back().work += work_ * steps * bytes * mc_.cpu_inter;
   }
   void intra(double steps, double bytes) {  // loopback: CPU copies
     phases_.back().wire += steps * mc_.alpha_intra;
-    phases_.back().work += steps * bytes * mc_.cpu_intra;
+    phases_.back().work += work_ * steps * bytes * mc_.cpu_intra;
   }
   // a ring over all ranks, node by node: one rank of n sends across, the others through loopback
   void world_ring(double steps, double bytes) {
     if (m_ == 1) return intra(steps, bytes);
     phases_.back().wire += steps * (mc_.alpha_inter + bytes * mc_.wire_inter);
-    phases_.back().work += steps * bytes * (mc_.cpu_inter + (n_ - 1) * mc_.cpu_intra) / n_;
+    phases_.back().work += work_ * steps * bytes * (mc_.cpu_inter + (n_ - 1) * mc_.cpu_intra) / n_;
   }
-  void cpu(double passes, double pairs) { phases_.back().work += mc_.pass * passes + mc_.add * pairs; }
+  void cpu(double passes, double pairs) { phases_.back().work += work_ * (mc_.pass * passes + mc_.add * pairs); }
   // error feedback (residual += gradient: three streams), top-k, packing the k pairs and zeroing
   // them in the residual (a random access each): nothing is sent until it is done
   void selection(double floats, double k, double density) {
@@ -104,6 +105,7 @@ class Phases {
  private:
   int m_, n_;
   const Machine& mc_;
+  double work_;
   std::vector<Phase> phases_;
 };
 
@@ -112,7 +114,8 @@ class Phases {
 ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const Machine& mc) {
   TESSERA_CHECK(m >= 1 && n >= 1, "cost model: ", m, " nodes x ", n, " ranks");
   const int N = m * n;
-  Phases ph(m, n, mc);
+  const bool sparse = s == Strategy::kTopk || s == Strategy::kHitopk;
+  Phases ph(m, n, mc, sparse ? mc.sparse_work : 1.0);
   const double k = std::ceil(d * S);
   switch (s) {
     case Strategy::kDense:
@@ -211,8 +214,9 @@ StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d,
     t = start + during + (c - during * mc.overlap_pace);
   }
   out.exposed = std::max(0.0, t - backward);
-  // under momentum correction the update has no momentum buffer to keep: three streams fewer
-  const double compute = compute_s - (momentum_correction ? slow * mc.pass * 3 * floats : 0);
+  // under momentum correction the update keeps no momentum buffer (two streams fewer) and the
+  // gradients start from the weight decay instead of zero (one more)
+  const double compute = compute_s - (momentum_correction ? slow * mc.pass * floats : 0);
   double step = compute + out.exposed;
   if (overlap && mc.cores > 0) step = std::max(step, compute + cpu);
   out.seconds = rest_s + step;

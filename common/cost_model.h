@@ -24,14 +24,20 @@
 // Where the ranks share a machine's cores (`cores` > 0: the emulated cluster), a rank's CPU work
 // takes P/C times as long with P processes on C cores (the selection a calibrated share of that).
 // A phase takes the longer of the two; where the wire is the longer, the share of the CPU work that
-// does not hide behind it (1 - hidden) adds on.
+// does not hide behind it (1 - hidden) adds on. The sparse strategies' CPU work besides the
+// selection (the reduce-scatter's copies and sums, the pairs' messages, zeroing the bucket and the
+// scatter-add) takes `sparse_work` times the count above (calibrated; the count prices their bytes at
+// a dense ring's cost, half of whose steps only copy, and every pass as a read-only stream).
 //
 // A training step is its compute, a fixed rest and the exposed exchange, each exchange taking as
 // long inside a step as alone. Every bucket is copied into the flat bucket and
 // scaled back out (four streams over it). Under momentum correction the copy in also reads and
 // writes the velocity (u := m u + g, the bucket := u: two more streams), a sparse exchange's sum is
-// read once more to restart the velocity of what was sent (one more), and the update, which keeps no
-// momentum buffer then, takes three streams fewer than the `compute_s` measured without it. Without overlap all of it is exposed. With
+// read once more to restart the velocity of what was sent (one more). The compute then takes one
+// stream fewer than the `compute_s` measured without it: the update keeps no momentum buffer (it
+// reads w and g and writes w, two streams fewer than with the buffer), and the step's gradients start
+// from the weight decay (g := weightDecay x w, which reads w: one stream more than zeroing them).
+// Without overlap all of it is exposed. With
 // overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
 // other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
 // them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
@@ -71,6 +77,7 @@ struct Machine {
   double sel_share = 1;     // the selection's share of the processes' P/C
   double busy_share = 1;    // the share of an exchange's modelled CPU work that holds the cores (overlapped steps)
   double link_sharing = 1;  // each of several rings on a node's link: its wire time per byte, in one ring's
+  double sparse_work = 1;   // topk's and hitopk's CPU work besides the selection, in the model's count of it
 
   double shared_wire(int rings) const;  // the wire time per byte of `rings` side by side, in one ring's
   double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores
@@ -111,7 +118,8 @@ struct StepCost {
 
 // `compute_s`: forward + backward + update with every rank computing; `rest_s`: the fixed rest;
 // `momentum_correction`: communication.momentumCorrection's passes over every bucket, and its update
-// without a momentum buffer (`compute_s` is measured without correction).
+// without a momentum buffer, its gradients started from the weight decay (`compute_s` is measured
+// without correction).
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
                    double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
                    bool momentum_correction = false);

@@ -22,7 +22,7 @@ struct TesseraCostMachine {
   int selections;  // entries of the two arrays below
   const double* selection_density;
   const double* selection_seconds;
-  double pass, add, hidden, overlap_pace, sel_share, busy_share, link_sharing;
+  double pass, add, hidden, overlap_pace, sel_share, busy_share, link_sharing, sparse_work;
 };
 
 const char* tessera_cost_error() { return last_error.c_str(); }
@@ -40,6 +40,7 @@ tessera::cost::Machine machine(const TesseraCostMachine& c) {
   m.pass = c.pass, m.add = c.add, m.hidden = c.hidden;
   m.overlap_pace = c.overlap_pace, m.sel_share = c.sel_share, m.busy_share = c.busy_share;
   m.link_sharing = c.link_sharing;
+  m.sparse_work = c.sparse_work;
   return m;
 }
 

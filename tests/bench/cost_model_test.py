@@ -49,6 +49,21 @@ class ExchangeTest(unittest.TestCase):
         self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, m, n, mc), want)
         self.assertAlmostEqual(cost_model.exchange_s("torus", S, 1, 4, 1, mc), cost_model.exchange_s("torus", S, 1, 4, 1, machine()))
 
+    def test_sparse_work_scales_the_sparse_strategies_work_besides_the_selection(self):
+        S, d = 1_000_000, 0.01
+
+        def mc(sparse_work):
+            m = cost_model.Machine({"inter": (A_I, B_I), "intra": (A_L, B_L)}, None, None, {d: 2e-9}, 1e-9, 1e-8, 0.0)
+            m.sparse_work = sparse_work
+            return m
+        for s in ["topk", "hitopk"]:
+            _, busy, sel = cost_model.exchange_cost(s, S, d, 2, 2, mc(1.0))
+            _, busy_more, sel_more = cost_model.exchange_cost(s, S, d, 2, 2, mc(1.5))
+            self.assertAlmostEqual(sel_more, sel, places=12)
+            self.assertAlmostEqual(busy_more - sel_more, 1.5 * (busy - sel), places=12)
+        for s in ["dense", "torus"]:
+            self.assertAlmostEqual(cost_model.exchange_s(s, S, 1, 2, 2, mc(1.5)), cost_model.exchange_s(s, S, 1, 2, 2, mc(1.0)), places=12)
+
     def test_sparse_strategies_send_pairs(self):
         S, d, m, n = 1_000_000, 0.01, 2, 2
         k = math.ceil(d * S)
