@@ -1,6 +1,6 @@
 """Reads matrix.py's JSON lines. A configuration measured several times (matrix.py --repeat) is
 one row: the run with the median time (the lower median of an even count), so its parts (compute,
-exposed and total communication) stay those of one run."""
+exposed and total communication) stay those of one run; or, where asked, its fastest run."""
 import json
 
 MEASURED = {"exchange_ms", "bytes_intra", "bytes_inter", "step_ms", "samples_per_second", "compute_ms",
@@ -19,7 +19,8 @@ def runs(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def load(path):
+def load(path, fastest=False):
+    """One row per configuration: its median run, or with fastest=True its fastest."""
     groups, order = {}, []
     for r in runs(path):
         config = {k: v for k, v in r.items() if k not in MEASURED}
@@ -35,7 +36,7 @@ def load(path):
         t = next((k for k in TIME if k in group[0]), None)
         if t:
             group = sorted(group, key=lambda r: r[t])
-        row = dict(group[(len(group) - 1) // 2])
+        row = dict(group[0 if fastest else (len(group) - 1) // 2])
         row["repeats"] = len(group)
         out.append(row)
     return out

@@ -169,12 +169,12 @@ class StepTest(unittest.TestCase):
         self.assertLess(ovl, seq - 0.9 * 0.3 * 2 / 3)
 
 
-def load(rows):
+def load(rows, fastest=False):
     """results.load of these rows, written as JSON lines to a file of their own."""
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))
     try:
-        return results.load(f.name)
+        return results.load(f.name, fastest)
     finally:
         os.unlink(f.name)
 
@@ -217,6 +217,9 @@ class ResultsTest(unittest.TestCase):
         rows.append({"bench": "cluster", "strategy": "topk", "exchange_ms": 5, "bytes_inter": 1})
         got = load(rows)
         self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 20, 3), ("topk", 5, 1)])
+        # the links' calibration takes each configuration's fastest run
+        got = load(rows, fastest=True)
+        self.assertEqual([(r["strategy"], r["exchange_ms"], r["repeats"]) for r in got], [("dense", 10, 3), ("topk", 5, 1)])
 
     def test_repeated_selection_runs_are_one_configuration_per_density(self):
         def run(density, mstopk, pass_ms):
