@@ -37,10 +37,10 @@
 // stream fewer than the `compute_s` measured without it: the update keeps no momentum buffer (it
 // reads w and g and writes w, two streams fewer than with the buffer), and the step's gradients start
 // from the weight decay (g := weightDecay x w, which reads w: one stream more than zeroing them).
-// Without overlap all of it is exposed. With
-// overlap the buckets (reverse parameter order, at most bucket_bytes each) are sent one after the
-// other as the backward pass (2/3 of the compute, spread over the layers by their FLOPs) finishes
-// them, at `overlap_pace` of their speed while the pass runs; what runs past its end is exposed.
+// Without overlap all of it is exposed. With overlap the buckets (reverse parameter order, at most
+// bucket_bytes each) are sent one after the other as the backward pass (2/3 of the compute, spread
+// over the layers by their FLOPs) finishes them, at `overlap_pace` of their speed while the pass
+// runs; what runs past its end is exposed.
 // Where the ranks share the cores, an overlapped step is never shorter than its compute and the CPU
 // work its exchanges hold the cores for: `busy_share` of their modelled CPU work (a byte's CPU cost
 // comes from 2 processes on 2 cores, which wait on their sockets part of that time; more processes

@@ -362,8 +362,8 @@ def main():
     # strategies' CPU work besides the selection (whose own share is calibrated above) prices the
     # reduce-scatter's bytes at a dense ring's cost, half of whose steps only copy where every step of
     # a reduce-scatter also sums, and each pass as a read-only stream where zeroing and the scatter
-    # write; with it at 1, topk and hitopk came out 5-30% short of every sitting's measured exchanges
-    # (docs/benchmarks.md). By bisection between 0.5 and 3.
+    # write; with it at 1, hitopk's exchanges came out a median 15% short of the measured over eight
+    # sittings and topk's 20% (docs/benchmarks.md). By bisection between 0.5 and 3.
     x_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "hitopk" and r["density"] != 1
                   and r["nodes"] == 2 and r["local"] == 2 and r["rate"] == slowest), None)
     sparse_work = 1.0
