@@ -339,22 +339,31 @@ def main():
             busy_share = min(1.0, b_row["exchange_ms"] / 1e3 / busy)
     calibrated["busy_share"] = busy_share
     print(f"CPU: a CPU-bound exchange holds the cores for {busy_share:.2f} of its modelled CPU work")
+
+    def exchange_2x2(strategy):  # the exchange of 2 nodes x 2 ranks at the slowest rate (the exchange group's)
+        return next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == strategy and r["density"] != 1
+                     and r["nodes"] == 2 and r["local"] == 2 and r["rate"] == slowest), None)
+
+    def fit_to_exchange(row, name, lo, hi):
+        """The value in [lo, hi] of the machine's `name` at which the model's exchange of `row` takes as
+        long as measured (by bisection); 1 without the row."""
+        if not row:
+            return 1.0
+        mc = machine(row["rate"])
+
+        def seconds(x):
+            setattr(mc, name, x)
+            return exchange_s(row["strategy"], row["size"], row["density"], row["nodes"], row["local"], mc)
+        return solve(seconds, row["exchange_ms"] / 1e3, lo, hi)
+
     # link_sharing: from the torus exchange of 2 nodes x 2 ranks on the slowest link (two rings side
     # by side on each node's link, link-bound), which is calibration and not checked below. The wire's
     # time per byte comes from one ring of 2 ranks, which leaves the link idle between its steps; a
     # second ring beside it fills part of those gaps, and two rings took 0.87-0.92 of twice one ring's
     # time in every sitting before this factor (docs/benchmarks.md), the one bias of the model's that
     # kept its sign in all of them. By bisection between 0.5 (two rings as fast as one) and 1.5.
-    s_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "torus" and r["density"] != 1
-                  and r["nodes"] == 2 and r["local"] == 2 and r["rate"] == slowest), None)
-    link_sharing = 1.0
-    if s_row:
-        mc = machine(slowest)
-
-        def torus_s(x):
-            mc.link_sharing = x
-            return exchange_s("torus", s_row["size"], s_row["density"], 2, 2, mc)
-        link_sharing = solve(torus_s, s_row["exchange_ms"] / 1e3, 0.5, 1.5)
+    s_row = exchange_2x2("torus")
+    link_sharing = fit_to_exchange(s_row, "link_sharing", 0.5, 1.5)
     calibrated["link_sharing"] = link_sharing
     print(f"links: two rings side by side on a node's link each take {link_sharing:.2f} of one ring's wire time per byte")
     # sparse_work: from the hitopk exchange of 2 nodes x 2 ranks on the slowest link (CPU-bound: its
@@ -364,16 +373,8 @@ def main():
     # a reduce-scatter also sums, and each pass as a read-only stream where zeroing and the scatter
     # write; with it at 1, hitopk's exchanges came out a median 15% short of the measured over eight
     # sittings and topk's 20% (docs/benchmarks.md). By bisection between 0.5 and 3.
-    x_row = next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "hitopk" and r["density"] != 1
-                  and r["nodes"] == 2 and r["local"] == 2 and r["rate"] == slowest), None)
-    sparse_work = 1.0
-    if x_row:
-        mc = machine(slowest)
-
-        def hitopk_s(x):
-            mc.sparse_work = x
-            return exchange_s("hitopk", x_row["size"], x_row["density"], 2, 2, mc)
-        sparse_work = solve(hitopk_s, x_row["exchange_ms"] / 1e3, 0.5, 3.0)
+    x_row = exchange_2x2("hitopk")
+    sparse_work = fit_to_exchange(x_row, "sparse_work", 0.5, 3.0)
     calibrated["sparse_work"] = sparse_work
     print(f"CPU: a sparse exchange's work besides its selection takes {sparse_work:.2f} of the model's count")
     out, worst = [], 0.0
