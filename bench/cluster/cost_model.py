@@ -285,14 +285,14 @@ def main():
     print("CPU: top-k selection " + ", ".join(f"{v * 1e9:.2f} ns per float at density {d:g}" for d, v in sorted(sel.items())) +
           f"; a pass {pass_ * 1e9:.2f} ns per float; scatter-add {add * 1e9:.1f} ns per pair")
 
-    def dense_4x1(rate):  # the dense exchange of 4 nodes x 1 rank at `rate` (the exchange group's)
-        return next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == "dense" and r["density"] != 1
-                     and r["nodes"] == 4 and r["local"] == 1 and r["rate"] == rate), None)
+    def exchange_row(strategy, nodes, local, rate):  # the exchange group's run of that configuration
+        return next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == strategy and r["density"] != 1
+                     and r["nodes"] == nodes and r["local"] == local and r["rate"] == rate), None)
 
     # hidden: from the dense exchange of 4 nodes x 1 rank on the slowest link (link-bound, with 4
     # processes' copies on the cores), which is calibration and not checked below.
     slowest = max(links.inter, key=lambda k: links.inter[k][1])
-    h_row = dense_4x1(slowest)
+    h_row = exchange_row("dense", 4, 1, slowest)
     # Every machine below has the calibrated values found so far (the defaults before they are).
     calibrated = {}
 
@@ -331,7 +331,7 @@ def main():
     # than the model's count. What the backward pass of an overlapped step shares the cores with is
     # that measured time; the exchange inside a step keeps the full count (the rests are fitted to it).
     fastest = min(links.inter, key=lambda k: links.inter[k][1])
-    b_row = dense_4x1(fastest)
+    b_row = exchange_row("dense", 4, 1, fastest)
     busy_share = 1.0
     if b_row and fastest != slowest:
         seconds, busy, _ = exchange_cost("dense", b_row["size"], 1, 4, 1, machine(fastest))
@@ -339,10 +339,6 @@ def main():
             busy_share = min(1.0, b_row["exchange_ms"] / 1e3 / busy)
     calibrated["busy_share"] = busy_share
     print(f"CPU: a CPU-bound exchange holds the cores for {busy_share:.2f} of its modelled CPU work")
-
-    def exchange_2x2(strategy):  # the exchange of 2 nodes x 2 ranks at the slowest rate (the exchange group's)
-        return next((r for r in rows if r["bench"] == "cluster" and r["strategy"] == strategy and r["density"] != 1
-                     and r["nodes"] == 2 and r["local"] == 2 and r["rate"] == slowest), None)
 
     def fit_to_exchange(row, name, lo, hi):
         """The value in [lo, hi] of the machine's `name` at which the model's exchange of `row` takes as
@@ -362,7 +358,7 @@ def main():
     # second ring beside it fills part of those gaps, and two rings took 0.87-0.92 of twice one ring's
     # time in every sitting before this factor (docs/benchmarks.md), the one bias of the model's that
     # kept its sign in all of them. By bisection between 0.5 (two rings as fast as one) and 1.5.
-    s_row = exchange_2x2("torus")
+    s_row = exchange_row("torus", 2, 2, slowest)
     link_sharing = fit_to_exchange(s_row, "link_sharing", 0.5, 1.5)
     calibrated["link_sharing"] = link_sharing
     print(f"links: two rings side by side on a node's link each take {link_sharing:.2f} of one ring's wire time per byte")
@@ -373,7 +369,7 @@ def main():
     # a reduce-scatter also sums, and each pass as a read-only stream where zeroing and the scatter
     # write; with it at 1, hitopk's exchanges came out a median 15% short of the measured over eight
     # sittings and topk's 20% (docs/benchmarks.md). By bisection between 0.5 and 3.
-    x_row = exchange_2x2("hitopk")
+    x_row = exchange_row("hitopk", 2, 2, slowest)
     sparse_work = fit_to_exchange(x_row, "sparse_work", 0.5, 3.0)
     calibrated["sparse_work"] = sparse_work
     print(f"CPU: a sparse exchange's work besides its selection takes {sparse_work:.2f} of the model's count")
