@@ -521,6 +521,11 @@ ParsedJob read_training_job(const std::string& file) {
   }
 }
 
+bool gang_size_fits(int world, int workers, int min_workers, int spatial) {
+  if (world == workers) return true;
+  return min_workers > 0 && world >= min_workers && world <= workers && spatial > 0 && world % spatial == 0;
+}
+
 std::string under_work_dir(const std::string& path, const std::string& work_dir) {
   if (path.empty() || path.front() == '/' || work_dir.empty()) return path;
   return work_dir + "/" + path;

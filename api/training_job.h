@@ -1,7 +1,7 @@
 // The TrainingJob API (tessera.dev/v1alpha1): the manifest users write, read by the controller (to
 // place, launch and watch the job) and by every worker (to train it). This is the one parser of a
 // manifest and the one place its defaults live, so the two sides cannot disagree. It depends on
-// worker/core only; crds/trainingjobs.tessera.dev.yaml carries the same schema for the API server.
+// common/ only; crds/trainingjobs.tessera.dev.yaml carries the same schema for the API server.
 //
 // Reading a manifest reports every problem at once, each with its field path and reason
 // ("spec.parallelism.spatial.d: 3 does not divide the 4 workers"). Rules that belong to one model
@@ -242,6 +242,11 @@ bool momentum_correction_default(const std::string& strategy, const std::string&
 ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.
 TrainingJob load_training_job(const std::string& file);
+
+// Whether a gang of `world` ranks may train a job of `workers` ranks (spec.replicas x
+// spec.ranksPerReplica): all of them, or for an elastic job (`min_workers` > 0: spec.elastic.
+// minReplicas x ranksPerReplica) whole spatial groups of `spatial` ranks, at least min_workers.
+bool gang_size_fits(int world, int workers, int min_workers, int spatial);
 
 // A path of a `tessera run` job (spec.checkpoint.path, spec.cache.ssdPath): as given when absolute
 // or empty, else inside the job's work directory, so a run's state goes where its logs go.

@@ -1,5 +1,6 @@
-// A child process: started with posix_spawn, its stdout and stderr appended to
-// a log file, polled without blocking, stopped with SIGTERM and then SIGKILL.
+// A child process: started with posix_spawn (its stdout and stderr appended to a log file, or the
+// parent's), polled without blocking, signalled, stopped with SIGTERM and then SIGKILL. A Process is
+// used by one thread.
 #pragma once
 
 #include <sys/types.h>
@@ -7,16 +8,26 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera {
 
-// Starts argv[0] (a path) with argv, the current environment plus `env` ("K=V"), stdout and stderr
-// appended to `log`. Throws Error when it cannot be started.
+struct SpawnOptions {
+  std::string program;                   // the file to run: a path, or a bare name looked up on PATH; empty: argv[0]
+  std::vector<std::string> env;          // "K=V": added to the current environment, replacing a variable of that name
+  std::string log;                       // stdout and stderr appended to this file; empty: the parent's
+  std::vector<std::pair<int, int>> fds;  // (a descriptor of the parent, the number it has in the child)
+};
+
+// Starts `options.program` (else argv[0]) with argv. Throws Error when it cannot be started.
+pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options);
+// argv[0] with argv, the current environment plus `env`, stdout and stderr appended to `log`.
 pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log);
 
 class Process {
  public:
+  Process(const std::vector<std::string>& argv, const SpawnOptions& options) : pid_(spawn(argv, options)) {}
   // spawn(argv, env, log).
   Process(const std::vector<std::string>& argv, const std::vector<std::string>& env, const std::string& log)
       : pid_(spawn(argv, env, log)) {}
@@ -29,6 +40,8 @@ class Process {
   std::optional<int> poll();
   // Sends SIGTERM (when it is still running) without waiting.
   void terminate();
+  // Sends `sig` when it is still running, without waiting.
+  void signal(int sig);
   // SIGTERM, then SIGKILL if it has not ended within `grace`; waits for it.
   int stop(std::chrono::milliseconds grace);
 

@@ -11,51 +11,41 @@
 // process --slot of pod --replica (TESSERA_REPLICA, TESSERA_SLOT) of job TESSERA_JOB with token
 // TESSERA_TOKEN and gets its rank, node and local rank from the job's ring plan. The rendezvous
 // also comes from TESSERA_RENDEZVOUS. With a world of one no rendezvous is needed. With --slots N the
-// process starts N workers (slots 0..N-1, the other flags passed on), forwards SIGTERM and SIGINT to
-// them, and exits as soon as one fails, stopping the others, with that worker's exit status. --metrics appends one JSON line per step and per epoch (epochs counted from 1, as in the log).
+// process is the pod's supervisor (worker/pod/supervisor.h): it starts N workers (slots 0..N-1, the
+// other flags passed on), forwards SIGTERM and SIGINT to them, and exits as soon as one fails,
+// stopping the others, with that worker's exit status. --metrics appends one JSON line per step and
+// per epoch (epochs counted from 1, as in the log).
 // --metrics-addr (or TESSERA_METRICS_ADDR) serves the rank's Prometheus metrics at /metrics there
 // (port 0: a free one; with --slots N and a port P, slot S serves on P + S) and announces the port
 // at registration, so the controller lists the rank for Prometheus. Exit status: 0 done, 2 bad
 // configuration, 3 training diverged (the controller does not retry it), 4 stopped on SIGTERM (the
 // gang checkpointed the step it agreed on), 1 any other failure.
-#include <fcntl.h>
-#include <omp.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
-#include <thread>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
 #include <vector>
 
-#include <atomic>
-#include <csignal>
-#include <cstring>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <optional>
-#include <map>
-#include <nlohmann/json.hpp>
-#include <sstream>
-#include <string>
-
 #include "api/training_job.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/http_server.h"
+#include "common/log.h"
 #include "tessera/config.h"
 #include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/comm/grpc_store.h"
 #if TESSERA_HAVE_NCCL
 #include "worker/comm/nccl/nccl_communicator.h"
 #endif
-#include "worker/comm/grpc_store.h"
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/log.h"
-#include "common/process.h"
-#include "common/http_server.h"
 #include "worker/metrics/worker_metrics.h"
+#include "worker/pod/supervisor.h"
 #include "worker/train/trainer.h"
 
 namespace tessera {
@@ -150,258 +140,41 @@ nlohmann::ordered_json validation_fields(const EpochRecord& e) {
   return v;
 }
 
-std::atomic<int> g_forward_signal{0};
 // A rank's stop request (SIGTERM or SIGINT once it trains): the gang agrees on a step, checkpoints
 // it and exits with kExitStopped.
 std::atomic<bool> g_stop{false};
 void on_rank_signal(int) { g_stop = true; }
 
-// A rank of a pod tells its supervisor why it ended (see run_slots), at most 4 KiB of it; false when
-// it has no supervisor.
-bool tell_supervisor(const std::string& why) {
-  const auto supervisor = parse_int(env_value("TESSERA_SUPERVISOR_PID").value_or(""));
-  const auto fd = parse_int(env_value("TESSERA_ERROR_FD").value_or(""));
-  if (!fd || !supervisor || *supervisor != getppid()) return false;
-  const std::string line = why.substr(0, 4096) + "\n";
-  [[maybe_unused]] const ssize_t n = write(static_cast<int>(*fd), line.data(), line.size());
-  return true;
-}
-
-// The descriptor a rank of a pod writes why it failed to (see run_slots).
-constexpr int kErrorFd = 3;
-
-void on_supervisor_signal(int sig) { g_forward_signal = sig; }
-
-// The arguments of the rank in `slot` of the pod that `o` describes.
-std::vector<std::string> slot_args(const Options& o, int slot) {
-  std::vector<std::string> args = {"--config", o.config, "--replica", std::to_string(o.replica), "--slot", std::to_string(slot)};
-  for (const auto& [flag, value] : {std::pair{"--rendezvous", o.rendezvous}, {"--metrics", o.metrics}})
-    if (!value.empty()) args.insert(args.end(), {flag, value});
-  if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
-  return args;
-}
-
-// The device IDs in NVIDIA_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES), in order; none for "all",
-// "none", "void" or an unset variable.
-std::vector<std::string> visible_gpus() {
-  std::optional<std::string> v = env_value("NVIDIA_VISIBLE_DEVICES");
-  if (!v || v->empty()) v = env_value("CUDA_VISIBLE_DEVICES");
-  std::vector<std::string> ids;
-  if (!v || *v == "all" || *v == "none" || *v == "void") return ids;
-  std::stringstream in(*v);
-  for (std::string id; std::getline(in, id, ',');)
-    if (!id.empty()) ids.push_back(id);
-  return ids;
-}
-
-// The ranks of a pod, as child processes of its supervisor: their pids and the read end of each
-// one's error pipe (what it wrote on failing).
-struct Ranks {
-  std::vector<pid_t> pids;
-  std::vector<int> errors;
-  ~Ranks() {
-    for (int fd : errors) close(fd);
-  }
-  void signal_all(int sig) const {
-    for (pid_t p : pids)
-      if (p > 0) kill(p, sig);
-  }
-};
-
-// Starts the pod's ranks (slots 0..N-1), the other flags passed on.
-std::unique_ptr<Ranks> start_ranks(const char* argv0, const Options& o, const std::vector<std::string>& gpus) {
-  const std::string& metrics_addr = o.metrics_addr;
-  // Slot S serves its metrics on the pod's port + S (the ports the pod declares).
-  const auto colon = metrics_addr.rfind(':');
-  const int metrics_port = colon == std::string::npos ? 0 : static_cast<int>(parse_int(metrics_addr.substr(colon + 1)).value_or(0));
-  auto ranks = std::make_unique<Ranks>();
-  for (int slot = 0; slot < o.slots; ++slot) {
-    if (!gpus.empty()) {
-      // The pod's GPU IDs, and which of the devices this process sees (the runtime numbers them 0..n-1).
-      setenv("TESSERA_GPU", gpus[slot % gpus.size()].c_str(), 1);
-      setenv("TESSERA_GPU_INDEX", std::to_string(slot % gpus.size()).c_str(), 1);
-    }
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], kErrorFd);  // the copy keeps no close-on-exec
-    std::vector<std::string> args = {argv0};
-    const auto rank_args = slot_args(o, slot);
-    args.insert(args.end(), rank_args.begin(), rank_args.end());
-    if (!metrics_addr.empty()) {
+// The pod's ranks (--slots N): tessera-worker itself, each as process --slot S of pod --replica P,
+// the other flags passed on. Slot S serves its metrics on the pod's port + S (the ports the pod
+// declares).
+PodOptions pod_options(const char* argv0, const Options& o) {
+  PodOptions pod;
+  pod.slots = o.slots;
+  pod.replica = o.replica;
+  pod.program = "/proc/self/exe";
+  pod.rank_args = [o, argv0 = std::string(argv0)](int slot) {
+    std::vector<std::string> args = {argv0, "--config", o.config, "--replica", std::to_string(o.replica), "--slot", std::to_string(slot)};
+    for (const auto& [flag, value] : {std::pair{"--rendezvous", o.rendezvous}, {"--metrics", o.metrics}})
+      if (!value.empty()) args.insert(args.end(), {flag, value});
+    if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
+    if (!o.metrics_addr.empty()) {
+      const auto colon = o.metrics_addr.rfind(':');
+      const int port = colon == std::string::npos ? 0 : static_cast<int>(parse_int(o.metrics_addr.substr(colon + 1)).value_or(0));
       args.push_back("--metrics-addr");
-      args.push_back(metrics_port > 0 ? metrics_addr.substr(0, colon + 1) + std::to_string(metrics_port + slot) : metrics_addr);
+      args.push_back(port > 0 ? o.metrics_addr.substr(0, colon + 1) + std::to_string(port + slot) : o.metrics_addr);
     }
-    std::vector<char*> cargv;
-    for (auto& a : args) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    pid_t pid = 0;
-    const int spawned = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, cargv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    close(fds[1]);
-    if (spawned != 0) {
-      close(fds[0]);
-      ranks->signal_all(SIGKILL);
-      throw Error(detail::concat("cannot start the worker of slot ", slot, ": ", std::strerror(spawned)));
-    }
-    ranks->pids.push_back(pid);
-    ranks->errors.push_back(fds[0]);
-  }
-  return ranks;
-}
-
-// How a pod's ranks ended: the first failure's status and slot (and what it wrote); kExitStopped
-// when they stopped on request, each after the checkpoint of the step the gang agreed on; or a new
-// round of the gang, which they were stopped for.
-struct RanksEnd {
-  int status = 0, slot = -1;
-  std::string why;
-  bool new_round = false;
-};
-
-// Waits for the ranks to end. A failed rank ends the others at once (SIGKILL: the gang starts again
-// from its newest checkpoint in any case); SIGTERM to the pod is passed on and gives them the grace
-// period to agree on a step and checkpoint it; a round later than `round` (the controller restarts
-// the gang in place) ends them at once.
-RanksEnd wait_ranks(Ranks& ranks, const std::atomic<int64_t>& latest_round, int64_t round) {
-  using SteadyClock = std::chrono::steady_clock;
-  const auto grace = std::chrono::seconds(env_int("TESSERA_GRACE_SECONDS", 30, 1, 86400));
-  RanksEnd end;
-  size_t running = ranks.pids.size();
-  auto stop_deadline = SteadyClock::time_point::max();
-  bool forwarded = false;
-  while (running > 0) {
-    if (g_forward_signal && !forwarded) {
-      forwarded = true;
-      ranks.signal_all(g_forward_signal);
-      stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
-    }
-    if (!end.new_round && round >= 0 && latest_round.load() > round && !forwarded) {
-      end.new_round = true;
-      ranks.signal_all(SIGKILL);
-    }
-    if (SteadyClock::now() > stop_deadline) ranks.signal_all(SIGKILL);
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, WNOHANG);
-    if (done <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    int slot = -1;
-    for (size_t i = 0; i < ranks.pids.size(); ++i)
-      if (ranks.pids[i] == done) ranks.pids[i] = -1, --running, slot = static_cast<int>(i);
-    if (slot < 0) continue;
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (end.new_round) continue;
-    if (code == kExitStopped && end.status == 0) {
-      // The gang agreed to stop: the other ranks stop at the same step, after their checkpoints.
-      end.status = code;
-      end.slot = slot;
-      stop_deadline = std::min(stop_deadline, SteadyClock::now() + grace);
-    } else if (code != 0 && code != kExitStopped && (end.status == 0 || end.status == kExitStopped)) {
-      // The first failure decides the pod's exit status; the other ranks are ended.
-      end.status = code;
-      end.slot = slot;
-      std::fprintf(stderr, "tessera-worker: slot %d of this pod ended with status %d; stopping the others\n", slot, code);
-      ranks.signal_all(SIGKILL);
-    }
-  }
-  if (end.slot >= 0) {
-    // The slot has ended: its pipe holds what it wrote, then end of file.
-    char buf[4096];
-    for (ssize_t n; (n = read(ranks.errors[end.slot], buf, sizeof(buf))) > 0 || (n < 0 && errno == EINTR);)
-      if (n > 0) end.why.append(buf, static_cast<size_t>(n));
-    while (!end.why.empty() && end.why.back() == '\n') end.why.pop_back();
-    if (end.why.empty()) end.why = Process::describe(end.status);
-  }
-  return end;
-}
-
-// Whether a gang whose rank ended with `status` may start again in place: not for a configuration
-// error or a diverged run (the controller fails the job), nor a stop (the gang moves).
-bool restartable(int status) {
-  return status != 0 && status != kExitConfigError && status != kExitDiverged && status != kExitStopped;
-}
-
-// --slots N: the ranks of one pod, as child processes of this one.
-int run_slots(const char* argv0, const Options& o) {
-  std::signal(SIGTERM, on_supervisor_signal);
-  std::signal(SIGINT, on_supervisor_signal);
-  // The ranks end with this process, even when it is killed outright.
-  setenv("TESSERA_SUPERVISOR_PID", std::to_string(getpid()).c_str(), 1);
-  // Each rank writes why it failed to a pipe of its own (its descriptor kErrorFd): the first
-  // failure's reason is this pod's last line (its termination message), after whatever the stopped
-  // ranks print. A pipe, not a file: a pod's root file system is read-only.
-  setenv("TESSERA_ERROR_FD", std::to_string(kErrorFd).c_str(), 1);
-  // The GPUs the pod was given (NVIDIA_VISIBLE_DEVICES, as NVIDIA's device plugin sets it; else
-  // CUDA_VISIBLE_DEVICES): slot S takes the S-th, and says so.
-  const std::vector<std::string> gpus = visible_gpus();
-  if (!gpus.empty() && static_cast<int>(gpus.size()) < o.slots)
-    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ", detail::count(o.slots, "rank"),
-             ": ranks share them");
-  // Restarts in place (under the controller's rendezvous): a failed rank is reported and the pod
-  // waits for the gang's next round, then starts its ranks again; the ranks of a pod whose own did
-  // not fail are restarted when the round begins. The controller chooses (spec.runPolicy.
-  // restartInPlace): it may instead replace the pods, which ends this one.
-  std::unique_ptr<GrpcStore> control;
-  int64_t round = -1;
-  std::atomic<int64_t> latest_round{-1};
-  std::atomic<bool> done{false};
-  std::thread watcher;
+    return args;
+  };
   if (o.service()) {
-    control = std::make_unique<GrpcStore>(o.rendezvous.substr(7), o.job_key, o.token);
-    round = control->await_round(-1, std::chrono::seconds(10)).value_or(-1);
-    latest_round = round;
-    if (round < 0) {
-      log_warn("the controller's rendezvous did not answer: a failed rank fails this pod (no restart in place)");
-    } else {
-      watcher = std::thread([&] {
-        while (!done)
-          if (const auto r = control->await_round(latest_round.load(), std::chrono::seconds(1)); r && *r > latest_round.load())
-            latest_round = *r;
-          else if (!r)
-            std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      });
-    }
+    pod.rendezvous = o.rendezvous.substr(7);
+    pod.job_key = o.job_key;
+    pod.token = o.token;
   }
-  struct JoinWatcher {
-    std::atomic<bool>& done;
-    std::thread& t;
-    ~JoinWatcher() {
-      done = true;
-      if (t.joinable()) t.join();
-    }
-  } join_watcher{done, watcher};
-  // How long a pod whose rank failed waits for the controller to restart the gang in place.
-  const auto restart_wait = std::chrono::seconds(env_int("TESSERA_RESTART_WAIT_SECONDS", 120, 1, 86400));
-  for (;;) {
-    RanksEnd end;
-    {
-      std::unique_ptr<Ranks> ranks = start_ranks(argv0, o, gpus);
-      end = wait_ranks(*ranks, latest_round, round);
-    }
-    if (end.new_round) {
-      round = latest_round;
-      log_info("the gang restarts in place (round ", round, "): starting this pod's ", detail::count(o.slots, "rank"), " again");
-      continue;
-    }
-    if (end.slot >= 0) std::fprintf(stderr, "tessera-worker: slot %d: %s\n", end.slot, end.why.c_str());
-    if (round >= 0 && restartable(end.status) && !g_forward_signal) {
-      if (control->report_exit(o.replica, end.slot, end.status, end.why, round, std::chrono::seconds(10))) {
-        const auto until = std::chrono::steady_clock::now() + restart_wait;
-        while (latest_round.load() <= round && !g_forward_signal && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        if (latest_round.load() > round && !g_forward_signal) {
-          round = latest_round;
-          log_info("the gang restarts in place (round ", round, "): starting this pod's ", detail::count(o.slots, "rank"), " again");
-          continue;
-        }
-      }
-    }
-    if (end.slot >= 0 && !o.termination_log.empty()) std::ofstream(o.termination_log) << "slot " << end.slot << ": " << end.why << "\n";
-    return end.status;
-  }
+  pod.termination_log = o.termination_log;
+  pod.grace = std::chrono::seconds(env_int("TESSERA_GRACE_SECONDS", 30, 1, 86400));
+  pod.restart_wait = std::chrono::seconds(env_int("TESSERA_RESTART_WAIT_SECONDS", 120, 1, 86400));
+  return pod;
 }
 
 int run(int argc, char** argv) {
@@ -410,9 +183,9 @@ int run(int argc, char** argv) {
   Options o = *parsed;
   if (o.slots > 0) {
     log_info("pod replica ", o.replica, ": starting ", detail::count(o.slots, "rank"), " (tessera-worker --slots ", o.slots, ")");
-    return run_slots(argv[0], o);
+    return supervise_pod(pod_options(argv[0], o));
   }
-  if (env_int("TESSERA_SUPERVISOR_PID", 0, 0, std::numeric_limits<int>::max()) == getppid()) prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (supervised()) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (const auto gpu = env_value("TESSERA_GPU"))
     log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ", env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"));
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
@@ -450,9 +223,7 @@ int run(int argc, char** argv) {
   }
   // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
   // (An elastic job's gang may be smaller: whole spatial groups, at least spec.elastic.minReplicas.)
-  const bool elastic_world = job.min_workers > 0 && o.world >= job.min_workers && o.world <= job.workers &&
-                             o.world % job.model.spatial.size() == 0;
-  if (o.world != job.workers && !elastic_world)
+  if (!api::gang_size_fits(o.world, job.workers, job.min_workers, job.model.spatial.size()))
     throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
                       detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
                                      " (spec.replicas x spec.ranksPerReplica)"));

@@ -9,6 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "api/training_job.h"
+#include "controller/reconcile/children.h"
 #include "common/config_node.h"
 
 namespace tessera::reconcile {
@@ -17,14 +18,6 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-const char* kConfigFile = "job.yaml";
-const char* kPlanFile = "plan.json";
-const char* kConfigMount = "/etc/tessera";
-// The worker image's user and group (images/worker.Dockerfile: USER 65532:65532).
-constexpr int kWorkerUid = 65532;
-
-std::string config_map_name(const std::string& job) { return job + "-config"; }
 
 // The working copy of the job's status, with the helpers that keep its conditions.
 struct Status {
@@ -78,23 +71,7 @@ json status_patch(const json& from, const json& to) {
 }
 
 
-std::string dataset_mount(const api::DatasetSpec& d) {
-  namespace fs = std::filesystem;
-  if (d.validation_path.empty()) return d.path;
-  // The directory holding both the training and the validation data.
-  fs::path a = fs::path(d.path).lexically_normal(), b = fs::path(d.validation_path).lexically_normal(), common;
-  auto ia = a.begin(), ib = b.begin();
-  for (; ia != a.end() && ib != b.end() && *ia == *ib; ++ia, ++ib) common /= *ia;
-  std::string c = common.string();
-  while (c.size() > 1 && c.back() == '/') c.pop_back();
-  return c.empty() ? "/" : c;
-}
 
-json volume_source(const api::VolumeSpec& v, bool read_only) {
-  if (v.kind == "hostPath") return {{"hostPath", {{"path", v.path}, {"type", read_only ? "Directory" : "DirectoryOrCreate"}}}};
-  if (v.kind == "nfs") return {{"nfs", {{"server", v.server}, {"path", v.path}, {"readOnly", read_only}}}};
-  return {{"persistentVolumeClaim", {{"claimName", v.claim_name}, {"readOnly", read_only}}}};
-}
 
 // auto: `exchange` is the controller's choice (none: the gang exchanges densely until it comes).
 std::string training_phase(const api::CommunicationSpec& c, int64_t step, int64_t switch_step,
@@ -116,12 +93,6 @@ bool admission_rejected(const PodInfo& p) {
           p.reason == "NodeLost" || p.reason == "NodeSelectorMismatching");
 }
 
-json plan_json(int attempt, const std::vector<placement::RankAssignment>& plan) {
-  json ranks = json::array();
-  for (const auto& a : plan)
-    ranks.push_back({{"rank", a.rank}, {"replica", a.replica}, {"slot", a.slot}, {"node", a.node}, {"localRank", a.local_rank}});
-  return {{"attempt", attempt}, {"ranks", ranks}};
-}
 
 std::optional<std::pair<int, std::vector<placement::RankAssignment>>> read_plan(const std::optional<json>& cm) {
   if (!cm || !cm->contains("data") || !(*cm)["data"].contains(kPlanFile)) return std::nullopt;
@@ -480,20 +451,9 @@ class Reconciler {
     if (!status.s.contains("attempt")) status.set("attempt", attempt);
     if (!o.has_secret) {
       TESSERA_CHECK(!o.token.empty(), "the backend gave job ", name, " no token");
-      create(Resource::kSecret, token_secret_name(name),
-             {{"apiVersion", "v1"},
-              {"kind", "Secret"},
-              {"metadata", meta(token_secret_name(name))},
-              {"type", "Opaque"},
-              {"stringData", {{"token", o.token}}}});
+      create(Resource::kSecret, token_secret_name(name), token_secret(job_ref(), o.token));
     }
-    if (!o.has_service) {
-      create(Resource::kService, name,
-             {{"apiVersion", "v1"},
-              {"kind", "Service"},
-              {"metadata", meta(name)},
-              {"spec", {{"clusterIP", "None"}, {"selector", {{kJobLabel, name}}}, {"publishNotReadyAddresses", true}}}});
-    }
+    if (!o.has_service) create(Resource::kService, name, headless_service(job_ref()));
   }
 
   // ---- suspend: no pod runs, the checkpoints stay; resuming starts the deadline's clock again ----
@@ -570,34 +530,8 @@ class Reconciler {
       if (!failed || (p->exit_code > 128 && failed->exit_code <= 128)) failed = p;
     }
     // A rank failed while every pod goes on: its supervisor reported it (the others' follow, their
-    // peers gone). The cause is a rank killed by a signal rather than its peers: waited for a moment.
-    if (!failed && !stopped && !rejected && o.progress && !o.progress->exits.empty()) {
-      const RankExit* cause = &o.progress->exits.front();
-      auto first = cause->time;
-      std::set<int> reported;  // pods
-      for (const auto& e : o.progress->exits) {
-        if (e.exit_code > 128 && cause->exit_code <= 128) cause = &e;
-        first = std::min(first, e.time);
-        reported.insert(e.replica);
-      }
-      // Only peers reported (their rank lost a peer): the killed rank's pod reports within moments;
-      // a pod that stays silent may be on a lost node, which its status says within the node
-      // monitor's grace period (then the gang moves as a preemption, evacuate).
-      const bool silent_pod = reported.size() < current.size();
-      if (cause->exit_code <= 128 && (o.now - first < kKilledRankWait || (silent_pod && o.now - first < lost_node_wait()))) {
-        requeue(milliseconds(500));
-        return true;
-      }
-      PodInfo p;
-      p.replica = cause->replica;
-      p.name = pod_name(name, attempt, cause->replica);
-      for (const PodInfo* q : current)
-        if (q->replica == cause->replica) p.node = q->node;
-      p.exit_code = cause->exit_code;
-      p.message = detail::concat("slot ", cause->slot, ": ", cause->message);
-      restart_gang(p, s().run_policy.restart_in_place);
-      return true;
-    }
+    // peers gone).
+    if (!failed && !stopped && !rejected && o.progress && !o.progress->exits.empty()) return restart_reported_exit();
     // Stopped on SIGTERM (someone deleted or evicted a pod): the gang checkpointed and stops as one.
     // A real failure among its pods outranks it.
     if (stopped && !failed) {
@@ -621,6 +555,42 @@ class Reconciler {
       return true;
     }
     if (!rejected) return false;
+    replace_rejected();
+    return true;
+  }
+
+  // A rank that its pod's supervisor reported: the gang restarts (in place where the job allows).
+  // The cause is a rank killed by a signal rather than its peers, which is waited for a moment.
+  bool restart_reported_exit() {
+    const RankExit* cause = &o.progress->exits.front();
+    auto first = cause->time;
+    std::set<int> reported;  // pods
+    for (const auto& e : o.progress->exits) {
+      if (e.exit_code > 128 && cause->exit_code <= 128) cause = &e;
+      first = std::min(first, e.time);
+      reported.insert(e.replica);
+    }
+    // Only peers reported (their rank lost a peer): the killed rank's pod reports within moments;
+    // a pod that stays silent may be on a lost node, which its status says within the node
+    // monitor's grace period (then the gang moves as a preemption, evacuate).
+    const bool silent_pod = reported.size() < current.size();
+    if (cause->exit_code <= 128 && (o.now - first < kKilledRankWait || (silent_pod && o.now - first < lost_node_wait()))) {
+      requeue(milliseconds(500));
+      return true;
+    }
+    PodInfo p;
+    p.replica = cause->replica;
+    p.name = pod_name(name, attempt, cause->replica);
+    for (const PodInfo* q : current)
+      if (q->replica == cause->replica) p.node = q->node;
+    p.exit_code = cause->exit_code;
+    p.message = detail::concat("slot ", cause->slot, ": ", cause->message);
+    restart_gang(p, s().run_policy.restart_in_place);
+    return true;
+  }
+
+  // Pods a node refused (admission): the gang is placed again, not restarted.
+  void replace_rejected() {
     std::string why;
     for (const PodInfo* p : current)
       if (admission_rejected(*p))
@@ -636,7 +606,6 @@ class Reconciler {
       plan.reset();
     }
     requeue(milliseconds(500));
-    return true;
   }
 
   // A failure: the gang starts again from its newest checkpoint, in its pods (a new rendezvous round)
@@ -865,14 +834,41 @@ class Reconciler {
       requeue(milliseconds(500));
       return true;
     }
-    const placement::GangRequest request = gang_request(s().replicas);
-    // The nodes of the ranks the last gang found slow are avoided while other room exists.
+    std::string full_reason, avoided;
+    const placement::PlacementResult placed = fit_gang(full_reason, avoided);
+    if (!placed.placed) {
+      const json* c = status.find("Placed");
+      if (!c || c->value("message", "") != full_reason) event(true, Reason::kUnschedulable, full_reason);
+      status.condition("Placed", false, "Unschedulable", full_reason);
+      if (status.phase().empty() || status.phase() == "Placing") status.set("phase", "Pending");
+      requeue(milliseconds(5000));
+      return true;
+    }
+    const auto ranks =
+        placement::plan_ring(placed.nodes, s().ranks_per_replica, o.nodes, gang_request(s().replicas).topology_keys);
+    plan = std::make_pair(attempt, ranks);
+    json cm = job_config_map(job_ref(), spec, attempt, ranks);
+    if (o.config_map) {
+      json updated = *o.config_map;
+      updated["data"] = cm["data"];
+      if (frozen) updated["data"][kConfigFile] = (*o.config_map)["data"][kConfigFile];
+      update(Resource::kConfigMap, config_map_name(name), updated);
+    } else {
+      create(Resource::kConfigMap, config_map_name(name), cm);
+    }
+    record_placement(placed, ranks, full_reason, avoided);
+    return false;
+  }
+
+  // The gang's room: the full gang, or an elastic job's largest down to spec.elastic.minReplicas.
+  // The nodes of the ranks the last gang found slow are avoided while other room exists (`avoided`
+  // names them). full_reason: why the full gang does not fit, if it does not.
+  placement::PlacementResult fit_gang(std::string& full_reason, std::string& avoided) const {
     std::set<std::string> slow;
     if (const auto last = read_plan(o.config_map); last && status.s.contains("slowRanks"))
       for (const auto& r : status.s["slowRanks"])
         for (const auto& a : last->second)
           if (r.is_number_integer() && a.rank == r.get<int>()) slow.insert(a.node);
-    std::string avoided;
     auto fit = [&](const placement::GangRequest& req) {
       placement::PlacementResult placed;
       avoided.clear();
@@ -889,40 +885,17 @@ class Reconciler {
       }
       return placed;
     };
-    placement::PlacementResult placed = fit(request);
-    // An elastic job goes on with the most pods that fit, down to spec.elastic.minReplicas.
-    const std::string full_reason = placed.reason;
+    placement::PlacementResult placed = fit(gang_request(s().replicas));
+    full_reason = placed.reason;
     for (int r = s().replicas - 1; !placed.placed && s().elastic.min_replicas > 0 && r >= s().elastic.min_replicas; --r)
       placed = fit(gang_request(r));
-    if (!placed.placed) placed.reason = full_reason;
-    if (!placed.placed) {
-      const json* c = status.find("Placed");
-      if (!c || c->value("message", "") != placed.reason) event(true, Reason::kUnschedulable, placed.reason);
-      status.condition("Placed", false, "Unschedulable", placed.reason);
-      if (status.phase().empty() || status.phase() == "Placing") status.set("phase", "Pending");
-      requeue(milliseconds(5000));
-      return true;
-    }
+    return placed;
+  }
+
+  // The status and Events of a placed gang: where each pod runs, whether an elastic gang scaled down.
+  void record_placement(const placement::PlacementResult& placed, const std::vector<placement::RankAssignment>& ranks,
+                        const std::string& full_reason, const std::string& avoided) {
     const int replicas = static_cast<int>(placed.nodes.size());
-    const auto ranks = placement::plan_ring(placed.nodes, s().ranks_per_replica, o.nodes, request.topology_keys);
-    plan = std::make_pair(attempt, ranks);
-    json cm = {{"apiVersion", "v1"},
-               {"kind", "ConfigMap"},
-               {"metadata", meta(config_map_name(name))},
-               {"data",
-                {{kConfigFile,
-                  json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", name}, {"namespace", ns}}},
-                       {"spec", spec}}
-                      .dump(2)},
-                 {kPlanFile, plan_json(attempt, ranks).dump()}}}};
-    if (o.config_map) {
-      json updated = *o.config_map;
-      updated["data"] = cm["data"];
-      if (frozen) updated["data"][kConfigFile] = (*o.config_map)["data"][kConfigFile];
-      update(Resource::kConfigMap, config_map_name(name), updated);
-    } else {
-      create(Resource::kConfigMap, config_map_name(name), cm);
-    }
     json placement = json::array();
     std::string where;
     for (int r = 0; r < replicas; ++r) {
@@ -954,7 +927,6 @@ class Reconciler {
     event(false, Reason::kPlaced, message);
     if (!status.s.contains("startTime")) status.set("startTime", format_time(o.now));
     if (status.phase().empty() || status.phase() == "Pending") status.set("phase", "Placing");
-    return false;
   }
 
   // ---- create children: the gang's pods that are missing (all of them for a new gang) ----
@@ -964,134 +936,7 @@ class Reconciler {
     std::map<int, std::string> node_of;
     for (const auto& a : plan->second) node_of[a.replica] = a.node;
     for (const auto& [r, node] : node_of)
-      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), pod(r, node));
-  }
-
-  // The pod of replica r: `tessera-worker --slots N`, one rank per GPU, on `node`.
-  json pod(int r, const std::string& node) const {
-    const auto& sp = s();
-    const std::string pod = pod_name(name, attempt, r);
-    const std::string image = sp.image == api::TrainingJobSpec().image && !opt.worker_image.empty() ? opt.worker_image : sp.image;
-    json args = {"--slots", std::to_string(sp.ranks_per_replica), "--replica", std::to_string(r), "--config",
-                 std::string(kConfigMount) + "/" + kConfigFile, "--rendezvous", "grpc://" + opt.rendezvous_address};
-    if (sp.training.threads == 0) {
-      const int threads = opt.threads_per_rank > 0 ? opt.threads_per_rank
-                          : sp.resources.cpu > 0   ? std::max(1, static_cast<int>(sp.resources.cpu / sp.ranks_per_replica))
-                                                   : 0;
-      if (threads > 0) args.push_back("--threads"), args.push_back(std::to_string(threads));
-    }
-    json env = json::array({{{"name", "TESSERA_JOB"}, {"value", ns + "/" + name}},
-                            {{"name", "TESSERA_TOKEN"},
-                             {"valueFrom", {{"secretKeyRef", {{"name", token_secret_name(name)}, {"key", "token"}}}}}},
-                            {{"name", "TESSERA_POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
-                            {{"name", "TESSERA_NODE"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}},
-                            // The address the ranks' peers connect to (another pod is another network).
-                            {{"name", "TESSERA_POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}},
-                            {{"name", "TESSERA_TERMINATION_LOG"}, {"value", "/dev/termination-log"}},
-                            // How long the ranks may take to agree on a step and checkpoint it on SIGTERM.
-                            {{"name", "TESSERA_GRACE_SECONDS"}, {"value", std::to_string(sp.run_policy.termination_grace_period_seconds)}}});
-    json ports = json::array();
-    if (opt.metrics_port > 0) {
-      env.push_back({{"name", "TESSERA_METRICS_ADDR"}, {"value", "0.0.0.0:" + std::to_string(opt.metrics_port)}});
-      for (int slot = 0; slot < sp.ranks_per_replica; ++slot)
-        ports.push_back({{"name", "metrics-" + std::to_string(slot)}, {"containerPort", opt.metrics_port + slot}, {"protocol", "TCP"}});
-    }
-    json requests = json::object(), limits = json::object();
-    if (sp.resources.gpu > 0) requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = std::to_string(sp.resources.gpu);
-    if (sp.resources.cpu > 0) requests["cpu"] = std::to_string(static_cast<int64_t>(sp.resources.cpu * 1000)) + "m";
-    if (sp.resources.memory > 0) requests["memory"] = std::to_string(sp.resources.memory);
-    json mounts = json::array({{{"name", "config"}, {"mountPath", kConfigMount}, {"readOnly", true}}});
-    json volumes = json::array({{{"name", "config"},
-                                 {"configMap", {{"name", config_map_name(name)}, {"items", json::array({{{"key", kConfigFile}, {"path", kConfigFile}}})}}}}});
-    if (sp.dataset.format != "synthetic" && opt.cluster) {
-      api::VolumeSpec v = sp.dataset.volume;
-      if (!v.given()) v = {"nfs", sp.cache.nfs_path, sp.cache.nfs_server, ""};
-      json source = volume_source(v, true);
-      source["name"] = "dataset";
-      volumes.push_back(source);
-      mounts.push_back({{"name", "dataset"}, {"mountPath", dataset_mount(sp.dataset)}, {"readOnly", true}});
-    }
-    if (!sp.checkpoint.path.empty() && opt.cluster) {
-      json source = volume_source(sp.checkpoint.volume, false);
-      source["name"] = "checkpoints";
-      volumes.push_back(source);
-      mounts.push_back({{"name", "checkpoints"}, {"mountPath", sp.checkpoint.path}});
-    }
-    if (!sp.cache.ssd_path.empty() && opt.cluster) {
-      if (sp.cache.ssd_volume == "emptyDir")
-        volumes.push_back({{"name", "ssd-cache"},
-                           {"emptyDir", {{"sizeLimit", std::to_string(sp.cache.ssd_bytes * sp.ranks_per_replica)}}}});
-      else
-        volumes.push_back({{"name", "ssd-cache"}, {"hostPath", {{"path", sp.cache.ssd_path}, {"type", "DirectoryOrCreate"}}}});
-      mounts.push_back({{"name", "ssd-cache"}, {"mountPath", sp.cache.ssd_path}});
-    }
-    // The kubelet makes a missing hostPath directory owned by root, and fsGroup does not reach
-    // hostPath: an init container gives the worker's user the directories it writes (only the
-    // directory itself; what is inside was written by the worker).
-    json owned = json::array();
-    for (const auto& v : volumes)
-      if (v.contains("hostPath") && v["hostPath"].value("type", "") == "DirectoryOrCreate") owned.push_back(v["name"]);
-    json tolerations = json::array();
-    for (const auto& t : sp.placement.tolerations) {
-      json tol = {{"operator", t.op}};
-      if (!t.key.empty()) tol["key"] = t.key;
-      if (!t.value.empty()) tol["value"] = t.value;
-      if (!t.effect.empty()) tol["effect"] = t.effect;
-      tolerations.push_back(tol);
-    }
-    json container = {{"name", "worker"},
-                      {"image", image},
-                      {"command", {"tessera-worker"}},
-                      {"args", args},
-                      {"env", env},
-                      {"ports", ports},
-                      {"volumeMounts", mounts},
-                      // Rank 0's summary, or why the pod failed: the controller reads it from the pod's status.
-                      {"terminationMessagePath", "/dev/termination-log"},
-                      {"terminationMessagePolicy", "FallbackToLogsOnError"},
-                      {"resources", {{"requests", requests}, {"limits", limits}}},
-                      // Least privilege: the worker writes only to its checkpoint and SSD-cache volumes.
-                      {"securityContext", {{"runAsNonRoot", true},
-                                           {"readOnlyRootFilesystem", true},
-                                           {"allowPrivilegeEscalation", false},
-                                           {"capabilities", {{"drop", json::array({"ALL"})}}},
-                                           {"seccompProfile", {{"type", "RuntimeDefault"}}}}}};
-    json pod_spec = {{"nodeName", node},
-                     {"restartPolicy", "Never"},
-                     // The image's user; fsGroup makes emptyDir and most persistent volumes its group's.
-                     {"securityContext", {{"runAsUser", kWorkerUid},
-                                          {"runAsGroup", kWorkerUid},
-                                          {"fsGroup", kWorkerUid},
-                                          {"fsGroupChangePolicy", "OnRootMismatch"},
-                                          {"seccompProfile", {{"type", "RuntimeDefault"}}}}},
-                     {"hostname", pod},
-                     {"subdomain", name},
-                     {"automountServiceAccountToken", false},
-                     {"terminationGracePeriodSeconds", sp.run_policy.termination_grace_period_seconds},
-                     {"containers", json::array({container})},
-                     {"volumes", volumes}};
-    if (!tolerations.empty()) pod_spec["tolerations"] = tolerations;
-    if (!owned.empty()) {
-      json args = {std::to_string(kWorkerUid) + ":" + std::to_string(kWorkerUid)}, init_mounts = json::array();
-      for (const auto& m : mounts)
-        if (std::find(owned.begin(), owned.end(), m["name"]) != owned.end())
-          args.push_back(m["mountPath"]), init_mounts.push_back(m);
-      pod_spec["initContainers"] = json::array(
-          {{{"name", "volume-owner"},
-            {"image", image},
-            {"command", {"chown"}},
-            {"args", args},
-            {"volumeMounts", init_mounts},
-            {"securityContext", {{"runAsUser", 0},
-                                 {"runAsNonRoot", false},
-                                 {"readOnlyRootFilesystem", true},
-                                 {"allowPrivilegeEscalation", false},
-                                 {"capabilities", {{"drop", json::array({"ALL"})}, {"add", json::array({"CHOWN"})}}}}}}});
-    }
-    return {{"apiVersion", "v1"},
-            {"kind", "Pod"},
-            {"metadata", meta(pod, {{kReplicaLabel, std::to_string(r)}, {kAttemptLabel, std::to_string(attempt)}})},
-            {"spec", pod_spec}};
+      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), worker_pod(job_ref(), s(), opt, attempt, r, node));
   }
 
   // ---- progress: Running, and the workers' progress, written at most every status interval ----
@@ -1274,18 +1119,7 @@ class Reconciler {
     if (after.count() <= 0) after = milliseconds(1);
     if (d.requeue_after.count() == 0 || after < d.requeue_after) d.requeue_after = after;
   }
-  json owner() const {
-    return json::array({{{"apiVersion", api::kApiVersion},
-                         {"kind", api::kKind},
-                         {"name", name},
-                         {"uid", uid},
-                         {"controller", true},
-                         {"blockOwnerDeletion", true}}});
-  }
-  json meta(const std::string& child_name, json labels = json::object()) const {
-    labels[kJobLabel] = name;
-    return {{"name", child_name}, {"namespace", ns}, {"labels", labels}, {"ownerReferences", owner()}};
-  }
+  Owner job_ref() const { return {name, ns, uid}; }
   // Deletes the pods, gracefully (their ranks get SIGTERM and the grace period to checkpoint) or,
   // with `now`, at once.
   void delete_pods(const std::vector<const PodInfo*>& pods, bool now = false) {

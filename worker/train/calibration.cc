@@ -70,6 +70,40 @@ double best_of(const std::function<void()>& f) {
   return best;
 }
 
+// The sparse exchanges' CPU work per float, on a bucket of `bucket_floats` (at most
+// kMaxSelectionFloats): out[i] the selection at densities[i], then a streaming pass, then a
+// scatter-add per pair.
+void time_sparse_work(size_t bucket_floats, const std::vector<double>& densities, const std::string& selector, double* out) {
+  const size_t n = std::max<size_t>(1, std::min(bucket_floats, kMaxSelectionFloats));
+  std::vector<float> x(n), acc(n);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& f : x) f = normal(rng);
+  MSTopK mstopk;
+  std::vector<uint32_t> idx;
+  for (size_t i = 0; i < densities.size(); ++i) {
+    const size_t k = topk_count(n, densities[i]);
+    const double s = best_of([&] {
+      if (selector == "exact")
+        exact_topk(x, k, idx);
+      else
+        mstopk.select(x, k, idx);
+    });
+    out[i] = s / static_cast<double>(n);
+  }
+  // a pass: acc = residual + gradient (three streams count as three passes in the model)
+  out[densities.size()] = best_of([&] {
+                              for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+                            }) /
+                            (3.0 * static_cast<double>(n));
+  // a scatter-add of pairs at random places
+  const size_t pairs = std::max<size_t>(1, topk_count(n, 0.01));
+  std::vector<SparseEntry> e(pairs);
+  std::uniform_int_distribution<uint32_t> at(0, static_cast<uint32_t>(n - 1));
+  for (auto& p : e) p = {at(rng), 1.0f};
+  out[densities.size() + 1] = best_of([&] { scatter_add(acc, e); }) / static_cast<double>(pairs);
+}
+
 }  // namespace
 
 GangCalibration calibrate_gang(CommGroups& groups, size_t bucket_floats, const std::vector<double>& densities,
@@ -115,36 +149,7 @@ GangCalibration calibrate_gang(CommGroups& groups, size_t bucket_floats, const s
     if (me.local_rank == 0) v[3] = alpha, v[4] = per_byte;
   }
   // The sparse exchanges' CPU work, on rank 0.
-  if (groups.rank == 0) {
-    const size_t n = std::max<size_t>(1, std::min(bucket_floats, kMaxSelectionFloats));
-    std::vector<float> x(n), acc(n);
-    std::mt19937 rng(42);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (float& f : x) f = normal(rng);
-    MSTopK mstopk;
-    std::vector<uint32_t> idx;
-    for (size_t i = 0; i < densities.size(); ++i) {
-      const size_t k = topk_count(n, densities[i]);
-      const double s = best_of([&] {
-        if (selector == "exact")
-          exact_topk(x, k, idx);
-        else
-          mstopk.select(x, k, idx);
-      });
-      v[5 + i] = s / static_cast<double>(n);
-    }
-    // a pass: acc = residual + gradient (three streams count as three passes in the model)
-    v[5 + densities.size()] = best_of([&] {
-                                for (size_t i = 0; i < n; ++i) acc[i] += x[i];
-                              }) /
-                              (3.0 * static_cast<double>(n));
-    // a scatter-add of pairs at random places
-    const size_t pairs = std::max<size_t>(1, topk_count(n, 0.01));
-    std::vector<SparseEntry> e(pairs);
-    std::uniform_int_distribution<uint32_t> at(0, static_cast<uint32_t>(n - 1));
-    for (auto& p : e) p = {at(rng), 1.0f};
-    v[6 + densities.size()] = best_of([&] { scatter_add(acc, e); }) / static_cast<double>(pairs);
-  }
+  if (groups.rank == 0) time_sparse_work(bucket_floats, densities, selector, v.data() + 5);
   groups.world->allreduce(std::span<double>(v));
   mc.alpha_inter = v[0], mc.wire_inter = v[1], mc.cpu_inter = v[2];
   mc.alpha_intra = v[3], mc.cpu_intra = v[4];

@@ -11,8 +11,13 @@
 #include <regex>
 #include <string_view>
 
-#include "worker/core/checksum.h"
+#include <set>
+
 #include "common/error.h"
+#include "common/log.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/exchange.h"
+#include "worker/core/checksum.h"
 #include "worker/data/filesystem.h"
 
 namespace tessera {
@@ -188,6 +193,88 @@ std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const st
 void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int keep) {
   auto all = list_checkpoints(dir, rank);
   for (size_t i = 0; i + keep < all.size(); ++i) fs.remove(all[i].second);
+}
+
+namespace {
+
+// Rank `rank`'s checkpoint of an elastic job's `step` (see agree_checkpoint), and the file it came from.
+CheckpointData read_elastic_step(FileSystem& fs, const std::string& dir, int64_t step, int rank, std::string& from) {
+  from = checkpoint_file(dir, step, 0);
+  CheckpointData first = read_checkpoint(fs, from);
+  const auto w = first.counters.find("world");
+  const int64_t writers = w == first.counters.end() ? 1 : std::max<int64_t>(1, w->second);
+  // re-sharding the residuals reads every writer's file, and a lost node leaves its ranks' files of
+  // the step it was writing unwritten
+  for (int64_t r = 1; r < writers; ++r)
+    if (const std::string f = checkpoint_file(dir, step, static_cast<int>(r)); !std::filesystem::exists(f))
+      throw Error(detail::concat("checkpoint '", f, "' is missing: the gang of ", writers, " ranks that wrote step ", step,
+                                 " did not finish it"));
+  if (rank % writers == 0) return first;
+  from = checkpoint_file(dir, step, static_cast<int>(rank % writers));
+  CheckpointData mine = read_checkpoint(fs, from);
+  // A file left by an earlier gang that reached the same step is not this step's.
+  if (const auto m = mine.counters.find("world"); m == mine.counters.end() || m->second != writers)
+    throw Error(detail::concat("checkpoint '", from, "' was written by a gang of ", m == mine.counters.end() ? 1 : m->second,
+                               " ranks, rank 0's of step ", step, " by one of ", writers));
+  return mine;
+}
+
+}  // namespace
+
+AgreedCheckpoint agree_checkpoint(FileSystem& fs, const std::string& dir, int rank, bool elastic, Communicator* world) {
+  if (const int partial = remove_partial_checkpoints(fs, dir, rank))
+    log_info("removed ", detail::count(partial, "partly written checkpoint"), " of rank ", rank, " in ", dir,
+             " (an earlier run stopped while writing)");
+  // every gang has a rank 0
+  const std::vector<int64_t> steps = checkpoint_steps(dir, elastic ? 0 : rank);
+  std::set<int64_t> unreadable;
+  AgreedCheckpoint held;  // the newest readable step at most `at_most`, once read
+  auto newest_readable = [&](int64_t at_most) -> int64_t {
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+      if (*it > at_most || unreadable.count(*it)) continue;
+      if (held.step == *it) return held.step;
+      try {
+        std::string from = checkpoint_file(dir, *it, rank);
+        held.data = elastic ? read_elastic_step(fs, dir, *it, rank, from) : read_checkpoint(fs, from);
+        held.step = *it;
+        held.file = from;
+        return held.step;
+      } catch (const Error& e) {
+        log_warn(e.what(), ": rank ", rank, " resumes from an older checkpoint");
+        unreadable.insert(*it);
+      }
+    }
+    return -1;
+  };
+  int64_t agreed = INT64_MAX;
+  for (;;) {
+    int64_t v = newest_readable(agreed);
+    if (world) world->allreduce(&v, 1, DType::kInt64, ReduceOp::kMin, Millis(0));
+    const bool settled = v == agreed || v < 0;
+    agreed = v;
+    if (settled) break;
+  }
+  if (agreed < 0) {
+    if (!steps.empty()) log_warn("no checkpoint under ", dir, " that every rank can read: training starts at step 0");
+    return {};
+  }
+  return held;
+}
+
+std::map<int, std::vector<float>> reshard_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
+                                                    const std::vector<size_t>& bucket_sizes, const GradientExchange& exchange,
+                                                    bool holds) {
+  std::map<int, std::vector<double>> sum;  // bucket -> the whole bucket's residual, summed over the writers
+  if (holds) sum = summed_bucket_arrays(fs, dir, step, world, bucket_sizes);
+  std::map<int, std::vector<float>> out;
+  for (size_t b = 0; b < bucket_sizes.size(); ++b) {
+    const size_t n = bucket_sizes[b], size = exchange.residual_size(n), offset = exchange.residual_offset(n);
+    std::vector<float> mine(size, 0.0f);
+    if (auto it = sum.find(static_cast<int>(b)); it != sum.end())
+      for (size_t i = 0; i < size; ++i) mine[i] = static_cast<float>(it->second[offset + i]);
+    out[static_cast<int>(b)] = std::move(mine);
+  }
+  return out;
 }
 
 }  // namespace tessera

@@ -13,7 +13,9 @@
 
 namespace tessera {
 
+class Communicator;
 class FileSystem;
+class GradientExchange;
 
 struct CheckpointData {
   std::map<std::string, int64_t> counters;             // step, optimizer steps, ...
@@ -45,5 +47,28 @@ void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int kee
 // array does not fit them.
 std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const std::string& dir, int64_t step, int world,
                                                         const std::vector<size_t>& bucket_sizes, const std::string& kind = "residual");
+
+// The checkpoint a gang resumes from: the newest step that every rank can read, its data as this
+// rank reads it, and the file that came from. step -1: none (training starts at step 0).
+struct AgreedCheckpoint {
+  int64_t step = -1;
+  CheckpointData data;
+  std::string file;
+};
+// Collective over `world` (null: a single process). A rank whose newest checkpoint is torn or
+// corrupt says so and offers an older one; the ranks agree on the newest step all of them offer
+// (each round can only lower it, and every rank runs the same rounds). Removes this rank's partly
+// written files first. An elastic job's steps may have been written by a gang of another size:
+// a step counts only when every rank of the gang that wrote it (rank 0's counter "world") finished
+// its file, and a rank the writing gang did not have reads the state of rank (rank mod its size).
+AgreedCheckpoint agree_checkpoint(FileSystem& fs, const std::string& dir, int rank, bool elastic, Communicator* world);
+
+// The error-feedback residuals of step `step`, written by a gang of `world` ranks of another size
+// than this one (elastic), for this rank under `exchange`: every writer's residual summed in its
+// bucket, and this rank's share of the sum (its entries of each bucket where `holds`, none
+// elsewhere), so that what the gang still owes is neither lost nor counted twice. bucket -> entries.
+std::map<int, std::vector<float>> reshard_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
+                                                    const std::vector<size_t>& bucket_sizes, const GradientExchange& exchange,
+                                                    bool holds);
 
 }  // namespace tessera

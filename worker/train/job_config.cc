@@ -1,16 +1,9 @@
 #include "worker/train/job_config.h"
 
 namespace tessera {
+namespace {
 
-JobConfig make_job_config(const api::TrainingJob& job) {
-  const api::TrainingJobSpec& s = job.spec;
-  JobConfig j;
-  j.name = job.name;
-  j.workers = s.workers();
-  j.min_workers = s.elastic.min_replicas * s.ranks_per_replica;
-  j.device = s.device;
-  j.gpus_per_pod = s.resources.gpu;
-
+void set_model(const api::TrainingJobSpec& s, JobConfig& j) {
   j.model.name = s.model.name;
   j.model.input_size = s.model.input_size;
   j.model.in_channels = s.model.in_channels;
@@ -33,7 +26,9 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.model.depth = s.model.depth;
   j.model.heads = s.model.heads;
   j.model.label_smoothing = s.training.label_smoothing;
+}
 
+void set_data(const api::TrainingJobSpec& s, JobConfig& j) {
   j.dataset.kind = s.dataset.synthetic;
   j.dataset.size = s.model.input_size;
   j.dataset.samples = s.dataset.samples;
@@ -61,7 +56,9 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   j.data.cache.ssd_bytes = s.cache.ssd_bytes;
   j.data.loader_threads = s.training.loader_threads;
   j.data.prefetch_batches = s.training.prefetch_batches;
+}
 
+void set_training(const api::TrainingJobSpec& s, JobConfig& j) {
   auto& tr = j.training;
   tr.epochs = s.training.epochs;
   tr.batch_size = s.training.batch_size;
@@ -86,7 +83,21 @@ JobConfig make_job_config(const api::TrainingJob& job) {
   tr.schedule.min_lr = sc.min_learning_rate;
   tr.warmup_epochs = sc.warmup_epochs;
   tr.milestone_epochs = sc.milestones;
+}
 
+}  // namespace
+
+JobConfig make_job_config(const api::TrainingJob& job) {
+  const api::TrainingJobSpec& s = job.spec;
+  JobConfig j;
+  j.name = job.name;
+  j.workers = s.workers();
+  j.min_workers = s.elastic.min_replicas * s.ranks_per_replica;
+  j.device = s.device;
+  j.gpus_per_pod = s.resources.gpu;
+  set_model(s, j);
+  set_data(s, j);
+  set_training(s, j);
   j.communication = s.communication;
   j.checkpoint = s.checkpoint;
 

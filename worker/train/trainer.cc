@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <set>
 
+#include "api/training_job.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "tessera/config.h"
@@ -122,14 +122,23 @@ int rank_gpu_ordinal() {
 
 Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups)
     : config_(std::move(config)), groups_(groups), device_groups_(device_groups) {
+  place_replicas();
+  build_model();
+  open_data();
+  build_optimizer();
+  build_exchange();
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::place_replicas() {
   const int world = groups_ ? groups_->topology.world_size() : 1;
   const int spatial = config_.model.spatial.size();
   if (groups_) rank_ = groups_->rank;
   // The manifest's rules (the split divides the workers, the batch divides over the replicas) were
   // checked when it was read; what is left is that the ranks that met are the job's workers (or, for
   // an elastic job, whole spatial groups of at least its minimum).
-  const bool elastic = config_.min_workers > 0 && world >= config_.min_workers && world <= config_.workers && world % spatial == 0;
-  if (world != config_.workers && !elastic)
+  if (!api::gang_size_fits(world, config_.workers, config_.min_workers, spatial))
     throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers, " workers (replicas x ranksPerReplica",
                                                       config_.min_workers ? detail::concat(", at least ", config_.min_workers, " elastic") : "",
                                                       ") but ", world, " ranks met"));
@@ -144,6 +153,9 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
     throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
+}
+
+void Trainer::build_model() {
   device_ = resolve_device(config_);
   if (device_ == Device::kCuda) gpu::set_device(rank_gpu_ordinal());
   TESSERA_CHECK(!device_groups_ || (groups_ && device_ == Device::kCuda), "NCCL groups for a job that does not train on CUDA");
@@ -167,6 +179,34 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
       box_.begin[d] = p->owned(d).begin;
       box_.end[d] = p->owned(d).end;
     }
+}
+
+namespace {
+
+// An ImageFolder's training and validation splits, as every rank opens them.
+std::pair<std::unique_ptr<ImageFolderDataset>, std::unique_ptr<ImageFolderDataset>> open_image_folder(
+    const JobConfig& config, FileSystem& remote, TieredCache* cache, int rank) {
+  const DataConfig& dc = config.data;
+  const ImageFolderIndex index = read_image_folder_index(dc.path);
+  const int classes = static_cast<int>(index.classes.size());
+  const std::string counted = detail::concat(classes, classes == 1 ? " class" : " classes");
+  if (config.model.outputs != classes)
+    throw ConfigError("spec.model.outputs", detail::concat(config.model.outputs, " outputs, but the dataset under ", dc.path, " has ",
+                                                           counted, " (", index.classes.front(), "...", index.classes.back(),
+                                                           "): set outputs to ", classes));
+  const ImageCacheChoice keep = choose_image_cache(index, dc.cache);
+  if (rank == 0)
+    log_info("images: ", index.train.size(), " to train on and ", index.val.size(), " to validate on, ", counted,
+             "; the cache keeps ", keep.decoded ? "decoded pixels" : "JPEG bytes", ": ", keep.reason);
+  const int size = static_cast<int>(config.model.input_size);
+  using Split = ImageFolderDataset::Split;
+  return {std::make_unique<ImageFolderDataset>(dc.path, index, Split::kTrain, size, config.training.seed, remote, cache, keep.decoded),
+          std::make_unique<ImageFolderDataset>(dc.path, index, Split::kVal, size, config.training.seed, remote, cache, keep.decoded)};
+}
+
+}  // namespace
+
+void Trainer::open_data() {
   const DataConfig& dc = config_.data;
   posix_ = std::make_unique<PosixFileSystem>();  // checkpoints and the data cache
   FileSystem* remote = posix_.get();
@@ -193,21 +233,7 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
       if (!dc.validation_path.empty()) val_ = open(dc.validation_path, "validationPath");
     }
   } else if (dc.format == "imagefolder") {
-    const ImageFolderIndex index = read_image_folder_index(dc.path);
-    const int classes = static_cast<int>(index.classes.size());
-    if (config_.model.outputs != classes)
-      throw ConfigError("spec.model.outputs", detail::concat(config_.model.outputs, " outputs, but the dataset under ", dc.path, " has ",
-                                                             detail::concat(classes, classes == 1 ? " class" : " classes"), " (", index.classes.front(), "...",
-                                                             index.classes.back(), "): set outputs to ", classes));
-    const ImageCacheChoice keep = choose_image_cache(index, dc.cache);
-    if (rank_ == 0)
-      log_info("images: ", index.train.size(), " to train on and ", index.val.size(), " to validate on, ", detail::concat(classes, classes == 1 ? " class" : " classes"),
-               "; the cache keeps ", keep.decoded ? "decoded pixels" : "JPEG bytes", ": ", keep.reason);
-    const int size = static_cast<int>(config_.model.input_size);
-    auto train = std::make_unique<ImageFolderDataset>(dc.path, index, ImageFolderDataset::Split::kTrain, size, config_.training.seed,
-                                                      *remote, cache_.get(), keep.decoded);
-    auto val = std::make_unique<ImageFolderDataset>(dc.path, index, ImageFolderDataset::Split::kVal, size, config_.training.seed,
-                                                    *remote, cache_.get(), keep.decoded);
+    auto [train, val] = open_image_folder(config_, *remote, cache_.get(), rank_);
     images_ = {train.get(), val.get()};
     train_ = std::move(train);
     val_ = std::move(val);
@@ -224,52 +250,56 @@ Trainer::Trainer(JobConfig config, CommGroups* groups, CommGroups* device_groups
   if (train_->input_shape() != model_->sample_shape())
     throw ConfigError("spec.dataset", detail::concat("samples of shape ", shape_str(train_->input_shape()),
                                                      " do not fit model input ", shape_str(model_->sample_shape())));
+  const auto& tr = config_.training;
   steps_per_epoch_ = static_cast<int64_t>(train_->size()) / tr.batch_size;
   if (steps_per_epoch_ < 1)
     throw ConfigError("spec.dataset.samples", detail::concat(train_->size(), " samples make no full batch of ", tr.batch_size));
   total_steps_ = steps_per_epoch_ * tr.epochs;
+}
 
+void Trainer::build_optimizer() {
+  const auto& tr = config_.training;
   ScheduleConfig& s = config_.training.schedule;
   s.warmup_steps = static_cast<int64_t>(std::llround(tr.warmup_epochs * steps_per_epoch_));
   s.total_steps = total_steps_;
   s.milestones.clear();
   for (int64_t e : tr.milestone_epochs) s.milestones.push_back(e * steps_per_epoch_);
-  const auto& cc = config_.communication;
-  if (groups_ && cc.momentum_correction) {
-    // the velocity goes through the exchange: the optimiser steps by it as it comes
-    velocity_ = std::make_unique<MomentumCorrection>(static_cast<float>(tr.optimizer.momentum));
-    velocity_decay_ = static_cast<float>(tr.optimizer.weight_decay);
-    OptimizerConfig plain = tr.optimizer;
-    plain.momentum = 0;
-    plain.weight_decay = 0;
-    optimizer_ = make_optimizer(plain);
-    if (rank_ == 0)
-      log_info("momentum correction: each rank keeps SGD's velocity (momentum ", tr.optimizer.momentum,
-               ") before the exchange, and a sparse exchange sends velocity");
-  } else {
+  if (!groups_ || !config_.communication.momentum_correction) {
     optimizer_ = make_optimizer(tr.optimizer);
+    return;
   }
-  if (groups_) {
-    const bool hybrid = cc.strategy == "hybrid";
-    auto_ = cc.strategy == "auto";
-    // In device memory (NCCL) or on the host (the buckets staged there when the model is on the GPU).
-    CommGroups& exchange_groups = device_groups_ ? *device_groups_ : *groups_;
-    const Device buckets_on = device_groups_ ? Device::kCuda : Device::kCpu;
-    // auto: the ring all-reduce until the controller's choice
-    const std::string first = hybrid ? cc.sparse : auto_ ? "dense" : cc.strategy;
-    sparse_ = make_exchange(ExchangeConfig{first, cc.density, cc.selector, buckets_on}, exchange_groups);
-    if (hybrid) {
-      dense_ = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on}, exchange_groups);
-      switch_step_ = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
-    }
-  }
-  if (groups_) {
-    buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap, device_groups_ != nullptr);
-    stragglers_ = std::make_unique<StragglerWatch>(*groups_);
-  }
+  // the velocity goes through the exchange: the optimiser steps by it as it comes
+  velocity_ = std::make_unique<MomentumCorrection>(static_cast<float>(tr.optimizer.momentum));
+  velocity_decay_ = static_cast<float>(tr.optimizer.weight_decay);
+  OptimizerConfig plain = tr.optimizer;
+  plain.momentum = 0;
+  plain.weight_decay = 0;
+  optimizer_ = make_optimizer(plain);
+  if (rank_ == 0)
+    log_info("momentum correction: each rank keeps SGD's velocity (momentum ", tr.optimizer.momentum,
+             ") before the exchange, and a sparse exchange sends velocity");
 }
 
-Trainer::~Trainer() = default;
+void Trainer::build_exchange() {
+  if (!groups_) return;
+  const auto& cc = config_.communication;
+  const bool hybrid = cc.strategy == "hybrid";
+  // In device memory (NCCL) or on the host (the buckets staged there when the model is on the GPU).
+  CommGroups& exchange_groups = device_groups_ ? *device_groups_ : *groups_;
+  const Device buckets_on = device_groups_ ? Device::kCuda : Device::kCpu;
+  buckets_ = std::make_unique<BucketExchange>(model_->params(), cc.bucket_bytes, cc.overlap, device_groups_ != nullptr);
+  stragglers_ = std::make_unique<StragglerWatch>(*groups_);
+  if (cc.strategy == "auto")
+    auto_ = std::make_unique<AutoExchange>(config_, *groups_, exchange_groups, buckets_on, buckets_->bucket_sizes(),
+                                           model_->cost_layers());
+  // auto: the ring all-reduce until the controller's choice
+  const std::string first = hybrid ? cc.sparse : auto_ ? "dense" : cc.strategy;
+  schedule_.sparse = make_exchange(ExchangeConfig{first, cc.density, cc.selector, buckets_on}, exchange_groups);
+  if (hybrid) {
+    schedule_.dense = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on}, exchange_groups);
+    schedule_.switch_step = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
+  }
+}
 
 uint64_t Trainer::remote_bytes_read() const {
   uint64_t n = 0;
@@ -306,7 +336,7 @@ std::vector<std::vector<uint64_t>> Trainer::epoch_schedule(int epoch, int64_t fr
 
 void Trainer::set_control(ControlAgent* agent) {
   control_ = agent;
-  if (control_ && dense_) switch_step_ = -1;  // the controller chooses the switch step
+  if (control_ && schedule_.dense) schedule_.switch_step = -1;  // the controller chooses the switch step
 }
 
 double Trainer::allreduce_weighted(double weighted_sum, double weight, bool* stop) {
@@ -357,18 +387,18 @@ void Trainer::begin_exchange(StepRecord& rec) {
     rec.strategy = "local";
     return;
   }
-  const bool dense_phase = dense_ && switch_step_ >= 0 && step_ >= switch_step_;
-  GradientExchange* ex = dense_phase ? dense_.get() : sparse_.get();
+  const bool dense_phase = schedule_.dense_phase(step_);
+  GradientExchange* ex = &schedule_.at(step_);
   rec.strategy = ex->name();
-  rec.exchange_choice = taken_choice_;
+  rec.exchange_choice = auto_ ? auto_->taken_choice() : 0;
   rec.dense = rec.strategy == "dense" || rec.strategy == "torus";
   rec.density = rec.dense ? 1.0 : config_.communication.density;
   // First dense step after the switch: what the sparse phase still owed is sent now.
-  const bool flush = dense_phase && !flushed_residuals_;
-  if (dense_phase) flushed_residuals_ = true;
+  const bool flush = dense_phase && !schedule_.flushed_residuals;
+  if (dense_phase) schedule_.flushed_residuals = true;
   // strategy auto: what an exchange replaced (or the checkpoint) still owed goes with this step; the
-  // communication thread reads owed_, which the step loop clears when the step's buckets are done
-  const bool owed = !owed_.empty();
+  // communication thread reads it, which the step loop clears when the step's buckets are done
+  const AutoExchange* owed = auto_ && auto_->owes() ? auto_.get() : nullptr;
   const bool on_device = device_groups_ != nullptr;
   const bool mask = !rec.dense;
   // the velocity first: what the earlier exchanges owe is velocity already. Gradients on the host
@@ -382,19 +412,8 @@ void Trainer::begin_exchange(StepRecord& rec) {
   buckets_->begin(
       [this, ex, flush, owed, on_device, mask, fill_velocity, &rec](int b, std::span<float> bucket) {
         if (velocity_ && !fill_velocity) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
-        if (flush) sparse_->add_residual(b, bucket);
-        if (owed)
-          if (auto it = owed_.find(b); it != owed_.end())
-            for (const auto& [offset, v] : it->second) {
-              if (!on_device) {
-                for (size_t i = 0; i < v.size(); ++i) bucket[offset + i] += v[i];
-                continue;
-              }
-              float* at = bucket.data() + offset;
-              Tensor staged(Shape{static_cast<int64_t>(v.size())}, Layout::kPlain, Device::kCuda);
-              gpu::copy(staged.data(), Device::kCuda, v.data(), Device::kCpu, v.size() * sizeof(float));
-              gpu::add_into(at, staged.data(), v.size());
-            }
+        if (flush) schedule_.sparse->add_residual(b, bucket);
+        if (owed) owed->add_owed(b, bucket, on_device);
         const ExchangeStats st = ex->exchange(b, bucket);
         if (velocity_ && mask) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->mask(b, h); }, false);
         rec.bytes_intra += st.bytes.intra;
@@ -488,7 +507,7 @@ void Trainer::save(int64_t next_step) {
   CheckpointData d;
   d.counters["step"] = next_step;
   d.counters["optimizer_steps"] = optimizer_->steps();
-  d.counters["flushed_residuals"] = flushed_residuals_;
+  d.counters["flushed_residuals"] = schedule_.flushed_residuals;
   // The gang that wrote it, and where this rank's residuals lie in their buckets: a gang of another
   // size (elastic) re-shards them.
   d.counters["world"] = groups_ ? groups_->world->size() : 1;
@@ -504,10 +523,11 @@ void Trainer::save(int64_t next_step) {
       d.arrays["bn/" + l->name() + "/var"] = host(bn->running_var());
     }
   // auto: once the dense phase has sent the sparse phase's residuals, a restore must not send them again
-  if (sparse_ && !(auto_ && flushed_residuals_))
-    for (auto& [b, r] : sparse_->residuals()) {
+  if (schedule_.sparse && !(auto_ && schedule_.flushed_residuals))
+    for (auto& [b, r] : schedule_.sparse->residuals()) {
       d.arrays["residual/" + std::to_string(b)] = r;
-      d.counters["residual_offset/" + std::to_string(b)] = static_cast<int64_t>(sparse_->residual_offset(buckets_->bucket_size(b)));
+      d.counters["residual_offset/" + std::to_string(b)] =
+          static_cast<int64_t>(schedule_.sparse->residual_offset(buckets_->bucket_size(b)));
     }
   if (velocity_)
     for (const auto& [b, u] : velocity_->velocities()) d.arrays["velocity/" + std::to_string(b)] = u;
@@ -522,448 +542,362 @@ void Trainer::save(int64_t next_step) {
   prune_checkpoints(*posix_, config_.checkpoint.path, rank_, config_.checkpoint.keep);
 }
 
-std::map<int, std::vector<float>> Trainer::reshard_residuals(int64_t step, int world) const {
-  std::map<int, std::vector<float>> out;
-  if (!sparse_) return out;
-  // The ranks of rank 0's node hold the sum: under hitopk their shards cover each bucket once;
-  // otherwise each holds a whole bucket, and rank 0 alone keeps it.
-  const size_t probe = buckets_->size() ? buckets_->bucket_size(0) : 0;
-  const bool sharded = probe > 0 && sparse_->residual_size(probe) != probe;
-  const bool holds = rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
-  std::map<int, std::vector<double>> sum;  // bucket -> the whole bucket's residual, summed over the writers
-  if (holds) {
-    sum = summed_bucket_arrays(*posix_, config_.checkpoint.path, step, world, buckets_->bucket_sizes());
-  }
-  for (size_t b = 0; b < buckets_->size(); ++b) {
-    const size_t n = buckets_->bucket_size(b), size = sparse_->residual_size(n), offset = sparse_->residual_offset(n);
-    std::vector<float> mine(size, 0.0f);
-    if (auto it = sum.find(static_cast<int>(b)); it != sum.end())
-      for (size_t i = 0; i < size; ++i) mine[i] = static_cast<float>(it->second[offset + i]);
-    out[static_cast<int>(b)] = std::move(mine);
-  }
-  return out;
-}
-
 void Trainer::restore() {
   if (config_.checkpoint.path.empty()) return;
-  if (const int partial = remove_partial_checkpoints(*posix_, config_.checkpoint.path, rank_))
-    log_info("removed ", detail::count(partial, "partly written checkpoint"), " of rank ", rank_, " in ",
-             config_.checkpoint.path, " (an earlier run stopped while writing)");
-  // Every rank resumes from the same step: the newest one all of them can read. A rank whose newest
-  // checkpoint is torn or corrupt says so and offers an older one; the ranks agree on the newest step
-  // all of them offer (each round can only lower it, and every rank runs the same rounds).
-  const std::string& dir = config_.checkpoint.path;
-  // An elastic job's steps may have been written by a gang of another size: every gang has a rank 0,
-  // and a rank the writing gang did not have resumes from the state of rank (this rank mod its size).
-  const bool elastic = config_.min_workers > 0;
-  const std::vector<int64_t> steps = checkpoint_steps(dir, elastic ? 0 : rank_);
-  std::set<int64_t> unreadable;
-  CheckpointData d;
-  int64_t held = -1;  // the step whose checkpoint is in d
-  std::string file;   // and the file it came from
-  auto read_step = [&](int64_t step, std::string& from) {
-    from = checkpoint_file(dir, step, rank_);
-    if (!elastic) return read_checkpoint(*posix_, from);
-    // An elastic step counts only when every rank of the gang that wrote it (rank 0's counter
-    // "world") finished its file: re-sharding the residuals reads them all, and a lost node leaves
-    // its ranks' files of the step it was writing unwritten.
-    from = checkpoint_file(dir, step, 0);
-    CheckpointData first = read_checkpoint(*posix_, from);
-    const auto w = first.counters.find("world");
-    const int64_t writers = w == first.counters.end() ? 1 : std::max<int64_t>(1, w->second);
-    for (int64_t r = 1; r < writers; ++r)
-      if (const std::string f = checkpoint_file(dir, step, static_cast<int>(r)); !std::filesystem::exists(f))
-        throw Error(detail::concat("checkpoint '", f, "' is missing: the gang of ", writers, " ranks that wrote step ", step,
-                                   " did not finish it"));
-    if (rank_ % writers == 0) return first;
-    from = checkpoint_file(dir, step, static_cast<int>(rank_ % writers));
-    CheckpointData mine = read_checkpoint(*posix_, from);
-    // A file left by an earlier gang that reached the same step is not this step's.
-    if (const auto m = mine.counters.find("world"); m == mine.counters.end() || m->second != writers)
-      throw Error(detail::concat("checkpoint '", from, "' was written by a gang of ", m == mine.counters.end() ? 1 : m->second,
-                                 " ranks, rank 0's of step ", step, " by one of ", writers));
-    return mine;
-  };
-  auto newest_readable = [&](int64_t at_most) -> int64_t {
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-      if (*it > at_most || unreadable.count(*it)) continue;
-      if (held == *it) return held;
-      try {
-        std::string from;
-        d = read_step(*it, from);
-        held = *it;
-        file = from;
-        return held;
-      } catch (const Error& e) {
-        log_warn(e.what(), ": rank ", rank_, " resumes from an older checkpoint");
-        unreadable.insert(*it);
-      }
-    }
-    return -1;
-  };
-  int64_t agreed = INT64_MAX;
-  for (;;) {
-    int64_t v = newest_readable(agreed);
-    if (groups_) groups_->world->allreduce(&v, 1, DType::kInt64, ReduceOp::kMin, Millis(0));
-    if (v == agreed || v < 0) {
-      agreed = v;
-      break;
-    }
-    agreed = v;
-  }
-  if (agreed < 0) {
-    if (!steps.empty()) log_warn("no checkpoint under ", dir, " that every rank can read: training starts at step 0");
-    return;
-  }
-  // A checkpoint of another model is the job's configuration, not a fault: retrying cannot help.
-  auto mismatch = [&](const std::string& what) {
-    return ConfigError("spec.checkpoint.path",
-                       detail::concat("'", file, "' was written by another configuration of the job: ", what,
-                                      ". To start afresh, remove the job's checkpoints (`tessera run --fresh`) or set a new "
-                                      "spec.checkpoint.path"));
-  };
+  const AgreedCheckpoint c = agree_checkpoint(*posix_, config_.checkpoint.path, rank_, config_.min_workers > 0,
+                                              groups_ ? groups_->world.get() : nullptr);
+  if (c.step < 0) return;
+  restore_model(c);
+  const int world = groups_ ? groups_->world->size() : 1;
+  const auto w = c.data.counters.find("world");
+  const int64_t writers = w == c.data.counters.end() ? world : w->second;  // older checkpoints: this gang
+  if (writers != world && rank_ == 0)
+    log_info("step ", c.step, " was written by a gang of ", writers, " ranks; this one has ", world,
+             ": its error-feedback residuals are re-sharded, none dropped");
+  restore_residuals(c, writers);
+  restore_velocity(c, writers);
+  optimizer_->set_steps(c.data.counters.at("optimizer_steps"));
+  schedule_.flushed_residuals = c.data.counters.count("flushed_residuals") && c.data.counters.at("flushed_residuals");
+  step_ = c.data.counters.at("step");
+  log_info("restored checkpoint ", c.file, ": resuming at step ", step_);
+}
+
+ConfigError Trainer::mismatch(const AgreedCheckpoint& c, const std::string& what) const {
+  return ConfigError("spec.checkpoint.path",
+                     detail::concat("'", c.file, "' was written by another configuration of the job: ", what,
+                                    ". To start afresh, remove the job's checkpoints (`tessera run --fresh`) or set a new "
+                                    "spec.checkpoint.path"));
+}
+
+void Trainer::restore_model(const AgreedCheckpoint& c) {
   auto load = [&](const std::string& key, Tensor& into) {
-    auto it = d.arrays.find(key);
-    if (it == d.arrays.end()) throw mismatch("it has no '" + key + "' (did spec.model change?)");
+    auto it = c.data.arrays.find(key);
+    if (it == c.data.arrays.end()) throw mismatch(c, "it has no '" + key + "' (did spec.model change?)");
     if (static_cast<int64_t>(it->second.size()) != into.numel())
-      throw mismatch(detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ", into.numel(),
-                                    " (did spec.model change?)"));
+      throw mismatch(c, detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ", into.numel(),
+                                       " (did spec.model change?)"));
     Tensor h(into.shape());
     std::memcpy(h.data(), it->second.data(), it->second.size() * sizeof(float));
     into.copy_from(h);  // on the device, where the model trains there
   };
   for (Param* p : model_->params()) load("param/" + p->name, p->value);
-  for (const auto& [key, v] : d.arrays) {
-    if (key.rfind("opt/", 0) == 0) {
-      Tensor t(Shape{static_cast<int64_t>(v.size())});
-      std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
-      // Optimiser state keeps the shape of its parameter.
-      const std::string name = key.substr(4);
-      for (Param* p : model_->params())
-        if (name.rfind(p->name + "/", 0) == 0) t = t.reshape(p->value.shape());
-      optimizer_->state()[name] = t;
-    }
+  for (const auto& [key, v] : c.data.arrays) {
+    if (key.rfind("opt/", 0) != 0) continue;
+    Tensor t(Shape{static_cast<int64_t>(v.size())});
+    std::memcpy(t.data(), v.data(), v.size() * sizeof(float));
+    // Optimiser state keeps the shape of its parameter.
+    const std::string name = key.substr(4);
+    for (Param* p : model_->params())
+      if (name.rfind(p->name + "/", 0) == 0) t = t.reshape(p->value.shape());
+    optimizer_->state()[name] = t;
   }
   for (Layer* l : model_->layers())
     if (auto* bn = dynamic_cast<BatchNorm*>(l)) {
       load("bn/" + l->name() + "/mean", bn->running_mean());
       load("bn/" + l->name() + "/var", bn->running_var());
     }
-  std::map<int, std::vector<float>> residuals;
-  const auto writers = d.counters.find("world");
+}
+
+void Trainer::restore_residuals(const AgreedCheckpoint& c, int64_t writers) {
   const int world = groups_ ? groups_->world->size() : 1;
-  if (writers != d.counters.end() && writers->second != world) {
-    if (rank_ == 0)
-      log_info("step ", agreed, " was written by a gang of ", writers->second, " ranks; this one has ", world,
-               ": its error-feedback residuals are re-sharded, none dropped");
-    residuals = reshard_residuals(agreed, static_cast<int>(writers->second));
-  } else {
-    for (const auto& [key, v] : d.arrays)
+  const bool resharded = writers != world;
+  std::map<int, std::vector<float>> residuals;
+  if (resharded && schedule_.sparse) {
+    // The ranks of rank 0's node hold the sum: under hitopk their shards cover each bucket once;
+    // otherwise each holds a whole bucket, and rank 0 alone keeps it.
+    const size_t probe = buckets_->size() ? buckets_->bucket_size(0) : 0;
+    const bool sharded = probe > 0 && schedule_.sparse->residual_size(probe) != probe;
+    const bool holds = rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
+    residuals = reshard_residuals(*posix_, config_.checkpoint.path, c.step, static_cast<int>(writers), buckets_->bucket_sizes(),
+                                  *schedule_.sparse, holds);
+  } else if (!resharded) {
+    for (const auto& [key, v] : c.data.arrays)
       if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
   }
+  const std::string changed = " does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)";
   if (auto_) {
     // Whatever exchange wrote them, the residuals go with the first step, each at its place in its
-    // bucket (re-sharded ones: whole buckets on rank 0).
-    for (const auto& [b, v] : residuals) {
-      const auto off = d.counters.find("residual_offset/" + std::to_string(b));
-      const size_t offset = writers != d.counters.end() && writers->second != world ? 0
-                            : off == d.counters.end()                              ? 0
-                                                                                   : static_cast<size_t>(off->second);
+    // bucket (re-sharded ones: at this rank's offset of the exchange in use).
+    for (auto& [b, v] : residuals) {
+      const auto off = c.data.counters.find("residual_offset/" + std::to_string(b));
+      const size_t offset = resharded || off == c.data.counters.end() ? 0 : static_cast<size_t>(off->second);
       if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || offset + v.size() > buckets_->bucket_size(static_cast<size_t>(b)))
-        throw mismatch(detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries at ", offset,
-                                      ") does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
-      owed_[b].push_back({offset, v});
+        throw mismatch(c, detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries at ", offset, ")",
+                                         changed));
+      auto_->owe(b, offset, std::move(v));
     }
-    residuals.clear();
+    return;
   }
   for (const auto& [b, v] : residuals)
-    if (!sparse_ || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
-        v.size() != sparse_->residual_size(buckets_->bucket_size(b)))
-      throw mismatch(detail::concat("its error-feedback residual of bucket ", b, " (", v.size(),
-                                    " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
-  if (sparse_) sparse_->restore_residuals(residuals);
-  if (velocity_) {
-    // A gang of another size: rank 0 takes the writers' sum (the sum is the gang's momentum), the
-    // others start from none.
-    std::map<int, std::vector<float>> velocities;
-    if (writers != d.counters.end() && writers->second != world) {
-      if (rank_ == 0) {
-        for (auto& [b, v] : summed_bucket_arrays(*posix_, config_.checkpoint.path, agreed, static_cast<int>(writers->second),
-                                                 buckets_->bucket_sizes(), "velocity"))
-          velocities[b] = std::vector<float>(v.begin(), v.end());
-      }
-    } else {
-      for (const auto& [key, v] : d.arrays)
-        if (key.rfind("velocity/", 0) == 0) {
-          const int b = std::stoi(key.substr(9));
-          if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(static_cast<size_t>(b)))
-            throw mismatch(detail::concat("its momentum-correction velocity of bucket ", b, " (", v.size(),
-                                          " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
-          velocities[b] = v;
-        }
-    }
+    if (!schedule_.sparse || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
+        v.size() != schedule_.sparse->residual_size(buckets_->bucket_size(b)))
+      throw mismatch(c, detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries)", changed));
+  if (schedule_.sparse) schedule_.sparse->restore_residuals(residuals);
+}
+
+void Trainer::restore_velocity(const AgreedCheckpoint& c, int64_t writers) {
+  if (!velocity_) return;
+  const int world = groups_ ? groups_->world->size() : 1;
+  // A gang of another size: rank 0 takes the writers' sum (the sum is the gang's momentum), the
+  // others start from none.
+  std::map<int, std::vector<float>> velocities;
+  if (writers != world) {
+    if (rank_ == 0)
+      for (auto& [b, v] : summed_bucket_arrays(*posix_, config_.checkpoint.path, c.step, static_cast<int>(writers),
+                                               buckets_->bucket_sizes(), "velocity"))
+        velocities[b] = std::vector<float>(v.begin(), v.end());
     velocity_->restore(std::move(velocities));
+    return;
   }
-  optimizer_->set_steps(d.counters.at("optimizer_steps"));
-  flushed_residuals_ = d.counters.count("flushed_residuals") && d.counters.at("flushed_residuals");
-  step_ = d.counters.at("step");
-  log_info("restored checkpoint ", file, ": resuming at step ", step_);
-}
-
-void Trainer::calibrate_links() {
-  size_t largest = 0;
-  for (size_t b = 0; b < buckets_->size(); ++b) largest = std::max(largest, buckets_->bucket_size(b));
-  const auto& cc = config_.communication;
-  const double compute = calibration_.compute_s;
-  calibration_ = calibrate_gang(*groups_, largest, {cc.density}, cc.selector);
-  calibration_.compute_s = compute;
-  calibration_.buckets = cost::buckets(model_->cost_layers(), static_cast<double>(cc.bucket_bytes));
-  calibration_.overlap = cc.overlap;
-}
-
-void Trainer::choose_here(TrainSummary& summary) {
-  const auto& cc = config_.communication;
-  // the switch step: the configuration's epoch, or the one the gang has passed already
-  const int64_t sparse_end = switch_step_ >= 0 ? switch_step_ : static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
-  const cost::ExchangeChoice c = cost::choose_for(calibration_, step_, sparse_end, total_steps_, {cc.density});
-  pending_ = ControlAgent::ExchangePlan{step_, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "", c.chosen.density,
-                                        cost::strategy_name(c.chosen.dense), ++applied_version_};
-  if (c.chosen.hybrid && switch_step_ < 0) switch_step_ = summary.switch_step = sparse_end;
-  summary.exchange_reason = c.reason;
-  if (rank_ == 0) log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
-}
-
-void Trainer::apply_exchange_plan() {
-  const ControlAgent::ExchangePlan plan = *pending_;
-  pending_.reset();
-  taken_choice_ = plan.version;
-  const auto& cc = config_.communication;
-  CommGroups& g = device_groups_ ? *device_groups_ : *groups_;
-  const Device on = device_groups_ ? Device::kCuda : Device::kCpu;
-  // What the sparse exchange in use still owes goes with the next step (in the dense phase its
-  // residual has gone already).
-  if (sparse_ && !(dense_ && flushed_residuals_))
-    for (const auto& [b, r] : sparse_->residuals())
-      owed_[b].push_back({sparse_->residual_offset(buckets_->bucket_size(static_cast<size_t>(b))), r});
-  std::unique_ptr<GradientExchange> dense = make_exchange(ExchangeConfig{plan.dense, cc.density, cc.selector, on}, g);
-  if (plan.sparse.empty()) {
-    sparse_ = std::move(dense);
-    dense_.reset();
-  } else {
-    sparse_ = make_exchange(ExchangeConfig{plan.sparse, plan.density, cc.selector, on}, g);
-    dense_ = std::move(dense);
+  for (const auto& [key, v] : c.data.arrays) {
+    if (key.rfind("velocity/", 0) != 0) continue;
+    const int b = std::stoi(key.substr(9));
+    if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(static_cast<size_t>(b)))
+      throw mismatch(c, detail::concat("its momentum-correction velocity of bucket ", b, " (", v.size(),
+                                       " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
+    velocities[b] = v;
   }
-  flushed_residuals_ = false;
-  exchange_chosen_ = plan.sparse.empty() ? plan.dense : detail::concat(plan.sparse, " at density ", plan.density, ", then ", plan.dense);
-  if (rank_ == 0)
-    log_info("exchange from step ", step_, ": ",
-             plan.sparse.empty() ? plan.dense
-                                 : detail::concat(plan.sparse, " at density ", plan.density, " until the switch step",
-                                                  switch_step_ >= 0 ? detail::concat(" ", switch_step_) : std::string(), ", then ",
-                                                  plan.dense),
-             " (the controller's choice ", plan.version, ")");
+  velocity_->restore(std::move(velocities));
+}
+
+namespace {
+
+// The timings of the steps since the last progress line.
+class ProgressWindow {
+ public:
+  void add(const StepRecord& rec) {
+    sum_.data_s += rec.data_s;
+    sum_.forward_s += rec.forward_s;
+    sum_.backward_s += rec.backward_s;
+    sum_.comm_s += rec.comm_s;
+    sum_.comm_total_s += rec.comm_total_s;
+    sum_.update_s += rec.update_s;
+    ++steps_;
+    samples_ += rec.global_batch;
+  }
+  double seconds() const { return seconds_since(start_); }
+  // "epoch 2/4 step 10/20 | 812 samples/s | loss ... | comm exposed 12 of 30 ms/step", and a new window.
+  std::string take_line(const StepRecord& last, int epochs, int64_t total_steps, bool overlapped) {
+    const double since = seconds();
+    const StepRecord& w = sum_;
+    const double total = w.data_s + w.forward_s + w.backward_s + w.comm_s + w.update_s;
+    auto pct = [&](double v) { return static_cast<int>(std::lround(100 * v / std::max(total, 1e-12))); };
+    auto per_step_ms = [&](double v) { return static_cast<int>(std::lround(1000 * v / steps_)); };
+    const std::string line = detail::concat(
+        "epoch ", last.epoch + 1, "/", epochs, " step ", last.step + 1, "/", total_steps, " | ",
+        static_cast<int>(samples_ / since), " samples/s | loss ", last.loss, " | lr ", last.lr, " | ", last.strategy, " | data ",
+        pct(w.data_s), "% fwd ", pct(w.forward_s), "% bwd ", pct(w.backward_s), "% comm ", pct(w.comm_s), "% update ",
+        pct(w.update_s), "% | comm exposed ", per_step_ms(w.comm_s), " of ", per_step_ms(w.comm_total_s), " ms/step",
+        overlapped ? " (overlapped)" : "");
+    *this = ProgressWindow{};
+    return line;
+  }
+
+ private:
+  Clock::time_point start_ = Clock::now();
+  StepRecord sum_;
+  int64_t steps_ = 0, samples_ = 0;
+};
+
+}  // namespace
+
+void Trainer::log_start() const {
+  if (rank_ != 0) return;
+  const auto& tr = config_.training;
+  const int local_batch = tr.batch_size / virtual_replicas_;
+  const std::string elastic =
+      replicas_ != virtual_replicas_ ? detail::concat(" (", virtual_replicas_, " micro-batches of ", local_batch, " over ", replicas_,
+                                                      " replicas: elastic, the job's ", virtual_replicas_, " replicas' batch kept)")
+                                     : "";
+  const std::string switching =
+      schedule_.switch_step >= 0
+          ? detail::concat(" (switch to ", config_.communication.dense, " at step ", schedule_.switch_step, ")")
+          : "";
+  const std::string where =
+      device_ == Device::kCuda
+          ? detail::concat(", on CUDA device ", gpu::current_device(),
+                           !groups_ ? "" : device_groups_ ? " (gradients exchanged by NCCL)" : " (gradients exchanged through host memory)")
+          : ", on the CPU";
+  log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
+           " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
+           config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
+           " steps, global batch ", tr.batch_size, elastic, ", strategy ", config_.communication.strategy, switching, where);
+}
+
+void Trainer::heartbeat(int epoch, TrainSummary& summary) {
+  // auto: rank 0 reports the calibration once the first steps are timed
+  const GangCalibration* cal = auto_ && rank_ == 0 ? auto_->take_report() : nullptr;
+  const ControlAgent::Answer a = control_->heartbeat(
+      {step_, epoch, steps_per_epoch_, last_loss_, last_sps_, stragglers_ ? stragglers_->report() : StragglerReport{}, cal},
+      stop_flag_);
+  const int64_t s = a.switch_step;
+  if ((schedule_.dense || auto_) && schedule_.switch_step < 0 && s >= 0) {
+    schedule_.switch_step = s;
+    summary.switch_step = s;
+    if (rank_ == 0 && schedule_.dense) log_info("the controller chose step ", s, " to switch to ", schedule_.dense->name());
+  }
+  if (auto_) auto_->offer(a.exchange);
+}
+
+std::pair<double, double> Trainer::compute(StepRecord& rec) {
+  const int local_batch = config_.training.batch_size / virtual_replicas_;  // a micro-batch: one virtual replica's share
+  const int micro = rec.micro_batches;
+  start_gradients(micro);
+  // The replica's micro-batches (one unless an elastic gang shrank): their gradients add up, and
+  // the last one's backward pass sends the buckets.
+  const double share = model_->loss_share(local_batch);
+  double loss_sum = 0, loss_weight = 0;
+  for (int m = 0; m < micro; ++m) {
+    double data_s = 0;
+    Batch batch = select_held(loader_->next(&data_s));
+    rec.data_s += data_s;
+    batch.inputs.adopt_stream();  // on the GPU: made on a loader thread's stream, used last on this one
+    batch.targets.adopt_stream();
+    auto t0 = Clock::now();
+    for (Dropout* d : dropouts_) d->set_call(static_cast<uint64_t>(step_));
+    Tensor out = model_->forward(batch.inputs.to(device_), true);
+    LossResult loss = model_->loss(out, batch.targets.to(device_));
+    // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
+    // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
+    if (share != 1.0 && loss.grad.on_device())
+      gpu::scale(loss.grad.data(), static_cast<size_t>(loss.grad.numel()), static_cast<float>(share));
+    else if (share != 1.0)
+      for (float& g : loss.grad.span()) g *= static_cast<float>(share);
+    rec.forward_s += seconds_since(t0);
+    t0 = Clock::now();
+    const bool last = m + 1 == micro;
+    if (last) begin_exchange(rec);
+    model_->backward(loss.grad, last && buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
+    rec.backward_s += seconds_since(t0);
+    loss_sum += (out.dim(0) ? loss.loss : 0.0) * (share * local_batch);
+    loss_weight += share * local_batch;
+  }
+  return {loss_sum, loss_weight};
+}
+
+bool Trainer::finish_step(StepRecord& rec, std::pair<double, double> loss) {
+  const auto& tr = config_.training;
+  auto t0 = Clock::now();
+  const double waited = buckets_ ? buckets_->finish() : 0.0;
+  if (auto_) auto_->clear_owed();  // sent with this step's buckets
+  bool stop = stop_flag_ && stop_flag_->load();
+  rec.loss = allreduce_weighted(loss.first, loss.second, &stop);
+  rec.comm_s = seconds_since(t0);
+  // All of the step's communication: the buckets' work on the communication thread, or what the step
+  // waited for them if that was longer (the thread waiting for a core), plus the loss all-reduce.
+  rec.comm_total_s = std::max(buckets_ ? buckets_->busy_seconds() : 0.0, waited) + (rec.comm_s - waited);
+
+  t0 = Clock::now();
+  auto params = model_->params();
+  if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
+  rec.lr = learning_rate(config_.training.schedule, step_);
+  optimizer_->step(params, rec.lr);
+  rec.update_s = seconds_since(t0);
+  if (!std::isfinite(rec.loss))
+    throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
+                                      " (lower spec.training.optimizer.learningRate or set spec.training.gradClip)"));
+  last_loss_ = rec.loss;
+  const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
+  last_sps_ = tr.batch_size / std::max(1e-9, step_s);
+  auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
+  log_debug("step ", step_ + 1, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
+            " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms (selection ", ms(rec.select_s),
+            " ms), update ", ms(rec.update_s), " ms");
+  return stop;
+}
+
+void Trainer::after_step(const StepRecord& rec, TrainSummary& summary) {
+  const double compute_s = rec.forward_s + rec.backward_s + rec.update_s;
+  // auto: a step's compute from the run's first steps, then the choice: the controller's, from rank
+  // 0's report; or, for a gang without a controller, every rank's own from the same figures, from
+  // the next step.
+  auto choose_here = [&] {
+    summary.exchange_reason = auto_->choose_here(step_, schedule_, steps_per_epoch_, total_steps_, rank_);
+    summary.switch_step = schedule_.switch_step;
+  };
+  if (auto_ && auto_->add_step_compute(rec.step - summary.first_step, compute_s) && !control_) choose_here();
+  const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
+  if (stragglers_ && stragglers_->after_step(compute_s, step_s) && rank_ == 0) {
+    const StragglerReport& s = stragglers_->report();
+    if (s.ranks.empty())
+      log_info("no rank holds the gang back any more");
+    else
+      log_warn("straggler: ", s.message);
+  }
+  // auto: links that changed are measured again, and the exchange chosen again from them
+  if (auto_ && stragglers_->take_link_change() && auto_->remeasure_links(rank_) && !control_ && auto_->calibrated())
+    choose_here();
+}
+
+void Trainer::checkpoint_if_due(StepRecord& rec, TrainSummary& summary, bool stop) {
+  // Asked to stop (SIGTERM): the last step of the run is this one, which every rank checkpoints.
+  summary.stopped = stop && step_ < total_steps_;
+  const auto& ck = config_.checkpoint;
+  if (ck.path.empty()) return;
+  if (!((ck.every_steps > 0 && step_ % ck.every_steps == 0) || step_ == total_steps_ || summary.stopped)) return;
+  const auto t_save = Clock::now();
+  save(step_);
+  rec.checkpoint_s = seconds_since(t_save);
+  summary.checkpointed = summary.stopped;
+}
+
+void Trainer::end_epoch(int epoch, TrainSummary& summary) {
+  summary.last_epoch = validate(epoch + 1);
+  if (on_epoch) on_epoch(summary.last_epoch);
+  if (rank_ != 0) return;
+  if (cache_) {
+    const auto c = cache_->counters();
+    log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (", c.bytes[2] / 1e6,
+             " MB)", c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
+  }
+  const auto& e = summary.last_epoch;
+  if (!e.validated) {
+    log_info("epoch ", epoch + 1, ": no validation set (spec.dataset.validationPath or validationSplit gives one)");
+    return;
+  }
+  const std::string scale =  // what the figures compare with
+      model_->task() == Task::kRegression
+          ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
+          : class_scores_text(e.baseline_metric, e.iou);
+  log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
+           e.val_top5 >= 0 ? detail::concat(", top-5 ", e.val_top5) : "", scale);
 }
 
 TrainSummary Trainer::run() {
   restore();
-  if (auto_ && groups_) {
-    // The links and the sparse exchanges' CPU costs now; a step's compute from the first steps.
-    calibrate_links();
-  }
+  // auto: the links and the sparse exchanges' CPU costs now; a step's compute from the first steps
+  if (auto_) auto_->calibrate_links();
   TrainSummary summary;
   summary.first_step = step_;
-  summary.switch_step = switch_step_;
+  summary.switch_step = schedule_.switch_step;
   const auto& tr = config_.training;
-  const int local_batch = tr.batch_size / virtual_replicas_;  // a micro-batch: one virtual replica's share
-  const int micro = static_cast<int>(micro_replicas_.size());
-  auto params = model_->params();
   const auto t_start = Clock::now();
-  auto t_log = Clock::now();
-  int64_t logged_samples = 0;
-  StepRecord window;  // timings summed since the last progress line
-  int64_t window_steps = 0;
-  int order_epoch = -1;
-  double last_loss = 0, last_sps = 0;  // reported to the controller
-  if (rank_ == 0)
-    log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
-             " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
-             config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
-             " steps, global batch ", tr.batch_size,
-             replicas_ != virtual_replicas_
-                 ? detail::concat(" (", virtual_replicas_, " micro-batches of ", local_batch, " over ", replicas_,
-                                  " replicas: elastic, the job's ", virtual_replicas_, " replicas' batch kept)")
-                 : "",
-             ", strategy ", config_.communication.strategy,
-             switch_step_ >= 0 ? detail::concat(" (switch to ", config_.communication.dense, " at step ", switch_step_, ")") : "",
-             device_ == Device::kCuda
-                 ? detail::concat(", on CUDA device ", gpu::current_device(),
-                                  !groups_ ? "" : device_groups_ ? " (gradients exchanged by NCCL)" : " (gradients exchanged through host memory)")
-                 : ", on the CPU");
+  ProgressWindow window;
+  log_start();
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
-    if (epoch != order_epoch) {
+    if (epoch != loader_epoch_) {
       if (!images_.empty()) images_[0]->set_epoch(epoch);  // the loader is idle: the last epoch's batches are all consumed
       loader_->start(epoch_schedule(epoch, step_ % steps_per_epoch_));
-      order_epoch = epoch;
+      loader_epoch_ = epoch;
     }
-    if (control_) {
-      // auto: rank 0 reports the calibration once the first steps are timed
-      const GangCalibration* cal = nullptr;
-      if (auto_ && rank_ == 0 && !calibration_sent_ && calibration_.compute_s > 0) {
-        cal = &calibration_;
-        calibration_sent_ = true;
-        log_info("calibrated the exchange: ", calibration_.summary());
-      }
-      const ControlAgent::Answer a = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss, last_sps,
-                                                          stragglers_ ? stragglers_->report() : StragglerReport{}, cal},
-                                                         stop_flag_);
-      const int64_t s = a.switch_step;
-      if ((dense_ || auto_) && switch_step_ < 0 && s >= 0) {
-        switch_step_ = s;
-        summary.switch_step = s;
-        if (rank_ == 0 && dense_) log_info("the controller chose step ", s, " to switch to ", dense_->name());
-      }
-      if (auto_ && a.exchange.version > applied_version_ && a.exchange.from_step >= 0) {
-        pending_ = a.exchange;
-        applied_version_ = a.exchange.version;
-      }
-    }
-    if (pending_ && step_ >= pending_->from_step) apply_exchange_plan();
-    if (dense_ && switch_step_ >= 0 && step_ == switch_step_ && rank_ == 0)
-      log_info("switching gradient exchange ", sparse_->name(), " -> ", dense_->name(), " at step ", step_, " (epoch ", epoch, ")");
+    if (control_) heartbeat(epoch, summary);
+    if (auto_) auto_->apply_due(step_, schedule_, rank_);
+    if (schedule_.dense && schedule_.switch_step >= 0 && step_ == schedule_.switch_step && rank_ == 0)
+      log_info("switching gradient exchange ", schedule_.sparse->name(), " -> ", schedule_.dense->name(), " at step ", step_,
+               " (epoch ", epoch, ")");
     StepRecord rec;
     rec.step = step_;
     rec.epoch = epoch;
     rec.global_batch = tr.batch_size;
-    rec.micro_batches = micro;
-    start_gradients(micro);
-    // The replica's micro-batches (one unless an elastic gang shrank): their gradients add up, and
-    // the last one's backward pass sends the buckets.
-    const double share = model_->loss_share(local_batch);
-    double loss_sum = 0, loss_weight = 0;
-    for (int m = 0; m < micro; ++m) {
-      double data_s = 0;
-      Batch batch = select_held(loader_->next(&data_s));
-      rec.data_s += data_s;
-      batch.inputs.adopt_stream();  // on the GPU: made on a loader thread's stream, used last on this one
-      batch.targets.adopt_stream();
-      auto t0 = Clock::now();
-      for (Dropout* d : dropouts_) d->set_call(static_cast<uint64_t>(step_));
-      Tensor out = model_->forward(batch.inputs.to(device_), true);
-      LossResult loss = model_->loss(out, batch.targets.to(device_));
-      // The loss is a mean over the terms this rank computed (its samples, or its block's voxels); the
-      // gradient of the replica's mean is that scaled by their share (1 without spatial parallelism).
-      if (share != 1.0 && loss.grad.on_device())
-        gpu::scale(loss.grad.data(), static_cast<size_t>(loss.grad.numel()), static_cast<float>(share));
-      else if (share != 1.0)
-        for (float& g : loss.grad.span()) g *= static_cast<float>(share);
-      rec.forward_s += seconds_since(t0);
-      t0 = Clock::now();
-      const bool last = m + 1 == micro;
-      if (last) begin_exchange(rec);
-      model_->backward(loss.grad, last && buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
-      rec.backward_s += seconds_since(t0);
-      loss_sum += (out.dim(0) ? loss.loss : 0.0) * (share * local_batch);
-      loss_weight += share * local_batch;
-    }
-
-    auto t0 = Clock::now();
-    const double waited = buckets_ ? buckets_->finish() : 0.0;
-    owed_.clear();  // sent with this step's buckets
-    bool stop = stop_flag_ && stop_flag_->load();
-    rec.loss = allreduce_weighted(loss_sum, loss_weight, &stop);
-    rec.comm_s = seconds_since(t0);
-    // All of the step's communication: the buckets' work on the communication thread, or what the step
-    // waited for them if that was longer (the thread waiting for a core), plus the loss all-reduce.
-    rec.comm_total_s = std::max(buckets_ ? buckets_->busy_seconds() : 0.0, waited) + (rec.comm_s - waited);
-
-    t0 = Clock::now();
-    if (tr.grad_clip > 0) clip_grad_norm(params, tr.grad_clip);
-    rec.lr = learning_rate(config_.training.schedule, step_);
-    optimizer_->step(params, rec.lr);
-    rec.update_s = seconds_since(t0);
-    if (!std::isfinite(rec.loss))
-      throw NumericError(detail::concat("training diverged: loss is ", rec.loss, " at step ", step_,
-                                        " (lower spec.training.optimizer.learningRate or set spec.training.gradClip)"));
-    last_loss = rec.loss;
-    const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
-    last_sps = tr.batch_size / std::max(1e-9, step_s);
+    rec.micro_batches = static_cast<int>(micro_replicas_.size());
+    const bool stop = finish_step(rec, compute(rec));
     ++step_;
-    // auto: a step's compute, the median of the run's second to fourth steps (the first warms up),
-    // the mean over the ranks. Then the choice: the controller's, from rank 0's report; or, for a
-    // gang without a controller, every rank's own from the same figures, from the next step.
-    if (auto_ && groups_ && calibration_.compute_s == 0 && step_ - 1 > summary.first_step) {
-      calibration_compute_.push_back(rec.forward_s + rec.backward_s + rec.update_s);
-      if (calibration_compute_.size() == 3) {
-        std::sort(calibration_compute_.begin(), calibration_compute_.end());
-        double compute = calibration_compute_[1];
-        groups_->world->allreduce(&compute, 1, DType::kFloat64, ReduceOp::kSum, Millis(0));
-        calibration_.compute_s = compute / groups_->world->size();
-        if (!control_) choose_here(summary);
-      }
-    }
-    if (stragglers_ && stragglers_->after_step(rec.forward_s + rec.backward_s + rec.update_s, step_s) && rank_ == 0) {
-      const StragglerReport& s = stragglers_->report();
-      if (s.ranks.empty())
-        log_info("no rank holds the gang back any more");
-      else
-        log_warn("straggler: ", s.message);
-    }
-    // auto: links that changed (every rank learns it at the same step) are measured again, and the
-    // exchange chosen again from them
-    // (measured the same as before within a factor of 2, the choice stands: the watch's small probes
-    // were noise)
-    if (auto_ && stragglers_ && stragglers_->take_link_change()) {
-      const GangCalibration before = calibration_;
-      calibrate_links();
-      if (!cost::links_changed(before, calibration_)) {
-        if (rank_ == 0) log_info("the links between nodes seemed to change, but measure as before: ", calibration_.summary());
-        calibration_ = before;
-      } else {
-        if (rank_ == 0) log_info("the links between nodes changed: measured them again (they were: ", before.summary(), ")");
-        calibration_sent_ = false;  // rank 0 reports it with its next heartbeat
-        if (!control_ && calibration_.compute_s > 0) choose_here(summary);
-      }
-    }
-
-    auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
-    log_debug("step ", step_, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
-              " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms (selection ", ms(rec.select_s), " ms), update ", ms(rec.update_s), " ms");
-    window.data_s += rec.data_s;
-    window.forward_s += rec.forward_s;
-    window.backward_s += rec.backward_s;
-    window.comm_s += rec.comm_s;
-    window.comm_total_s += rec.comm_total_s;
-    ++window_steps;
-    window.update_s += rec.update_s;
-    logged_samples += tr.batch_size;  // global samples per step
-    const double since = seconds_since(t_log);
-    if (rank_ == 0 && (since >= tr.log_every_seconds || step_ == total_steps_)) {
-      const double total = window.data_s + window.forward_s + window.backward_s + window.comm_s + window.update_s;
-      auto pct = [&](double v) { return static_cast<int>(std::lround(100 * v / std::max(total, 1e-12))); };
-      log_info("epoch ", epoch + 1, "/", tr.epochs, " step ", step_, "/", total_steps_, " | ",
-               static_cast<int>(logged_samples / since), " samples/s | loss ", rec.loss, " | lr ", rec.lr, " | ",
-               rec.strategy, " | data ", pct(window.data_s), "% fwd ", pct(window.forward_s), "% bwd ",
-               pct(window.backward_s), "% comm ", pct(window.comm_s), "% update ", pct(window.update_s), "% | comm exposed ",
-               static_cast<int>(std::lround(1000 * window.comm_s / window_steps)), " of ",
-               static_cast<int>(std::lround(1000 * window.comm_total_s / window_steps)), " ms/step",
-               buckets_ && buckets_->overlap() ? " (overlapped)" : "");
-      t_log = Clock::now();
-      logged_samples = 0;
-      window = StepRecord{};
-      window_steps = 0;
-    }
-    const bool epoch_end = step_ % steps_per_epoch_ == 0;
-    // Asked to stop (SIGTERM): the last step of the run is this one, which every rank checkpoints.
-    summary.stopped = stop && step_ < total_steps_;
-    if (!config_.checkpoint.path.empty() &&
-        ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || step_ == total_steps_ ||
-         summary.stopped)) {
-      const auto t_save = Clock::now();
-      save(step_);
-      rec.checkpoint_s = seconds_since(t_save);
-      summary.checkpointed = summary.stopped;
-    }
+    after_step(rec, summary);
+    window.add(rec);
+    if (rank_ == 0 && (window.seconds() >= tr.log_every_seconds || step_ == total_steps_))
+      log_info(window.take_line(rec, tr.epochs, total_steps_, buckets_ && buckets_->overlap()));
+    checkpoint_if_due(rec, summary, stop);
     if (on_step) on_step(rec);
     if (summary.stopped) {
       if (rank_ == 0)
@@ -972,26 +906,7 @@ TrainSummary Trainer::run() {
                                       : std::string("; no checkpoint: spec.checkpoint.path is not set"));
       break;
     }
-    if (epoch_end) {
-      summary.last_epoch = validate(epoch + 1);
-      if (on_epoch) on_epoch(summary.last_epoch);
-      if (rank_ == 0 && cache_) {
-        const auto c = cache_->counters();
-        log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (",
-                 c.bytes[2] / 1e6, " MB)", c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
-      }
-      if (rank_ == 0 && !summary.last_epoch.validated) {
-        log_info("epoch ", epoch + 1, ": no validation set (spec.dataset.validationPath or validationSplit gives one)");
-      } else if (rank_ == 0) {
-        const auto& e = summary.last_epoch;
-        const std::string scale =  // what the figures compare with
-            model_->task() == Task::kRegression
-                ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
-                : class_scores_text(e.baseline_metric, e.iou);
-        log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
-                 e.val_top5 >= 0 ? detail::concat(", top-5 ", e.val_top5) : "", scale);
-      }
-    }
+    if (step_ % steps_per_epoch_ == 0) end_epoch(epoch, summary);
   }
   if (summary.first_step == total_steps_ && total_steps_ > 0) {
     // Restored at the last step: nothing to train, but the summary still reports the trained model.
@@ -999,7 +914,7 @@ TrainSummary Trainer::run() {
     summary.last_epoch = validate(tr.epochs);
   }
   summary.steps = step_;
-  summary.exchange = exchange_chosen_;
+  summary.exchange = auto_ ? auto_->chosen() : std::string();
   summary.seconds = seconds_since(t_start);
   summary.samples_per_second = (step_ - summary.first_step) * tr.batch_size / std::max(summary.seconds, 1e-9);
   return summary;

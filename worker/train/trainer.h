@@ -6,10 +6,12 @@
 // gradients into buckets, exchange them with the configured strategy (hybrid: the sparse one, then
 // the dense one from the switch step on, which every rank computes identically), average, clip,
 // optimiser update. With communication.overlap the buckets are exchanged on a second thread while
-// the backward pass goes on (BucketExchange), and the step waits only for what is still in flight. Records per-step timings (data wait, forward, backward, communication, update),
-// prints a progress line, checkpoints every N steps (atomically; a restarted rank resumes from the
-// newest step every rank has) and validates at the end of each epoch. Every few seconds the ranks
-// measure their links and compute (StragglerWatch) and report a rank or node that holds them back.
+// the backward pass goes on (BucketExchange), and the step waits only for what is still in flight.
+// Records per-step timings (data wait, forward, backward, communication, update), prints a progress
+// line, checkpoints every N steps (atomically; a restarted rank resumes from the newest step every
+// rank has: agree_checkpoint) and validates at the end of each epoch. Every few seconds the ranks
+// measure their links and compute (StragglerWatch) and report a rank or node that holds them back;
+// under strategy auto the exchange is chosen from measured figures (AutoExchange).
 // A Trainer is driven by one thread.
 #pragma once
 
@@ -18,14 +20,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "common/error.h"
 #include "worker/comm/topology.h"
 #include "worker/compress/momentum_correction.h"
 #include "worker/data/file_dataset.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/loader.h"
+#include "worker/train/auto_exchange.h"
 #include "worker/train/bucket_exchange.h"
 #include "worker/train/calibration.h"
+#include "worker/train/checkpoint.h"
 #include "worker/train/control_agent.h"
 #include "worker/train/job_config.h"
 #include "worker/train/straggler.h"
@@ -124,7 +130,7 @@ class Trainer {
   std::function<void(const StepRecord&)> on_step;
   std::function<void(const EpochRecord&)> on_epoch;
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
-  int64_t switch_step() const { return switch_step_; }
+  int64_t switch_step() const { return schedule_.switch_step; }
   // The data cache of an hdf5 dataset (null for synthetic data): its counters feed the metrics.
   const TieredCache* cache() const { return cache_.get(); }
   // The cache of whole samples in GPU memory (spec.cache.device), or null.
@@ -134,24 +140,56 @@ class Trainer {
   uint64_t remote_bytes_read() const;
 
  private:
-  void restore();
-  void save(int64_t next_step);
+  // The constructor's parts, in order: the gang's replicas, the model on its device, the datasets
+  // and their loader, the optimiser (and momentum correction's velocity), the exchange.
+  void place_replicas();
+  void build_model();
+  void open_data();
+  void build_optimizer();
+  void build_exchange();
+
+  // The steps of run(), in order.
+  void log_start() const;
+  // Reports progress to the controller and takes its decisions (the switch step, auto's choice).
+  void heartbeat(int epoch, TrainSummary& summary);
+  // The replica's micro-batches: forward, loss, backward; the last one's backward pass sends the
+  // buckets. Returns the loss summed as (weighted sum, weight).
+  std::pair<double, double> compute(StepRecord& rec);
+  // Waits for the exchange, agrees on the loss (and on stopping: returned), updates the weights.
+  bool finish_step(StepRecord& rec, std::pair<double, double> loss);
+  // After the step: auto's calibration and choice, stragglers, links that changed.
+  void after_step(const StepRecord& rec, TrainSummary& summary);
+  // A checkpoint when one is due (every_steps, the last step, or a stop).
+  void checkpoint_if_due(StepRecord& rec, TrainSummary& summary, bool stop);
+  void end_epoch(int epoch, TrainSummary& summary);
+
+  // Starts a step's gradients: zero, or under momentum correction the weight decay of this rank's
+  // share of the step (summed over the ranks and scaled by the exchange: weightDecay x w).
+  void start_gradients(int micro_batches);
   // Starts the step's exchange: which strategy, and what each bucket's send does.
   void begin_exchange(StepRecord& rec);
   EpochRecord validate(int epoch);
   // The weighted mean over the ranks of what each holds as (weighted sum, weight); *stop: whether any
   // rank asked to stop (in: this rank's flag, out: the gang's).
   double allreduce_weighted(double weighted_sum, double weight, bool* stop = nullptr);
-  // Error-feedback residuals of a checkpoint written by a gang of another size (elastic): every
-  // residual of the `world` ranks that wrote step `step`, summed in place in the bucket, and this
-  // rank's share of the sum (the ranks of rank 0's node hold it, one copy of each entry; the others
-  // none), so that what the gang still owes is neither lost nor counted twice.
-  std::map<int, std::vector<float>> reshard_residuals(int64_t step, int world) const;
   // Keeps the targets of the samples whose outputs this rank produces (spatial parallelism).
   Batch select_held(Batch batch) const;
   // The replica's batches of `epoch` from in-epoch step `from` on.
   std::vector<std::vector<uint64_t>> epoch_schedule(int epoch, int64_t from) const;
 
+  // Checkpoints (worker/train/checkpoint.h): this rank's state after `next_step` - 1, and the
+  // gang's agreed step restored.
+  void save(int64_t next_step);
+  void restore();
+  // The parts of a restore: the model's and optimiser's state; the error-feedback residuals (and
+  // momentum correction's velocities) of a gang of `writers` ranks.
+  void restore_model(const AgreedCheckpoint& c);
+  void restore_residuals(const AgreedCheckpoint& c, int64_t writers);
+  void restore_velocity(const AgreedCheckpoint& c, int64_t writers);
+  // A checkpoint of another configuration of the job: its configuration, not a fault.
+  ConfigError mismatch(const AgreedCheckpoint& c, const std::string& what) const;
+
+  // What the job is, and where this rank stands in its gang.
   JobConfig config_;
   CommGroups* groups_;
   CommGroups* device_groups_;  // null: gradients exchanged in host memory
@@ -160,9 +198,13 @@ class Trainer {
   // shrank, each training the micro-batches of the virtual replicas micro_replicas_ every step.
   int virtual_replicas_ = 1;
   std::vector<int> micro_replicas_;
-  std::vector<Dropout*> dropouts_;  // the model's: their masks follow the step
+
+  // The model.
   Device device_ = Device::kCpu;  // of the model, its gradients and the optimiser's state
   std::unique_ptr<Model> model_;
+  std::vector<Dropout*> dropouts_;  // the model's: their masks follow the step
+
+  // The data.
   std::unique_ptr<FileSystem> posix_, remote_fs_;
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<SampleCache> sample_cache_;
@@ -171,41 +213,25 @@ class Trainer {
   std::vector<ImageFolderDataset*> images_;  // format imagefolder: train_ and val_
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
+
+  // The optimiser. communication.momentumCorrection (with an exchange): SGD's velocity, kept per rank
+  // before the exchange; the optimiser then steps without momentum or weight decay (the decay is in
+  // the velocity).
   std::unique_ptr<Optimizer> optimizer_;
-  // communication.momentumCorrection (with an exchange): SGD's velocity, kept per rank before the
-  // exchange; the optimiser then steps without momentum or weight decay (the decay is in the velocity).
   std::unique_ptr<MomentumCorrection> velocity_;
   float velocity_decay_ = 0;
-  // Starts a step's gradients: zero, or under momentum correction the weight decay of this rank's
-  // share of the step (summed over the ranks and scaled by the exchange: weightDecay x w).
-  void start_gradients(int micro_batches);
-  // The exchange before the switch step (a single strategy's, hybrid's sparse one) and after it
-  // (hybrid's dense one; null otherwise). Under strategy auto: the controller's choice, and until it
-  // comes the dense strategy alone.
-  std::unique_ptr<GradientExchange> sparse_, dense_;
-  // strategy auto: the gang's calibration (once its first steps are timed, reported by rank 0), the
-  // choice to apply from its step on, and the residuals an earlier exchange (or the checkpoint)
-  // still owes: bucket -> (offset in the bucket, entries), added into the buckets of the next step.
-  bool auto_ = false;
-  GangCalibration calibration_;
-  std::vector<double> calibration_compute_;  // the first steps' compute, seconds
-  bool calibration_sent_ = false;
-  std::optional<ControlAgent::ExchangePlan> pending_;
-  int64_t applied_version_ = 0;  // the latest choice received (pending_ until its step)
-  int64_t taken_choice_ = 0;     // the latest choice taken
-  std::string exchange_chosen_;  // the last plan applied, by name
-  std::map<int, std::vector<std::pair<size_t, std::vector<float>>>> owed_;
-  // Applies pending_: builds its exchanges, and moves the residuals of the one it replaces to owed_.
-  void apply_exchange_plan();
-  // Measures the links and CPU costs into calibration_ (collective), keeping the compute.
-  void calibrate_links();
-  // A gang without a controller: every rank chooses the same exchange from the same calibration,
-  // from the next step.
-  void choose_here(TrainSummary& summary);
-  std::unique_ptr<BucketExchange> buckets_;  // null for a single process: nothing to exchange
-  std::unique_ptr<StragglerWatch> stragglers_;  // null for a single process
-  int64_t steps_per_epoch_ = 0, total_steps_ = 0, switch_step_ = -1, step_ = 0;
-  bool flushed_residuals_ = false;
+
+  // The exchange (none for a single process). Under strategy auto (auto_ set) the schedule is the
+  // controller's choice, and until it comes the dense strategy alone.
+  ExchangeSchedule schedule_;
+  std::unique_ptr<AutoExchange> auto_;
+  std::unique_ptr<BucketExchange> buckets_;
+  std::unique_ptr<StragglerWatch> stragglers_;
+
+  // The run.
+  int64_t steps_per_epoch_ = 0, total_steps_ = 0, step_ = 0;
+  int loader_epoch_ = -1;  // the epoch the loader serves
+  double last_loss_ = 0, last_sps_ = 0;  // the last step's, reported to the controller
   ControlAgent* control_ = nullptr;
   const std::atomic<bool>* stop_flag_ = nullptr;
 };
