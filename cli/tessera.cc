@@ -83,7 +83,7 @@ constexpr const char* kGenerateUsage =
     "backgrounds, N for training and N times --validation-fraction for validation, and indexes it.\n";
 constexpr const char* kIndexUsage =
     "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
-    "                              [--progress S]\n"
+    "                              [--progress S] [--vocab-size V] [--token-bytes 2|4]\n"
     "Scans DIR (recursively, sorted) for sample files: HDF5 files (.h5, .hdf5), one sample each, or .npy\n"
     "pairs NAME_x.npy (volume) and NAME_y.npy (labels). Detects their layout from the first, checks that\n"
     "every file agrees (shapes, types, target lengths, no NaN in float volumes, whole labels) and writes\n"
@@ -92,13 +92,18 @@ constexpr const char* kIndexUsage =
     "A DIR with a train/ directory (or --layout imagefolder) is an ImageFolder dataset: JPEG images in\n"
     "DIR/train/<class>/ and DIR/val/<class>/. Every image is decoded on every core to find damaged\n"
     "files (all listed); empty classes and class sets that differ between train/ and val/ are errors.\n"
+    "A DIR with train.bin is a language model's token files (nanoGPT's layout: train.bin and val.bin, flat\n"
+    "little-endian ids): both are checked as training reads them and DIR/meta.json records the vocabulary\n"
+    "size, the token width and the files' tokens.\n"
     "  --layout L       cosmo (C, D, H, W), cosmo-channels-last (D, H, W, C), unet, unet-npy (default: detected)\n"
     "  --input-key K    the HDF5 dataset of the volume (default full, else volume)\n"
     "  --target-key K   the HDF5 dataset of the targets or labels (default unitPar, else segmentation)\n"
     "  --transform T    log1p, none or standardize (each volume by its channels' mean and std); default\n"
     "                   log1p for cosmo layouts, none for unet\n"
     "  --channels C     which end of a 4-d cosmo volume holds the channels, when detection cannot tell\n"
-    "  --progress S     report progress every S seconds (default 5)\n";
+    "  --progress S     report progress every S seconds (default 5)\n"
+    "  --vocab-size V   token files: every id is below V (default: meta.json's vocabSize)\n"
+    "  --token-bytes B  token files: 2 (uint16, default) or 4 (uint32) bytes an id (default: meta.json's dtype)\n";
 constexpr const char* kReadUsage =
     "usage: tessera data read JOB.yaml --sample I [--rank R] [--validation] [--epoch E] --out PREFIX\n"
     "Reads sample I of the job's dataset (spec.dataset.path, or validationPath with --validation;\n"
@@ -289,9 +294,20 @@ int run_job(int argc, char** argv) {
   return launcher.run().exit_code();
 }
 
+// nanoGPT's token files under dir, checked, and meta.json written.
+int index_tokens(const std::string& dir, uint32_t vocab_size, int token_bytes) {
+  const TokenFilesIndex x = index_token_files(dir, vocab_size, token_bytes);
+  std::printf("%s: indexed token files (train.bin %llu tokens, val.bin %llu) in %s/meta.json; train on them with\n"
+              "  dataset: {format: tokens, path: %s, vocabSize: %u, tokenBytes: %d}\n",
+              dir.c_str(), static_cast<unsigned long long>(x.train_tokens), static_cast<unsigned long long>(x.val_tokens),
+              dir.c_str(), dir.c_str(), x.vocab_size, x.token_bytes);
+  return 0;
+}
+
 int data_index(int argc, char** argv) {
   std::vector<std::string> dirs;
   IndexOptions o;
+  int64_t vocab_size = 0, token_bytes = 0;
   Flags flags("tessera data index", kIndexUsage);
   flags.text("--layout", &o.layout)
       .text("--input-key", &o.input_key)
@@ -299,9 +315,22 @@ int data_index(int argc, char** argv) {
       .text("--transform", &o.transform)
       .text("--channels", &o.channels)
       .real("--progress", &o.progress_seconds, Interval{0, 86400, false, false})
+      .integer("--vocab-size", &vocab_size, 1, int64_t{1} << 24)
+      .integer("--token-bytes", &token_bytes, 2, 4)
       .positional(&dirs, 1, 1, "dataset directory");
   if (!flags.parse(argc, argv, 3)) return 0;
   const std::string dir = dirs[0];
+  if (token_bytes == 3) throw ConfigError("--token-bytes", "3: token ids are 2 (uint16) or 4 (uint32) bytes");
+  if (o.layout.empty() && is_token_dir(dir)) return index_tokens(dir, static_cast<uint32_t>(vocab_size), static_cast<int>(token_bytes));
+  if ((vocab_size || token_bytes) && o.layout.empty())
+    throw ConfigError(vocab_size ? "--vocab-size" : "--token-bytes", "applies to token files (train.bin, val.bin), which '" + dir + "' does not hold");
+  if (o.layout.empty() && is_image_folder_split(dir)) {
+    std::filesystem::path split = std::filesystem::path(dir).lexically_normal();
+    if (!split.has_filename()) split = split.parent_path();  // "DIR/train/"
+    const std::string parent = split.parent_path().string();
+    throw ConfigError(dir, detail::concat("is one split of an ImageFolder (class directories of JPEG files): index the dataset "
+                                          "that holds train/ and val/, `tessera data index ", parent.empty() ? "." : parent, "`"));
+  }
   if (o.layout == "imagefolder" || (o.layout.empty() && is_image_folder(dir))) {
     for (auto [flag, value] : {std::pair{"--input-key", &o.input_key}, {"--target-key", &o.target_key}, {"--transform", &o.transform},
                                {"--channels", &o.channels}})

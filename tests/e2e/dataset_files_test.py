@@ -257,6 +257,37 @@ class DatasetFilesTest(unittest.TestCase):
             out = self.train(self.token_job("tokens-" + name, d, 256 + offset, np.dtype(dtype).itemsize))
             self.assertIn("validation loss", out)
 
+    def test_index_checks_token_files_and_records_them(self):
+        # nanoGPT's GPT-2 files: uint16 ids below 50257, no meta.json beside them
+        d = self.path("gpt2", "x")[:-2]
+        np.array([1, 2, 50000, 3] * 50, dtype=np.uint16).tofile(os.path.join(d, "train.bin"))
+        np.array([7, 8, 9] * 20, dtype=np.uint16).tofile(os.path.join(d, "val.bin"))
+        rc, out, err = tessera("data", "index", d)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("--vocab-size: required for the token files", err)
+        rc, out, err = tessera("data", "index", d, "--vocab-size", "1000")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("train.bin: token 2 is id 50000, not below the vocabulary size 1000", err)
+        out = self.index(d, "--vocab-size", "50257")
+        self.assertIn("train.bin 200 tokens, val.bin 60", out)
+        self.assertIn("vocabSize: 50257, tokenBytes: 2", out)
+        with open(os.path.join(d, "meta.json")) as f:
+            meta = json.load(f)
+        self.assertEqual((meta["vocabSize"], meta["dtype"], meta["trainTokens"], meta["valTokens"]), (50257, "uint16", 200, 60))
+        self.index(d)  # meta.json gives the vocabulary now
+        os.remove(os.path.join(d, "val.bin"))
+        rc, out, err = tessera("data", "index", d)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("has train.bin but no val.bin", err)
+
+    def test_index_of_an_image_folders_split_names_its_parent(self):
+        d = self.path("shapes", "x")[:-2]
+        rc, out, err = tessera("data", "generate", "--kind", "images", "--samples", "60", "--size", "16", "--classes", "3", "--out", d,
+                               "--replace")
+        self.assertEqual(rc, 0, out + err)
+        for split in ("train", "val/"):
+            err = self.index_fails(os.path.join(d, split), "is one split of an ImageFolder", "`tessera data index %s`" % d)
+
     def test_bad_token_files_are_named_with_the_problem(self):
         def fresh(name, train, val=np.arange(100) % 256):
             d = self.path(name, "x")[:-2]

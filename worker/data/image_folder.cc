@@ -248,6 +248,23 @@ bool is_image_folder(const std::string& dir) {
   return in && std::getline(in, line) && line == kHeader;
 }
 
+bool is_image_folder_split(const std::string& dir) {
+  std::error_code ec;
+  const fs::path path = fs::path(dir).lexically_normal();
+  const fs::path parent = (path.has_filename() ? path : path.parent_path()).parent_path();
+  const std::string name = (path.has_filename() ? path : path.parent_path()).filename().string();
+  if ((name == "train" || name == "val") && is_image_folder(parent.empty() ? "." : parent.string())) return true;
+  // class directories holding JPEG files
+  const std::vector<std::string> classes = sorted_entries(path, true);
+  if (classes.empty() || !sorted_entries(path, false).empty()) return false;
+  for (const std::string& c : classes) {
+    bool jpeg = false;
+    for (const std::string& f : sorted_entries(path / c, false)) jpeg = jpeg || is_jpeg_name(f);
+    if (!jpeg) return false;
+  }
+  return true;
+}
+
 ImageFolderIndex index_image_folder(const std::string& dir, double progress_seconds, int threads) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw ConfigError(dir, "is not a directory");

@@ -62,6 +62,9 @@ struct ImageFolderIndex {
 
 // Whether dir holds an ImageFolder dataset: a train/ subdirectory, or an ImageFolder manifest.
 bool is_image_folder(const std::string& dir);
+// Whether dir is one split of an ImageFolder (train/ or val/ of a directory that is one, or class
+// directories of JPEG files beside no other files): the dataset to index is its parent.
+bool is_image_folder_split(const std::string& dir);
 // Indexes dir (see above) on `threads` threads (0: every core), logging progress every
 // progress_seconds. ConfigError naming the directory or class for a layout problem, Error listing the
 // undecodable files.

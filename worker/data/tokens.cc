@@ -116,4 +116,38 @@ uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::strin
   return text.size();
 }
 
+bool is_token_dir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(std::filesystem::path(dir) / "train.bin", ec);
+}
+
+TokenFilesIndex index_token_files(const std::string& dir, uint32_t vocab_size, int token_bytes) {
+  const std::string meta = dir + "/meta.json";
+  nlohmann::json m = nlohmann::json::object();
+  std::error_code ec;
+  if (std::filesystem::exists(meta, ec)) {
+    m = nlohmann::json::parse(PosixFileSystem().read(meta), nullptr, false);
+    if (!m.is_object()) throw ConfigError(meta, "is not a JSON object");
+  }
+  if (vocab_size == 0 && m.contains("vocabSize") && m["vocabSize"].is_number_unsigned())
+    vocab_size = m["vocabSize"].get<uint32_t>();
+  if (token_bytes == 0) token_bytes = m.value("dtype", std::string("uint16")) == "uint32" ? 4 : 2;
+  if (vocab_size == 0)
+    throw ConfigError("--vocab-size", detail::concat("required for the token files under '", dir,
+                                                     "' (no meta.json with vocabSize beside them): every token id is below "
+                                                     "it (50257 for GPT-2's tokenizer, 256 for bytes)"));
+  const std::string val = dir + "/val.bin";
+  if (!std::filesystem::exists(val, ec))
+    throw ConfigError(dir, "has train.bin but no val.bin: training validates on val.bin (nanoGPT's layout)");
+  const uint64_t train_tokens = read_tokens({dir + "/train.bin", token_bytes, vocab_size}).size();
+  const uint64_t val_tokens = read_tokens({val, token_bytes, vocab_size}).size();
+  nlohmann::ordered_json out = nlohmann::ordered_json::parse(m.dump());
+  out["vocabSize"] = vocab_size;
+  out["dtype"] = token_bytes == 4 ? "uint32" : "uint16";
+  out["trainTokens"] = train_tokens;
+  out["valTokens"] = val_tokens;
+  if (nlohmann::json::parse(out.dump()) != m) write_file_atomic(meta, out.dump(2) + "\n");
+  return {vocab_size, token_bytes, train_tokens, val_tokens};
+}
+
 }  // namespace tessera

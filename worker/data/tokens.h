@@ -52,6 +52,20 @@ class TokenDataset final : public Dataset {
 uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::string> sources, double validation_fraction,
                               bool replace);
 
+// Whether dir holds nanoGPT's token files (train.bin; val.bin beside it).
+bool is_token_dir(const std::string& dir);
+// `tessera data index` of token files: train.bin and val.bin under dir checked as training reads them
+// (read_tokens), with the vocabulary size and token width given (0: meta.json's vocabSize and
+// dtype, else none and 2 bytes), then dir/meta.json written (vocabSize, dtype, the files' tokens)
+// unless it holds the same already. ConfigError naming the file or the flag (--vocab-size) that
+// is wrong or missing.
+struct TokenFilesIndex {
+  uint32_t vocab_size = 0;
+  int token_bytes = 2;
+  uint64_t train_tokens = 0, val_tokens = 0;
+};
+TokenFilesIndex index_token_files(const std::string& dir, uint32_t vocab_size, int token_bytes);
+
 // The fortunes package's English text files (the fortune cookie files, not their .dat indexes).
 std::vector<std::string> default_text_sources();
 
