@@ -30,6 +30,7 @@
 #include "worker/nn/conv.h"
 #include "worker/nn/gpu/ops.h"
 #include "worker/nn/optim.h"
+#include "testing/tensors.h"
 
 namespace tessera {
 namespace {
@@ -51,13 +52,7 @@ double median_seconds(int repeat, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
-Tensor random_tensor(Shape s, uint64_t seed) {
-  Tensor t(std::move(s));
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  for (float& v : t.span()) v = n(rng);
-  return t;
-}
+using testing::random_tensor;
 
 void print(const nlohmann::json& j) {
   std::printf("%s\n", j.dump().c_str());

@@ -20,12 +20,10 @@ Each run is bounded (TIMEOUT); every process and directory it made is removed, a
 import argparse
 import glob
 import os
-import shutil
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_job import LocalRun  # noqa: E402
+from local_job import LocalRun, scratch_runs  # noqa: E402
 
 
 def manifest(name, strategy, seed):
@@ -91,9 +89,7 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
-    root = tempfile.mkdtemp(prefix="tessera-elastic-")
-    runs = []
-    try:
+    with scratch_runs("tessera-elastic-") as (root, runs):
         failed = []
         for strategy in ("dense", "hybrid"):
             straight, elastic = {}, {}
@@ -114,10 +110,6 @@ def main():
             raise AssertionError("; ".join(failed))
         print("PASS elastic: shrink on a lost node and grow back, %d seeds, dense and hybrid" % args.seeds)
         return 0
-    finally:
-        for r in runs:
-            r.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,14 @@ import glob
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import re
-import tempfile
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_job import TIMEOUT, LocalRun  # noqa: E402
+from local_job import TIMEOUT, LocalRun, scratch_runs  # noqa: E402
 
 EVERY = 6      # checkpoint interval, steps
 TRAIN = 96     # training samples (batch 4: 24 steps an epoch)
@@ -115,9 +113,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=8)
     args = parser.parse_args()
     bin_dir = os.path.abspath(args.bin)
-    root = tempfile.mkdtemp(prefix="tessera-faults-")
-    runs = []
-    try:
+    with scratch_runs("tessera-faults-") as (root, runs):
         for part, n, seed in (("train", TRAIN, 1), ("val", 32, 2)):
             r = tessera(bin_dir, "data", "generate", "--kind", "cosmoflow", "--samples", str(n), "--size", "16",
                         "--out", os.path.join(root, "data", part), "--seed", str(seed))
@@ -179,10 +175,6 @@ def main():
         within(s["validation"]["loss"], reference, "corrupt SSD")
         print("fault matrix: every job succeeded")
         return 0
-    finally:
-        for r in runs:
-            r.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

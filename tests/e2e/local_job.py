@@ -1,12 +1,29 @@
 """One `tessera run` of a job in its own work directory, for the end-to-end tests of the local
 backend: its status (status.json), waits bounded by TIMEOUT, its output, and `tessera node`."""
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 TIMEOUT = 300  # seconds for one run
+
+
+@contextlib.contextmanager
+def scratch_runs(prefix):
+    """A scratch directory for a test's runs and the list to add each LocalRun to: on the way out,
+    passed or failed, every run is stopped and the directory removed."""
+    root = tempfile.mkdtemp(prefix=prefix)
+    runs = []
+    try:
+        yield root, runs
+    finally:
+        for r in runs:
+            r.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class LocalRun:

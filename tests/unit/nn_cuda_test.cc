@@ -25,6 +25,7 @@
 #include "worker/nn/pool.h"
 #include "worker/nn/transformer.h"
 #include "worker/spatial/halo.h"
+#include "testing/tensors.h"
 
 namespace tessera {
 namespace {
@@ -39,13 +40,7 @@ class NnCudaTest : public ::testing::Test {
   }
 };
 
-Tensor random_tensor(Shape s, uint64_t seed) {
-  Tensor t(std::move(s));
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  std::normal_distribution<float> n(0.0f, 1.0f);
-  for (float& v : t.span()) v = n(rng);
-  return t;
-}
+using testing::random_tensor;
 
 // Largest |a - b| relative to b's largest magnitude (b on the CPU).
 double rel_error(const Tensor& a_any, const Tensor& b) {
