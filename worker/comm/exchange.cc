@@ -229,65 +229,32 @@ class SparseStrategy : public GradientExchange {
   bool sharded_;
 };
 
-// ---- topk: TopK-SGD with a sparse all-gather ----
-class SparseAllgather final : public SparseStrategy<SparseSelector> {
- public:
-  SparseAllgather(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy("topk", g, SparseSelector(c.density, c.selector == "exact"), false) {}
-  size_t run(int bucket, std::span<float> grad) override {
-    const auto& mine = selector_.select(bucket, grad, 0, select_seconds_);
-    Communicator& world = *groups_.world;
-    gathered_.resize(mine.size() * world.size());
-    world.allgather(mine.data(), gathered_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
-    std::fill(grad.begin(), grad.end(), 0.0f);
-    scatter_add(grad, gathered_);
-    return mine.size();
+// Where a sparse strategy's buffers live and how its device-specific steps run. HostBuffers: host
+// memory, the CPU's selector and scatter-add. DeviceBuffers (below): device memory, CUDA kernels.
+struct HostBuffers {
+  using Selector = SparseSelector;
+  using Floats = std::vector<float>;
+  using Entries = std::vector<SparseEntry>;
+  static Selector selector(const ExchangeConfig& c) { return SparseSelector(c.density, c.selector == "exact"); }
+  static float* floats(Floats& b, size_t n) {
+    b.resize(n);
+    return b.data();
   }
-
- private:
-  std::vector<SparseEntry> gathered_;
-};
-
-// ---- hitopk: hierarchical top-k ----
-class HierarchicalTopk final : public SparseStrategy<SparseSelector> {
- public:
-  HierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy("hitopk", g, SparseSelector(c.density, c.selector == "exact"), true), density_(c.density) {}
-  size_t run(int bucket, std::span<float> grad) override {
-    Communicator& intra = *groups_.intra;
-    Communicator& inter = *groups_.inter;
-    const int n = intra.size(), m = inter.size(), me = intra.rank();
-    const auto counts = even_split(grad.size(), n);
-    size_t offset = 0;
-    for (int l = 0; l < me; ++l) offset += counts[l];
-
-    // 1. Dense reduce-scatter on the fast links: this rank owns shard `me`, summed over its node.
-    shard_.resize(counts[me]);
-    intra.reduce_scatter(grad.data(), shard_.data(), counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
-    // 2. Error feedback and top-k on the shard (indices made bucket-global).
-    const auto& mine = selector_.select(bucket, shard_, static_cast<uint32_t>(offset), select_seconds_);
-    // 3. Sparse all-gather across nodes among ranks owning the same shard.
-    node_entries_.resize(mine.size() * m);
-    inter.allgather(mine.data(), node_entries_.data(), mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
-    // 4. All-gather every shard's pairs inside the node (shard l has m * k_l pairs, k_l from its size).
-    std::vector<size_t> bytes(n);
-    size_t total = 0;
-    for (int l = 0; l < n; ++l) {
-      bytes[l] = topk_count(counts[l], density_) * m * sizeof(SparseEntry);
-      total += bytes[l];
-    }
-    all_entries_.resize(total / sizeof(SparseEntry));
-    intra.allgatherv(node_entries_.data(), all_entries_.data(), bytes, DType::kUInt8, Millis(0));
-    // 5. Scatter-add into the dense bucket.
-    std::fill(grad.begin(), grad.end(), 0.0f);
-    scatter_add(grad, all_entries_);
-    return mine.size();
+  static SparseEntry* entries(Entries& b, size_t n) {
+    b.resize(n);
+    return b.data();
   }
-
- private:
-  double density_;
-  std::vector<float> shard_;
-  std::vector<SparseEntry> node_entries_, all_entries_;
+  // This rank's k selected entries of `grad` (see SparseSelector::select).
+  static std::span<const SparseEntry> select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset,
+                                             double& seconds) {
+    const auto& mine = s.select(bucket, grad, offset, seconds);
+    return {mine.data(), mine.size()};
+  }
+  static void zero(std::span<float> grad) { std::fill(grad.begin(), grad.end(), 0.0f); }
+  // grad += `chunks` runs of `len` entries each (the entries of a run distinct).
+  static void add(std::span<float> grad, const SparseEntry* e, size_t len, int chunks) {
+    scatter_add(grad, std::span<const SparseEntry>(e, len * static_cast<size_t>(chunks)));
+  }
 };
 
 #if TESSERA_HAVE_CUDA
@@ -355,75 +322,96 @@ class DeviceSparseSelector {
   Tensor idx_, val_, entries_;
 };
 
-// Zeroes the bucket and adds `chunks` runs of `len` gathered entries into it, on the device.
-void scatter_into(std::span<float> grad, const SparseEntry* entries, size_t len, int chunks) {
-  gpu::fill(grad.data(), grad.size(), 0.0f);
-  cuda::scatter_add(grad.data(), grad.size(), entries, len, chunks, gpu::stream());
-}
+struct DeviceBuffers {
+  using Selector = DeviceSparseSelector;
+  using Floats = Tensor;
+  using Entries = Tensor;  // SparseEntry is 8 bytes: two floats each
+  static Selector selector(const ExchangeConfig& c) { return DeviceSparseSelector(c.density); }
+  static float* floats(Tensor& b, size_t n) {
+    if (b.numel() != static_cast<int64_t>(n)) b = Tensor({static_cast<int64_t>(n)}, Layout::kPlain, Device::kCuda);
+    return b.data();
+  }
+  static SparseEntry* entries(Tensor& b, size_t n) { return reinterpret_cast<SparseEntry*>(floats(b, 2 * n)); }
+  static std::span<const SparseEntry> select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset,
+                                             double& seconds) {
+    s.select(bucket, grad, offset, seconds);
+    return {s.entries(), s.count()};
+  }
+  static void zero(std::span<float> grad) { gpu::fill(grad.data(), grad.size(), 0.0f); }
+  static void add(std::span<float> grad, const SparseEntry* e, size_t len, int chunks) {
+    cuda::scatter_add(grad.data(), grad.size(), e, len, chunks, gpu::stream());
+  }
+};
+#endif
 
-class DeviceSparseAllgather final : public SparseStrategy<DeviceSparseSelector> {
+// ---- topk: TopK-SGD with a sparse all-gather ----
+template <class Buffers>
+class SparseAllgather final : public SparseStrategy<typename Buffers::Selector> {
  public:
-  DeviceSparseAllgather(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy("topk", g, DeviceSparseSelector(c.density), false) {}
+  SparseAllgather(CommGroups& g, const ExchangeConfig& c)
+      : SparseStrategy<typename Buffers::Selector>("topk", g, Buffers::selector(c), false) {}
   size_t run(int bucket, std::span<float> grad) override {
-    selector_.select(bucket, grad, 0, select_seconds_);
-    const size_t k = selector_.count();
-    Communicator& world = *groups_.world;
-    const auto total = static_cast<int64_t>(2 * k * world.size());
-    if (gathered_.numel() != total) gathered_ = Tensor({total}, Layout::kPlain, Device::kCuda);
-    auto* all = reinterpret_cast<SparseEntry*>(gathered_.data());
-    world.allgather(selector_.entries(), all, k * sizeof(SparseEntry), DType::kUInt8, Millis(0));
-    scatter_into(grad, all, k, world.size());
-    return k;
+    const auto mine = Buffers::select(this->selector_, bucket, grad, 0, this->select_seconds_);
+    Communicator& world = *this->groups_.world;
+    SparseEntry* all = Buffers::entries(gathered_, mine.size() * world.size());
+    world.allgather(mine.data(), all, mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    Buffers::zero(grad);
+    Buffers::add(grad, all, mine.size(), world.size());
+    return mine.size();
   }
 
  private:
-  Tensor gathered_;
+  typename Buffers::Entries gathered_;
 };
 
-class DeviceHierarchicalTopk final : public SparseStrategy<DeviceSparseSelector> {
+// ---- hitopk: hierarchical top-k ----
+template <class Buffers>
+class HierarchicalTopk final : public SparseStrategy<typename Buffers::Selector> {
  public:
-  DeviceHierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy("hitopk", g, DeviceSparseSelector(c.density), true), density_(c.density) {}
+  HierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
+      : SparseStrategy<typename Buffers::Selector>("hitopk", g, Buffers::selector(c), true), density_(c.density) {}
   size_t run(int bucket, std::span<float> grad) override {
-    Communicator& intra = *groups_.intra;
-    Communicator& inter = *groups_.inter;
+    Communicator& intra = *this->groups_.intra;
+    Communicator& inter = *this->groups_.inter;
     const int n = intra.size(), m = inter.size(), me = intra.rank();
     const auto counts = even_split(grad.size(), n);
     size_t offset = 0;
     for (int l = 0; l < me; ++l) offset += counts[l];
-    if (shard_.numel() != static_cast<int64_t>(counts[me])) shard_ = Tensor({static_cast<int64_t>(counts[me])}, Layout::kPlain, Device::kCuda);
-    intra.reduce_scatter(grad.data(), shard_.data(), counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
-    selector_.select(bucket, std::span<const float>(shard_.data(), static_cast<size_t>(shard_.numel())), static_cast<uint32_t>(offset), select_seconds_);
-    const size_t k = selector_.count();
-    const auto node_floats = static_cast<int64_t>(2 * k * m);
-    if (node_entries_.numel() != node_floats) node_entries_ = Tensor({node_floats}, Layout::kPlain, Device::kCuda);
-    inter.allgather(selector_.entries(), node_entries_.data(), k * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+
+    // 1. Dense reduce-scatter on the fast links: this rank owns shard `me`, summed over its node.
+    float* shard = Buffers::floats(shard_, counts[me]);
+    intra.reduce_scatter(grad.data(), shard, counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
+    // 2. Error feedback and top-k on the shard (indices made bucket-global).
+    const auto mine = Buffers::select(this->selector_, bucket, std::span<const float>(shard, counts[me]),
+                                      static_cast<uint32_t>(offset), this->select_seconds_);
+    // 3. Sparse all-gather across nodes among ranks owning the same shard.
+    SparseEntry* node = Buffers::entries(node_entries_, mine.size() * m);
+    inter.allgather(mine.data(), node, mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    // 4. All-gather every shard's pairs inside the node (shard l has m * k_l pairs, k_l from its size).
     std::vector<size_t> bytes(n), lens(n);
     size_t total = 0;
     for (int l = 0; l < n; ++l) {
       lens[l] = topk_count(counts[l], density_);
       bytes[l] = lens[l] * m * sizeof(SparseEntry);
-      total += bytes[l];
+      total += lens[l] * m;
     }
-    const auto all_floats = static_cast<int64_t>(total / sizeof(float));
-    if (all_entries_.numel() != all_floats) all_entries_ = Tensor({all_floats}, Layout::kPlain, Device::kCuda);
-    intra.allgatherv(node_entries_.data(), all_entries_.data(), bytes, DType::kUInt8, Millis(0));
-    // Shard l's pairs are m runs (one per node) of lens[l] entries, distinct within a run.
-    gpu::fill(grad.data(), grad.size(), 0.0f);
-    const auto* e = reinterpret_cast<const SparseEntry*>(all_entries_.data());
+    SparseEntry* all = Buffers::entries(all_entries_, total);
+    intra.allgatherv(node, all, bytes, DType::kUInt8, Millis(0));
+    // 5. Scatter-add into the dense bucket: shard l's pairs are m runs (one per node) of lens[l]
+    // entries, distinct within a run.
+    Buffers::zero(grad);
     for (int l = 0; l < n; ++l) {
-      cuda::scatter_add(grad.data(), grad.size(), e, lens[l], m, gpu::stream());
-      e += lens[l] * m;
+      Buffers::add(grad, all, lens[l], m);
+      all += lens[l] * m;
     }
-    return k;
+    return mine.size();
   }
 
  private:
   double density_;
-  Tensor shard_, node_entries_, all_entries_;
+  typename Buffers::Floats shard_;
+  typename Buffers::Entries node_entries_, all_entries_;
 };
-#endif
 
 }  // namespace
 
@@ -455,14 +443,14 @@ std::unique_ptr<GradientExchange> make_exchange(const ExchangeConfig& c, CommGro
   if (s == "torus") return std::make_unique<TorusAllreduce>(groups, c.device);
   if (c.device == Device::kCuda) {
 #if TESSERA_HAVE_CUDA
-    if (s == "topk") return std::make_unique<DeviceSparseAllgather>(groups, c);
-    return std::make_unique<DeviceHierarchicalTopk>(groups, c);
+    if (s == "topk") return std::make_unique<SparseAllgather<DeviceBuffers>>(groups, c);
+    return std::make_unique<HierarchicalTopk<DeviceBuffers>>(groups, c);
 #else
     throw ConfigError("communication.transport", "gradients on the GPU, but this build of Tessera has no CUDA");
 #endif
   }
-  if (s == "topk") return std::make_unique<SparseAllgather>(groups, c);
-  return std::make_unique<HierarchicalTopk>(groups, c);
+  if (s == "topk") return std::make_unique<SparseAllgather<HostBuffers>>(groups, c);
+  return std::make_unique<HierarchicalTopk<HostBuffers>>(groups, c);
 }
 
 }  // namespace tessera
