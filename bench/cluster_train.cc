@@ -246,7 +246,7 @@ TrainResult run_cluster_training(const TrainRun& t) {
 }
 
 // PyTorch DistributedDataParallel (Gloo, default buckets, its overlap) on the same model, data and
-// emulated cluster: bench/torch_ddp.py, one process per rank in its node's namespace.
+// emulated cluster: bench/torch/torch_ddp.py, one process per rank in its node's namespace.
 TrainResult run_ddp(const TrainRun& t) {
   const int world = t.nodes * t.local;
   if (std::system("/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null") != 0)
@@ -267,7 +267,7 @@ TrainResult run_ddp(const TrainRun& t) {
   auto outcomes = testing::fork_ranks(world, [&](int r, std::string& report) {
     enter_node(r / t.local);
     const std::string cmd = detail::concat(
-        "GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch_ddp.py --model ", t.model, " --rank ", r,
+        "GLOO_SOCKET_IFNAME=eth0 /usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch/torch_ddp.py --model ", t.model, " --rank ", r,
         " --world ", world, " --master 10.77.0.1:", port, " --data ", dir, " --batch ", t.batch / world, " --steps ", t.steps,
         " --threads ", t.threads, " 2>", dir, "/ddp-", r, ".log");
     FILE* p = popen(cmd.c_str(), "r");

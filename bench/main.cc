@@ -7,7 +7,7 @@
 //       M x N worker processes over loopback TCP; per-rank time and bytes per link kind per exchange.
 //   tessera-bench train    --model cosmoflow|unet3d|cnn2d|resnet50|transformer --size W [--batch B] [--threads T] [--iters I] [--json]
 //       samples/s of forward + backward + update in one process, and conv3d GFLOP/s per layer shape,
-//       against PyTorch (bench/torch_cosmoflow.py, same layers, batch and threads) when it is installed.
+//       against PyTorch (bench/torch/torch_cosmoflow.py, same layers, batch and threads) when it is installed.
 //   tessera-bench spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B] [--iters I] [--json]
 //       one process per spatial rank, one thread each: per-rank peak activation memory, time per
 //       sample and halo bytes for each split of D, against the unsplit model in the same run.
@@ -17,7 +17,7 @@
 //       hit ratio per cache tier.
 //   tessera-bench images   [--size S --images N --width W --iters I] [--json]
 //       images/s of one thread turning generated JPEGs into the model's input (the training and the
-//       validation transform) against the same transforms in Pillow (bench/pil_images.py).
+//       validation transform) against the same transforms in Pillow (bench/torch/pil_images.py).
 //   tessera-bench placement --workers W --nodes N [--gpus-per-node G] [--json]
 //       gang placement and ring plan of W one-GPU workers on N nodes in 4 zones x 4 racks.
 //   tessera-bench controller --nodes N --jobs J [--pods P] [--gpus-per-node G] [--timeout S] [--json]

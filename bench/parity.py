@@ -27,7 +27,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from torch_cosmoflow import cosmoflow  # the same layers as the speed benchmark's peer
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch"))  # the PyTorch peers
+from torch_cosmoflow import cosmoflow  # noqa: E402  # the same layers as the speed benchmark's peer
 
 RECIPE = {"epochs": 6, "batch": 4, "lr": 0.001, "min_lr": 0.0002, "hidden": [128, 64], "slope": 0.3}
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model quality against PyTorch: ResNet-50 on the same ImageFolder of JPEGs and the same recipe.
 
-Trains PyTorch (bench/torch_resnet50.py's model, torchvision's initialisation) and Tessera
+Trains PyTorch (bench/torch/torch_resnet50.py's model, torchvision's initialisation) and Tessera
 (`tessera run`, 1 worker) on an ImageFolder indexed by `tessera data index` (by default the one of
 `tessera data generate --kind images --samples 1536 --size 80 --out data/shapes`) with each seed, and
 prints one JSON line per run with its validation top-1 accuracy, then one summary line: Tessera's

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Model quality against PyTorch: the Transformer language model on the same recipe and windows.
 
-Trains PyTorch (bench/torch_transformer.py's model) and Tessera (`tessera run`, 1 worker) on the
+Trains PyTorch (bench/torch/torch_transformer.py's model) and Tessera (`tessera run`, 1 worker) on the
 token files of `tessera data generate --kind text` with each seed, and prints one JSON line per run
 with its validation loss (mean cross-entropy per token, nats), then one summary line: Tessera's mean
 over the seeds divided by PyTorch's.

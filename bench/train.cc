@@ -39,14 +39,14 @@ nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const
                                     " --iters ", iters, " --hidden ", hidden));
 }
 
-// The Transformer's peer (bench/torch_transformer.py), or null without python3-torch.
+// The Transformer's peer (bench/torch/torch_transformer.py), or null without python3-torch.
 nlohmann::json torch_transformer(const ModelConfig& m, int batch, int threads, int iters) {
   return python_peer(detail::concat("torch_transformer.py --vocab ", m.vocab_size, " --context ", m.context, " --width ", m.width,
                                     " --depth ", m.depth, " --heads ", m.heads, " --batch ", batch, " --threads ", threads,
                                     " --iters ", iters));
 }
 
-// ResNet-50's peer (bench/torch_resnet50.py) in one of PyTorch's layouts (nhwc: channels_last),
+// ResNet-50's peer (bench/torch/torch_resnet50.py) in one of PyTorch's layouts (nhwc: channels_last),
 // or null without python3-torch.
 nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const char* layout) {
   return python_peer(detail::concat("torch_resnet50.py --size ", size, " --batch ", batch, " --threads ", threads, " --iters ", iters,

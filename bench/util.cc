@@ -33,7 +33,7 @@ double median(std::vector<double> v) {
 
 
 nlohmann::json python_peer(const std::string& script_and_args) {
-  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/", script_and_args, " 2>/dev/null");
+  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch/", script_and_args, " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return nullptr;
   std::string out;

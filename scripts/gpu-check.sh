@@ -132,10 +132,10 @@ PY
   [ "$rc" = 0 ] || { cat "$work/bench.log" >&2; status=1; }
   # PyTorch CUDA in the same run: torch.topk at the same size and densities, CosmoFlow at 128^3 in both layouts.
   for density in 0.001 0.01; do
-    timeout 120 python3 "$src/bench/torch_topk.py" --device cuda --density "$density" --repeat 10 >>"$figures" || status=1
+    timeout 120 python3 "$src/bench/torch/torch_topk.py" --device cuda --density "$density" --repeat 10 >>"$figures" || status=1
   done
   for layout in ndhwc ncdhw; do
-    timeout 300 python3 "$src/bench/torch_cosmoflow.py" --device cuda --layout "$layout" --size 128 --batch 8 --iters 10 >>"$figures" || status=1
+    timeout 300 python3 "$src/bench/torch/torch_cosmoflow.py" --device cuda --layout "$layout" --size 128 --batch 8 --iters 10 >>"$figures" || status=1
   done
   tail -4 "$figures"
   # The criteria of the GPU path, each with its figure and whether it held.

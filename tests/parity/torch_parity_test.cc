@@ -1,4 +1,4 @@
-// Tessera's models against PyTorch on the same weights and inputs: bench/torch_<model>.py --dump
+// Tessera's models against PyTorch on the same weights and inputs: bench/torch/torch_<model>.py --dump
 // writes a small model's parameters, a batch, its logits, loss and every parameter's gradient as
 // .npy files (tests/parity/torch_parity_test.sh runs it, then this test on the directory it names
 // in TESSERA_TORCH_REFERENCE). Tessera loads the same parameters and must give the same logits and
@@ -102,7 +102,7 @@ TEST(TorchParity, TransformerForwardAndBackwardEqualPyTorchs) {
 // entry with both on 2 threads held one with PyTorch on 1). With over a million ReLU entries such
 // an entry is in nearly every draw, so the reference shifts each BatchNorm's beta,
 // channel by channel, to put zero in the widest gap between that channel's entries
-// (bench/torch_resnet50.py, clear_gates): every ReLU input is then at least some 4e-4 of its
+// (bench/torch/torch_resnet50.py, clear_gates): every ReLU input is then at least some 4e-4 of its
 // channel's spread from zero (closest_gate), and the bound is the same 1e-4 as the Transformer's.
 TEST(TorchParity, ResNet50ForwardAndBackwardEqualPyTorchs) {
   const std::string dir = reference("resnet50");

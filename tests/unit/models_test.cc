@@ -234,7 +234,7 @@ TEST(ModelsTest, Cnn2dLearnsOrientedGratings) {
 }
 
 // The large-gradient model of the exchange benchmarks: cnn2d with wide hidden layers holds ResNet-50's
-// gradient volume (PyTorch's copy in bench/torch_ddp.py counts the same 25,201,546 parameters), and
+// gradient volume (PyTorch's copy in bench/torch/torch_ddp.py counts the same 25,201,546 parameters), and
 // its default is still the small one.
 TEST(ModelsTest, Cnn2dWithWideHiddenLayersIsTheLargeGradientModel) {
   ModelConfig c;

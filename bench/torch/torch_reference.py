@@ -1,4 +1,4 @@
-"""What the PyTorch peers (bench/torch_<model>.py) share: the parity reference they write for
+"""What the PyTorch peers (bench/torch/torch_<model>.py) share: the parity reference they write for
 tests/parity and the timing of their training steps."""
 import json
 import os

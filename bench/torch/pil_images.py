@@ -3,7 +3,7 @@
 bench/parity_resnet50.py applies them) over the images of an indexed ImageFolder, one thread; prints
 one JSON line with the median images/s over --iters passes.
 
-  bench/pil_images.py --data DIR --size 224 --split train|val [--iters 3]
+  bench/torch/pil_images.py --data DIR --size 224 --split train|val [--iters 3]
 """
 import argparse
 import json
