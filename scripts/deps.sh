@@ -14,7 +14,7 @@ packages=(
   python3 python3-yaml python3-jsonschema
   universal-ctags                                  # function lengths (scripts/longest_functions.py)
   clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)
-  python3-h5py python3-numpy python3-pil           # datasets written as users' tools write them (tests/e2e/dataset_files_test.py, image_folder_test.py)
+  python3-h5py python3-numpy python3-pil           # datasets written as users' tools write them (tests/e2e/dataset_files_test.py, image_folder_run_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
   iproute2                                         # the emulated cluster (tessera-netns)
   containerd runc containernetworking-plugins iptables   # the test cluster's real nodes

@@ -8,7 +8,7 @@ layer2.0.downsample.0, fc), so that no torchvision is needed.
       forward + backward + SGD (momentum) update, tuned as a user would tune it on the CPU
       (torch.backends.mkldnn on; --layout nhwc: channels_last, nchw: PyTorch's default layout).
   torch_resnet50.py --dump DIR [--seed 1]
-      the reference of tests/parity/torch_parity_test.sh: a narrow model's weights, a batch, its
+      the reference of tests/parity/torch_parity.sh: a narrow model's weights, a batch, its
       logits, the label-smoothed loss and every parameter's gradient (BatchNorm in training mode, its
       shifts placed so that no ReLU input lies within rounding of zero: clear_gates), as
       float32 .npy files named as Tessera names them (DIR/param/<name>.npy, DIR/grad/<name>.npy)

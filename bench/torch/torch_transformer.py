@@ -7,7 +7,7 @@ layers, initialisation and parameter names.
       the speed peer of `tessera-bench train --model transformer`: one JSON line with the samples/s of
       forward + backward + AdamW update.
   torch_transformer.py --dump DIR [--seed 1]
-      the reference of tests/e2e/torch_parity_test.sh: a small model's weights, a batch, its logits,
+      the reference of tests/parity/torch_parity.sh: a small model's weights, a batch, its logits,
       loss and every parameter's gradient, as float32 .npy files named as Tessera names them
       (DIR/param/<name>.npy, DIR/grad/<name>.npy) with DIR/config.json.
 

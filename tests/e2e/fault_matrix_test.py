@@ -25,7 +25,7 @@ import sys
 import re
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testing"))
 from local_job import TIMEOUT, LocalRun, scratch_runs  # noqa: E402
 
 EVERY = 6      # checkpoint interval, steps

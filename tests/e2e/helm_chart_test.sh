@@ -49,7 +49,7 @@ values=(--set "jobDefaults.nodeSelector.topology\.kubernetes\.io/zone=zone-0" --
   --set controller.watchNamespace=team-a >"$dir/rendered-namespaced.yaml" || fail "helm template with the monitors"
 echo "PASS helm lint and template"
 # The API server here (1.20) has no PodSecurity admission: the restricted level's rules are checked here.
-"$py" "$src/tests/e2e/pod_security.py" "$dir/rendered.yaml" --expect restricted >"$dir/pss.log" ||
+"$py" "$src/testing/pod_security.py" "$dir/rendered.yaml" --expect restricted >"$dir/pss.log" ||
   fail "the controller's pod breaks the restricted Pod Security Standard: $(cat "$dir/pss.log")"
 echo "PASS the controller's pod meets the restricted Pod Security Standard"
 
@@ -233,7 +233,7 @@ echo "PASS the chart's controller ran a job to Succeeded on real nodes: workers 
 # the privileged level, and the init container that makes it the worker's is its only other break;
 # with an emptyDir SSD tier and no hostPath the pod meets the restricted level.
 kubectl get pods -n team-a -l tessera.dev/job=chart-job -o json >"$dir/chart-pods.json"
-"$py" "$src/tests/e2e/pod_security.py" "$dir/chart-pods.json" >"$dir/pss.log" || true
+"$py" "$src/testing/pod_security.py" "$dir/chart-pods.json" >"$dir/pss.log" || true
 grep -q '^  baseline hostPathVolumes: checkpoints' "$dir/pss.log" || fail "the hostPath volume is not reported: $(cat "$dir/pss.log")"
 other=$(grep '^  ' "$dir/pss.log" | grep -v 'hostPathVolumes: checkpoints\|volume-owner' || true)
 [ -z "$other" ] || fail "the worker pod breaks rules beyond its hostPath volume: $other"
@@ -241,7 +241,7 @@ chart_job restricted-job 16 1
 phase=$(job_done restricted-job 120)
 [ "$phase" = Succeeded ] || fail "restricted-job is '$phase': $(kubectl get tj restricted-job -n team-a -o jsonpath='{.status.message}')"
 kubectl get pods -n team-a -l tessera.dev/job=restricted-job -o json >"$dir/restricted-pods.json"
-"$py" "$src/tests/e2e/pod_security.py" "$dir/restricted-pods.json" --expect restricted >"$dir/pss.log" ||
+"$py" "$src/testing/pod_security.py" "$dir/restricted-pods.json" --expect restricted >"$dir/pss.log" ||
   fail "a worker pod without hostPath breaks the restricted Pod Security Standard: $(cat "$dir/pss.log")"
 echo "PASS worker pods: restricted with an emptyDir SSD tier; a hostPath volume and its owner init container are the only breaks"
 

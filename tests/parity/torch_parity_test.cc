@@ -1,6 +1,6 @@
 // Tessera's models against PyTorch on the same weights and inputs: bench/torch/torch_<model>.py --dump
 // writes a small model's parameters, a batch, its logits, loss and every parameter's gradient as
-// .npy files (tests/parity/torch_parity_test.sh runs it, then this test on the directory it names
+// .npy files (tests/parity/torch_parity.sh runs it, then this test on the directory it names
 // in TESSERA_TORCH_REFERENCE). Tessera loads the same parameters and must give the same logits and
 // gradients within 1e-4, relative to each array's largest magnitude, in float32.
 #include <gtest/gtest.h>
@@ -82,7 +82,7 @@ nlohmann::json config_of(const std::string& dir) {
 
 TEST(TorchParity, TransformerForwardAndBackwardEqualPyTorchs) {
   const std::string dir = reference("transformer");
-  if (dir.empty()) GTEST_SKIP() << "TESSERA_TORCH_REFERENCE is not set: run tests/parity/torch_parity_test.sh";
+  if (dir.empty()) GTEST_SKIP() << "TESSERA_TORCH_REFERENCE is not set: run tests/parity/torch_parity.sh";
   const nlohmann::json cfg = config_of(dir);
   ModelConfig c;
   c.name = "transformer";
@@ -106,7 +106,7 @@ TEST(TorchParity, TransformerForwardAndBackwardEqualPyTorchs) {
 // channel's spread from zero (closest_gate), and the bound is the same 1e-4 as the Transformer's.
 TEST(TorchParity, ResNet50ForwardAndBackwardEqualPyTorchs) {
   const std::string dir = reference("resnet50");
-  if (dir.empty()) GTEST_SKIP() << "TESSERA_TORCH_REFERENCE is not set: run tests/parity/torch_parity_test.sh";
+  if (dir.empty()) GTEST_SKIP() << "TESSERA_TORCH_REFERENCE is not set: run tests/parity/torch_parity.sh";
   const nlohmann::json cfg = config_of(dir);
   ModelConfig c;
   c.name = "resnet50";

@@ -1,7 +1,7 @@
 // JPEG decoding (libjpeg-turbo), the image transforms of ImageFolder datasets (torchvision's crops,
 // Pillow's antialiased bilinear resize), the cache's choice between decoded and compressed bytes, and
 // the dataset's samples: the same on every rank and whatever the cache keeps. (Pillow's own files and
-// pixels are compared in tests/e2e/image_folder_test.py.)
+// pixels are compared in tests/e2e/image_folder_run_test.py.)
 #include "worker/data/image_folder.h"
 
 #include <gtest/gtest.h>

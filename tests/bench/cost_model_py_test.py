@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cost model of bench/cluster against hand-computed cases, and results.py's median runs.
 
-  cost_model_test.py SOURCE_DIR
+  cost_model_py_test.py SOURCE_DIR
 """
 import json
 import math

@@ -6,7 +6,7 @@ to within 1.5 of 255 levels; training images are augmented the same way on every
 differently across epochs; a ResNet-50 trains on them through `tessera run`. Every bad input is an
 error naming the directory or the file, and a failed index writes no manifest.
 
-usage: image_folder_test.py --bin BUILD/bin [unittest args]
+usage: image_folder_run_test.py --bin BUILD/bin [unittest args]
 """
 import argparse
 import json

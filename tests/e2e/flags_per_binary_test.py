@@ -3,7 +3,7 @@
 the flag's name, the value and the range, and exits with status 2 (a configuration error); an
 unknown flag is named too. One table per binary; each row runs the binary once.
 
-  flags_test.py --bin BUILD/bin
+  flags_per_binary_test.py --bin BUILD/bin
 """
 import argparse
 import os
