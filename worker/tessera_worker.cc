@@ -177,6 +177,153 @@ PodOptions pod_options(const char* argv0, const Options& o) {
   return pod;
 }
 
+// The job as this rank runs it: under `tessera run`, relative checkpoint and cache paths live in
+// the job's work directory; --threads overrides spec.training.threads.
+JobConfig read_job(const Options& o) {
+  JobConfig job = load_job_config(o.config);
+  if (!o.work_dir.empty()) {
+    job.checkpoint.path = api::under_work_dir(job.checkpoint.path, o.work_dir);
+    job.data.cache.ssd_dir = api::under_work_dir(job.data.cache.ssd_dir, o.work_dir);
+  }
+  if (o.threads > 0) job.training.threads = o.threads;
+  return job;
+}
+
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
+// The rank's place in the gang and its communicators (members destroyed in reverse order: the
+// groups before the stores they met in).
+struct Gang {
+  std::unique_ptr<Store> store;
+  std::unique_ptr<CommGroups> groups, device_groups;  // null for a world of one; device: NCCL's
+  std::unique_ptr<Store> nccl_store;
+};
+
+// Meets the gang: registers with the controller's rendezvous (which gives `o` its rank, world, node
+// and local rank; `metrics_port` is announced) or claims the rank in a rendezvous directory, then
+// connects the Gloo groups and, for gradients in GPU memory, NCCL's over the same ranks.
+Gang meet(Options& o, const JobConfig& job, int metrics_port) {
+  Gang g;
+  const Millis timeout(job.communication.timeout_ms);
+  if (o.service()) {
+    auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token);
+    const auto a = grpc->register_worker(o.replica, o.slot, host_name(), metrics_port, timeout);
+    o.rank = a.rank;
+    o.world = a.world_size;
+    o.node = a.node;
+    o.local_rank = a.local_rank;
+    set_log_tag("rank " + std::to_string(o.rank));
+    g.store = std::move(grpc);
+  }
+  // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
+  // (An elastic job's gang may be smaller: whole spatial groups, at least spec.elastic.minReplicas.)
+  if (!api::gang_size_fits(o.world, job.workers, job.min_workers, job.model.spatial.size()))
+    throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
+                      detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
+                                     " (spec.replicas x spec.ranksPerReplica)"));
+  if (o.world == 1) return g;
+  if (!g.store) {
+    g.store = std::make_unique<FileStore>(o.rendezvous);
+    claim_rank(*g.store, o.rendezvous, o.rank);
+  }
+  Topology topo = Topology::discover(*g.store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
+  g.groups = std::make_unique<CommGroups>(connect_groups(*g.store, topo, o.rank, gloo_factory(timeout), job.model.spatial.size()));
+  // Gradients in GPU memory: NCCL groups over the same ranks, met under their own keys.
+  if (resolve_transport(job, resolve_device(job)) == "nccl") {
+#if TESSERA_HAVE_NCCL
+    gpu::set_device(rank_gpu_ordinal());
+    g.nccl_store = std::make_unique<PrefixStore>("nccl", *g.store);
+    g.device_groups = std::make_unique<CommGroups>(connect_groups(*g.nccl_store, std::move(topo), o.rank,
+                                                                  nccl_factory(timeout, gpu::current_device()),
+                                                                  job.model.spatial.size()));
+#endif
+  }
+  return g;
+}
+
+// The rank's Prometheus metrics, served at /metrics of `exporter`. TESSERA_JOB is the job's key,
+// "namespace/name", under a controller.
+std::unique_ptr<WorkerMetrics> export_metrics(HttpServer& exporter, const Options& o, const JobConfig& job) {
+  WorkerIdentity who;
+  const std::string& key = o.job_key;
+  const auto slash = key.find('/');
+  who.job = slash == std::string::npos ? job.name : key.substr(slash + 1);
+  who.namespace_ = slash == std::string::npos ? o.namespace_ : key.substr(0, slash);
+  who.rank = o.rank;
+  who.node = o.node;
+  who.pod = o.pod.empty() ? host_name() : o.pod;
+  auto exported = std::make_unique<WorkerMetrics>(who);
+  exporter.handle("/metrics", [m = exported.get()] {
+    return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", m->text()};
+  });
+  log_info("metrics at http://", o.metrics_addr.substr(0, o.metrics_addr.rfind(':')), ":", exporter.port(), "/metrics");
+  return exported;
+}
+
+// --metrics FILE: a JSON line per step and per epoch, appended.
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, int rank) : rank_(rank) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    if (!out_) throw Error("cannot open metrics file '" + path + "'");
+  }
+  void step(const StepRecord& r) {
+    if (!out_.is_open()) return;
+    char line[640];
+    std::snprintf(line, sizeof(line),
+                  "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
+                  "\"global_batch\":%lld,\"micro_batches\":%d,"
+                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%.6f,"
+                  "\"update_s\":%.6f,\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
+                  rank_, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(),
+                  static_cast<long long>(r.global_batch), r.micro_batches, r.data_s, r.forward_s, r.backward_s, r.comm_s,
+                  r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
+                  static_cast<unsigned long long>(r.bytes_inter));
+    out_ << line << std::flush;
+  }
+  void epoch(const EpochRecord& e) {
+    if (!out_.is_open()) return;
+    nlohmann::ordered_json line = {{"type", "epoch"}, {"rank", rank_}, {"epoch", e.epoch}};
+    line.update(validation_fields(e));
+    out_ << line.dump() << "\n" << std::flush;
+  }
+
+ private:
+  int rank_;
+  std::ofstream out_;
+};
+
+// How the run ended, as the pod tells it: a stop on SIGTERM (kExitStopped, its reason to the
+// supervisor or the termination log), or rank 0's summary line (stdout and the termination log,
+// which the controller reads).
+int report_end(const TrainSummary& s, const Options& o, const JobConfig& job) {
+  if (s.stopped) {
+    const std::string why = detail::concat(
+        "stopped at step ", s.steps, " on SIGTERM, every rank at the same step; ",
+        s.checkpointed ? detail::concat("the checkpoint of step ", s.steps, " is written")
+                       : std::string("no checkpoint (spec.checkpoint.path is not set): the next run starts at step 0"));
+    log_info(why);
+    if (!tell_supervisor(why) && !o.termination_log.empty()) std::ofstream(o.termination_log) << why << "\n";
+    return kExitStopped;
+  }
+  if (o.rank != 0) return 0;
+  nlohmann::ordered_json summary = {{"type", "summary"},      {"job", job.name},
+                                    {"steps", s.steps},        {"first_step", s.first_step},
+                                    {"seconds", s.seconds},    {"samples_per_second", s.samples_per_second},
+                                    {"switch_step", s.switch_step}};
+  if (!s.exchange.empty()) summary["exchange"] = s.exchange;  // strategy auto: the last choice
+  summary.update(validation_fields(s.last_epoch));
+  const std::string line = summary.dump() + "\n";
+  std::fputs(line.c_str(), stdout);
+  if (!o.termination_log.empty()) std::ofstream(o.termination_log) << line;
+  return 0;
+}
+
 int run(int argc, char** argv) {
   const std::optional<Options> parsed = parse(argc, argv);
   if (!parsed) return 0;
@@ -192,142 +339,34 @@ int run(int argc, char** argv) {
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);
   set_log_tag("rank " + std::to_string(o.rank));
-  JobConfig job = load_job_config(o.config);
-  // Under `tessera run`, relative checkpoint and cache paths live in the job's work directory.
-  if (!o.work_dir.empty()) {
-    job.checkpoint.path = api::under_work_dir(job.checkpoint.path, o.work_dir);
-    job.data.cache.ssd_dir = api::under_work_dir(job.data.cache.ssd_dir, o.work_dir);
-  }
-  if (o.threads > 0) job.training.threads = o.threads;
-
-  std::unique_ptr<Store> store;
-  std::unique_ptr<CommGroups> groups, device_groups;
-  std::unique_ptr<Store> nccl_store;
-  const Millis timeout(job.communication.timeout_ms);
+  const JobConfig job = read_job(o);
   // The exporter listens before registration, which announces its port; it is destroyed (its
   // thread joined) before the metrics it serves.
   std::unique_ptr<WorkerMetrics> exported;
   std::unique_ptr<HttpServer> exporter;
   if (!o.metrics_addr.empty()) exporter = std::make_unique<HttpServer>(o.metrics_addr, "--metrics-addr");
-  if (o.service()) {
-    auto grpc = std::make_unique<GrpcStore>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token);
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    const auto a = grpc->register_worker(o.replica, o.slot, host, exporter ? exporter->port() : 0, timeout);
-    o.rank = a.rank;
-    o.world = a.world_size;
-    o.node = a.node;
-    o.local_rank = a.local_rank;
-    set_log_tag("rank " + std::to_string(o.rank));
-    store = std::move(grpc);
-  }
-  // Ranks that are not the job's workers would wait for each other until the timeout: say so now.
-  // (An elastic job's gang may be smaller: whole spatial groups, at least spec.elastic.minReplicas.)
-  if (!api::gang_size_fits(o.world, job.workers, job.min_workers, job.model.spatial.size()))
-    throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
-                      detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
-                                     " (spec.replicas x spec.ranksPerReplica)"));
-  if (o.world > 1) {
-    if (!store) {
-      store = std::make_unique<FileStore>(o.rendezvous);
-      claim_rank(*store, o.rendezvous, o.rank);
-    }
-    Topology topo = Topology::discover(*store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
-    groups = std::make_unique<CommGroups>(connect_groups(*store, topo, o.rank, gloo_factory(timeout), job.model.spatial.size()));
-    // Gradients in GPU memory: NCCL groups over the same ranks, met under their own keys.
-    const Device device = resolve_device(job);
-    if (resolve_transport(job, device) == "nccl") {
-#if TESSERA_HAVE_NCCL
-      gpu::set_device(rank_gpu_ordinal());
-      nccl_store = std::make_unique<PrefixStore>("nccl", *store);
-      device_groups = std::make_unique<CommGroups>(
-          connect_groups(*nccl_store, std::move(topo), o.rank, nccl_factory(timeout, gpu::current_device()),
-                         job.model.spatial.size()));
-#endif
-    }
-  }
-  Trainer trainer(job, groups.get(), device_groups.get());
+  Gang gang = meet(o, job, exporter ? exporter->port() : 0);
+  Trainer trainer(job, gang.groups.get(), gang.device_groups.get());
   std::unique_ptr<ControlAgent> control;
   if (o.service()) {
     control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token, o.rank,
-                                             timeout);
+                                             Millis(job.communication.timeout_ms));
     trainer.set_control(control.get());
   }
-  if (exporter) {
-    // TESSERA_JOB is the job's key, "namespace/name", under a controller.
-    WorkerIdentity who;
-    const std::string& key = o.job_key;
-    const auto slash = key.find('/');
-    who.job = slash == std::string::npos ? job.name : key.substr(slash + 1);
-    who.namespace_ = slash == std::string::npos ? o.namespace_ : key.substr(0, slash);
-    who.rank = o.rank;
-    who.node = o.node;
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    who.pod = o.pod.empty() ? host : o.pod;
-    exported = std::make_unique<WorkerMetrics>(who);
-    exporter->handle("/metrics", [m = exported.get()] {
-      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", m->text()};
-    });
-    log_info("metrics at http://", o.metrics_addr.substr(0, o.metrics_addr.rfind(':')), ":", exporter->port(), "/metrics");
-  }
+  if (exporter) exported = export_metrics(*exporter, o, job);
   const double rank_samples = static_cast<double>(job.training.batch_size) / o.world;
-  std::ofstream metrics;
-  if (!o.metrics.empty()) {
-    metrics.open(o.metrics, std::ios::app);
-    if (!metrics) throw Error("cannot open metrics file '" + o.metrics + "'");
-  }
+  MetricsFile metrics(o.metrics, o.rank);
   trainer.on_step = [&](const StepRecord& r) {
     if (exported) exported->observe(r, rank_samples, trainer.cache(), trainer.sample_cache());
-    if (!metrics.is_open()) return;
-    char line[640];
-    std::snprintf(line, sizeof(line),
-                  "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
-                  "\"global_batch\":%lld,\"micro_batches\":%d,"
-                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%.6f,\"update_s\":%.6f,"
-                  "\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
-                  o.rank, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(),
-                  static_cast<long long>(r.global_batch), r.micro_batches, r.data_s, r.forward_s,
-                  r.backward_s, r.comm_s, r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
-                  static_cast<unsigned long long>(r.bytes_inter));
-    metrics << line << std::flush;
+    metrics.step(r);
   };
-  trainer.on_epoch = [&](const EpochRecord& e) {
-    if (!metrics.is_open()) return;
-    nlohmann::ordered_json line = {{"type", "epoch"}, {"rank", o.rank}, {"epoch", e.epoch}};
-    line.update(validation_fields(e));
-    metrics << line.dump() << "\n" << std::flush;
-  };
+  trainer.on_epoch = [&](const EpochRecord& e) { metrics.epoch(e); };
   // From here a SIGTERM (a drained or reclaimed node, a deleted pod) asks the gang to checkpoint and
   // stop; before, it ends the process, which holds nothing to save.
   trainer.set_stop_flag(&g_stop);
   std::signal(SIGTERM, on_rank_signal);
   std::signal(SIGINT, on_rank_signal);
-  TrainSummary s = trainer.run();
-  if (s.stopped) {
-    // Why the pod ended: its supervisor's (or this process's) termination message, which the
-    // controller records with the restart.
-    const std::string why = detail::concat(
-        "stopped at step ", s.steps, " on SIGTERM, every rank at the same step; ",
-        s.checkpointed ? detail::concat("the checkpoint of step ", s.steps, " is written")
-                       : std::string("no checkpoint (spec.checkpoint.path is not set): the next run starts at step 0"));
-    log_info(why);
-    if (!tell_supervisor(why) && !o.termination_log.empty()) std::ofstream(o.termination_log) << why << "\n";
-    return kExitStopped;
-  }
-  if (o.rank == 0) {
-    nlohmann::ordered_json summary = {{"type", "summary"},      {"job", job.name},
-                                      {"steps", s.steps},        {"first_step", s.first_step},
-                                      {"seconds", s.seconds},    {"samples_per_second", s.samples_per_second},
-                                      {"switch_step", s.switch_step}};
-    if (!s.exchange.empty()) summary["exchange"] = s.exchange;  // strategy auto: the last choice
-    summary.update(validation_fields(s.last_epoch));
-    const std::string line = summary.dump() + "\n";
-    std::fputs(line.c_str(), stdout);
-    // In a pod: the summary is the container's termination message, which the controller reads.
-    if (!o.termination_log.empty()) std::ofstream(o.termination_log) << line;
-  }
-  return 0;
+  return report_end(trainer.run(), o, job);
 }
 
 }  // namespace
