@@ -80,6 +80,12 @@ constexpr const char* kUsage =
 
 constexpr int kMaxRanks = 65536;
 
+std::string host_name() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
 // Empty when --help was asked for (the usage is printed).
 std::optional<Options> parse(int argc, char** argv) {
   Options o;
@@ -109,9 +115,7 @@ std::optional<Options> parse(int argc, char** argv) {
   if (o.world > 1 && o.rendezvous.empty() && !o.service())
     throw ConfigError("--rendezvous", "needed when the world has more than one rank");
   if (o.node.empty()) {
-    char host[256] = {0};
-    gethostname(host, sizeof(host) - 1);
-    o.node = host;
+    o.node = host_name();
   }
   if (o.local_rank < 0) o.local_rank = o.world == 1 ? 0 : o.rank;  // all on one node by default
   return o;
@@ -125,9 +129,7 @@ void claim_rank(Store& store, const std::string& dir, int rank) {
   if (auto earlier = store.try_get(key))
     throw ConfigError("--rendezvous", detail::concat("'", dir, "' holds the rendezvous of an earlier run (rank ", rank,
                                                      " was ", *earlier, "); give each run a new directory, or empty this one"));
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  store.set(key, detail::concat("process ", getpid(), " on ", host));
+  store.set(key, detail::concat("process ", getpid(), " on ", host_name()));
 }
 
 // An epoch's validation as the --metrics lines and the summary carry it.
@@ -187,12 +189,6 @@ JobConfig read_job(const Options& o) {
   }
   if (o.threads > 0) job.training.threads = o.threads;
   return job;
-}
-
-std::string host_name() {
-  char host[256] = {0};
-  gethostname(host, sizeof(host) - 1);
-  return host;
 }
 
 // The rank's place in the gang and its communicators (members destroyed in reverse order: the
