@@ -68,7 +68,7 @@ int controller(int argc, char** argv) {
   std::fprintf(stderr, "starting the test cluster with %d simulated nodes of %d GPUs...\n", n_nodes, gpus);
   const auto t_cluster = Clock::now();
   const std::string start = detail::concat("bash ", src, "/scripts/test-cluster.sh start ", cluster, " --nodes ", n_nodes,
-                                           " --gpus ", gpus, " --zones 4 --simulate --agent ", bin, "/tessera-node-agent >",
+                                           " --gpus ", gpus, " --zones 4 --simulate ", bin, "/tessera-simulated-nodes >",
                                            dir, "/start.log 2>&1 && kubectl --kubeconfig ", cluster, "/kubeconfig apply -f ", src,
                                            "/crds/ >/dev/null && kubectl --kubeconfig ", cluster,
                                            "/kubeconfig wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null");

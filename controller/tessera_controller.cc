@@ -42,6 +42,7 @@
 #include "controller/kube/leader_election.h"
 #include "controller/kube/operator.h"
 #include "controller/metrics/controller_metrics.h"
+#include "controller/reconcile/manifest.h"
 #include "controller/reconcile/reconciler.h"
 #include "common/config_node.h"
 #include "common/http_server.h"

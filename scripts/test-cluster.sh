@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane for tests, on loopback: etcd (Debian's etcd-server), kube-apiserver
-# and kube-controller-manager v1.20.2 built from Debian bookworm's `kubernetes` source package (no
-# package ships the binaries), and the test node agent (testing/node_agent), which registers
-# GPU nodes and runs the pods bound to them as local processes. There is no scheduler: the Tessera
-# controller binds its pods itself.
+# A real Kubernetes cluster for tests, on this machine: etcd (Debian's etcd-server), kube-apiserver,
+# kube-controller-manager, kube-scheduler, kube-proxy and kubelet v1.20.2 built from Debian
+# bookworm's `kubernetes` source package (no package ships the binaries), and real nodes, each a
+# network namespace with its own kubelet and containerd running the project's images
+# (scripts/images.sh), the GPU device plugin (testing/device_plugin.cc) and the DNS
+# (testing/cluster_dns.py). For the controller's scale benchmark, --simulate registers nodes with
+# nothing behind them instead (testing/simulated_nodes.cc).
 #
-#   scripts/test-cluster.sh build        builds kube-apiserver and kube-controller-manager once into
-#                                        $TESSERA_CACHE (default ~/.cache/tessera; about 8 minutes on 2 cores)
-#   scripts/test-cluster.sh start DIR [--nodes N] [--gpus G] [--zones Z] [--simulate] [--agent BIN] [--bin-dir D]
+#   scripts/test-cluster.sh build        builds the Kubernetes binaries once into $TESSERA_CACHE
+#                                        (default ~/.cache/tessera; about 8 minutes on 2 cores)
+#   scripts/test-cluster.sh start DIR [--nodes N] [--gpus G] [--zones Z] [--bin-dir D] [--simulate BIN]
 #                                        starts the control plane with its state in DIR, writes
 #                                        DIR/kubeconfig (admin token) and waits until it is ready; with
-#                                        --nodes N (default 0) the node agent BIN registers N nodes of G
-#                                        GPUs (default 2) spread over Z zones (default 2)
+#                                        --nodes N (default 0), N real nodes of G GPUs (default 2;
+#                                        the device plugin from D) spread over Z zones (default 2);
+#                                        with --simulate, N nodes that BIN (tessera-simulated-nodes)
+#                                        registers, whose bound pods it marks Running
 #   scripts/test-cluster.sh stop DIR     stops everything started in DIR
 #   scripts/test-cluster.sh restart-apiserver DIR
 #                                        stops and starts kube-apiserver alone (same port, same etcd)
 #   scripts/test-cluster.sh stop-apiserver DIR / start-apiserver DIR
 #                                        the same in two steps (the API server gone meanwhile)
+#   scripts/test-cluster.sh add-node DIR one real node more (node-K, K the next index)
 #   scripts/test-cluster.sh lose-node DIR K  kills node-K's kubelet, containerd and containers and
 #                                        removes its network, as a lost machine (its Node object stays)
 #   scripts/test-cluster.sh account-kubeconfig DIR NAMESPACE ACCOUNT
@@ -337,22 +342,21 @@ stop_node() {
 start() {
   local dir=$1
   shift
-  local nodes=0 gpus=2 zones=2 simulate="" agent="" bin_dir=""
+  local nodes=0 gpus=2 zones=2 simulate="" bin_dir=""
   while (($#)); do
     case $1 in
       --nodes) nodes=$2; shift 2 ;;
       --gpus) gpus=$2; shift 2 ;;
       --zones) zones=$2; shift 2 ;;
-      --simulate) simulate=--simulate; shift ;;
-      --agent) agent=$2; shift 2 ;;
+      --simulate) simulate=$2; shift 2 ;;
       --bin-dir) bin_dir=$2; shift 2 ;;
       *) echo "test-cluster: unknown option '$1'" >&2; exit 2 ;;
     esac
   done
   built || { echo "test-cluster: the Kubernetes binaries are not all in $CACHE; run scripts/test-cluster.sh build" >&2; exit 1; }
   require etcd openssl kubectl python3
-  if [ -n "$simulate" ] && [ ! -x "$agent" ]; then
-    echo "test-cluster: --simulate needs --agent, the node agent binary (build/bin/tessera-node-agent)" >&2
+  if [ -n "$simulate" ] && [ ! -x "$simulate" ]; then
+    echo "test-cluster: --simulate needs the simulated nodes' binary (build/bin/tessera-simulated-nodes), not '$simulate'" >&2
     exit 2
   fi
   local real=0
@@ -428,12 +432,12 @@ KC
     route_pods "$dir"
     wait_nodes "$dir" "$nodes" "$gpus" || { stop "$dir"; exit 1; }
   elif ((nodes > 0)); then
-    setsid "$agent" --kubeconfig "$dir/kubeconfig" --nodes "$nodes" --gpus "$gpus" --zones "$zones" --dir "$dir/agent" \
-      ${bin_dir:+--bin-dir "$bin_dir"} $simulate >"$dir/node-agent.log" 2>&1 &
-    echo $! >"$dir/node-agent.pid"
+    setsid "$simulate" --kubeconfig "$dir/kubeconfig" --nodes "$nodes" --gpus "$gpus" --zones "$zones" \
+      >"$dir/simulated-nodes.log" 2>&1 &
+    echo $! >"$dir/simulated-nodes.pid"
     for _ in $(seq 1 120); do
       [ "$(kubectl --kubeconfig "$dir/kubeconfig" get nodes --no-headers 2>/dev/null | grep -c ' Ready')" -ge "$nodes" ] && break
-      kill -0 "$(cat "$dir/node-agent.pid")" 2>/dev/null || { tail -20 "$dir/node-agent.log" >&2; stop "$dir"; exit 1; }
+      kill -0 "$(cat "$dir/simulated-nodes.pid")" 2>/dev/null || { tail -20 "$dir/simulated-nodes.log" >&2; stop "$dir"; exit 1; }
       sleep 0.5
     done
   fi
@@ -508,8 +512,8 @@ clear_leftovers() {
 
 stop() {
   local dir=$1 k
-  # The nodes (or the agent) first: they stop the pods' processes.
-  stop_one "$dir" node-agent
+  # The nodes first: they stop the pods' processes.
+  stop_one "$dir" simulated-nodes
   for k in $(nodes_of "$dir"); do stop_node "$dir" "$k"; done
   if [ -f "$dir/nodes.conf" ]; then
     "${NETNS[@]}" down >/dev/null 2>&1 || true

@@ -27,6 +27,7 @@
 #include "controller/local/prometheus.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/placement/gang_placer.h"
+#include "controller/reconcile/manifest.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
 

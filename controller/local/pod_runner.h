@@ -4,8 +4,8 @@
 // DirectoryOrCreate; emptyDir, configMap and secret: a directory of the pod's with the items
 // written); a command argument or environment value under a volume's mountPath rewritten to the
 // volume's directory; the container's terminationMessagePath a file of the pod's. The local backend
-// of `tessera run` runs the reconcile's pods this way, and so does the test cluster's node agent:
-// one way to run a pod without a container runtime. Images, users and security contexts are not
+// of `tessera run` runs the reconcile's pods this way: one way to run a pod without a container
+// runtime. Images, users and security contexts are not
 // applied (a test cluster with real kubelets and containerd does that). Thread-compatible.
 #pragma once
 

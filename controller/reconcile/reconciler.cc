@@ -4,13 +4,11 @@
 #include <ctime>
 #include <filesystem>
 #include <map>
-#include <regex>
 #include <set>
-#include <yaml-cpp/yaml.h>
 
 #include "api/training_job.h"
 #include "controller/reconcile/children.h"
-#include "common/config_node.h"
+#include "controller/reconcile/manifest.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -314,7 +312,7 @@ std::optional<RendezvousTarget> rendezvous_target(const Observed& o) {
   std::optional<api::TrainingJobSpec> spec;
   if (frozen) {
     const json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", *frozen}};
-    spec = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job")).job.spec;
+    spec = parse_job(doc).job.spec;
   }
   return target_of(o.token, o.job.contains("status") ? o.job["status"] : json::object(), spec ? &*spec : nullptr,
                    read_plan(o.config_map));
@@ -379,7 +377,7 @@ class Reconciler {
                       {"kind", o.job.value("kind", api::kKind)},
                       {"metadata", {{"name", name}, {"namespace", ns}}},
                       {"spec", spec}};
-    parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), "job"));
+    parsed = parse_job(doc);
     plan = read_plan(o.config_map);
     attempt = attempt_of(status.s);
     restarts = status.s.value("restarts", 0);
@@ -1182,36 +1180,6 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   return Reconciler(o, opt).run();
 }
 
-json yaml_to_json(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (auto it = n.begin(); it != n.end(); ++it) o[it->first.as<std::string>()] = yaml_to_json(it->second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& e : n) a.push_back(yaml_to_json(e));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string v = n.Scalar();
-      if (n.Tag() == "!") return v;
-      static const std::regex integer("[-+]?[0-9]+"), real("[-+]?([0-9]*\\.[0-9]+|[0-9]+\\.?[0-9]*)([eE][-+]?[0-9]+)?");
-      if (v == "true" || v == "True") return true;
-      if (v == "false" || v == "False") return false;
-      if (v == "null" || v == "~") return nullptr;
-      try {
-        if (std::regex_match(v, integer)) return std::stoll(v);
-        if (std::regex_match(v, real)) return std::stod(v);
-      } catch (const std::exception&) {
-      }
-      return v;
-    }
-    default:
-      return nullptr;
-  }
-}
 
 
 json validation_status(const json& summary) {

@@ -36,10 +36,6 @@
 #include "controller/placement/ring_planner.h"
 #include "controller/reconcile/progress.h"
 
-namespace YAML {
-class Node;
-}
-
 namespace tessera::reconcile {
 
 using json = nlohmann::json;
@@ -153,8 +149,6 @@ struct ReconcileOptions {
 };
 
 Decision reconcile(const Observed& observed, const ReconcileOptions& options);
-// A YAML document as JSON, as the API server would store it (quoted YAML scalars are strings).
-json yaml_to_json(const YAML::Node& node);
 // `spec` with every field of `defaults` it does not set (objects merged field by field; a list or
 // value the spec sets is kept whole).
 json with_defaults(json spec, const json& defaults);

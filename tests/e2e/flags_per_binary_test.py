@@ -65,7 +65,7 @@ def table(job):
             (["--workers=" + WRAPS], {}, ["--workers", WRAPS, "[1, 64]"]),
             (["--bogus"], {}, ["--bogus", "unknown flag"]),
         ],
-        "tessera-node-agent": [
+        "tessera-simulated-nodes": [
             (["--nodes", "-1"], {}, ["--nodes", "'-1'", "[0, 100000]"]),
             (["--gpus", WRAPS], {}, ["--gpus", WRAPS, "[0, 1024]"]),
             (["--zones", "0"], {}, ["--zones", "'0'", "[1, 1024]"]),
