@@ -597,8 +597,8 @@ def main():
             for ns in namespaces(a.step):
                 c.kubectl("delete", "namespace", ns, "--ignore-not-found", "--timeout=120s", check=False)
             SCENARIOS[a.step](c)
-    except (Failure, subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        print("FAIL %s: %s" % (a.step, e), file=sys.stderr)
+    except Exception as e:  # a failed check, a command that failed, or a status field missing or malformed
+        print("FAIL %s: %s: %s" % (a.step, type(e).__name__, e), file=sys.stderr)
         if c is not None:
             print(c.describe(), file=sys.stderr)
         return 1
