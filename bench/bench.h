@@ -93,5 +93,6 @@ int images(int argc, char** argv);
 int placement(int argc, char** argv);
 int controller(int argc, char** argv);
 int metrics(int argc, char** argv);
+int cost_layers(int argc, char** argv);
 
 }  // namespace tessera::bench

@@ -420,4 +420,28 @@ int cluster_train(int argc, char** argv) {
   return 0;
 }
 
+// The benchmark models' layers as the cost model sees them (Model::cost_layers of bench_job's model),
+// for bench/cluster/cost_model.py: one JSON line of (parameters, forward FLOPs per sample) pairs in
+// forward order. --size: another input size than the benchmark's (the seed paper's 224 for ResNet-50).
+int cost_layers(int argc, char** argv) {
+  std::string model;
+  int64_t size = 0;
+  Flags flags("tessera-bench cost-layers", "usage: tessera-bench cost-layers --model cosmoflow|cnn25m|resnet50|transformer [--size W]\n"
+                                           "  prints one JSON line: the model's parameters and its layers' (params, forward FLOPs)\n");
+  flags.text("--model", &model).integer("--size", &size, 1, 1 << 16);
+  if (!flags.parse(argc, argv, 2)) return 0;
+  if (model.empty()) throw ConfigError("--model", "is required");
+  JobConfig job = bench_job(model, 1, 1, 1, 1, 1);
+  if (flags.given("--size")) {
+    if (model == "transformer") throw ConfigError("--size", "the transformer's input is its context of tokens, not an image size");
+    job.model.input_size = static_cast<int>(size);
+  }
+  const auto m = make_model(job.model);
+  nlohmann::json layers = nlohmann::json::array();
+  for (const cost::LayerCost& l : m->cost_layers()) layers.push_back({l.params, l.forward_flops});
+  std::printf("%s\n", nlohmann::json{{"model", model}, {"size", job.model.input_size}, {"params", m->num_params()},
+                                     {"layers", layers}}.dump().c_str());
+  return 0;
+}
+
 }  // namespace tessera::bench

@@ -35,6 +35,8 @@
 //   tessera-bench metrics [--size W] [--epochs E] [--block K] [--scrape-ms M] [--json]
 //       the cost of the worker's Prometheus metrics: step time with the exporter (and a scraper)
 //       against without, alternating every K steps of one training run.
+//   tessera-bench cost-layers --model cosmoflow|cnn25m|resnet50|transformer [--size W]
+//       the benchmark models' layers as the cost model sees them (bench/cluster/cost_model.py reads them).
 //   tessera-bench demo
 //       every strategy on 2 nodes x 2 processes, side by side (what `make run` shows).
 #include <cstdio>
@@ -65,6 +67,7 @@ int usage(int code) {
                "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S]\n"
                "           [--optimizer sgd|adam|lars --lr X] [--json]\n"
                "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
+               "  cost-layers --model cosmoflow|cnn25m|resnet50|transformer [--size W]\n"
                "  demo     [--nodes M --local N --size D --density R --iters I]\n",
                tessera::exchange_strategy_names());
   return code;
@@ -81,7 +84,8 @@ int main(int argc, char** argv) {
   static const std::map<std::string, int (*)(int, char**)> kCommands = {
       {"topk", topk},       {"exchange", exchange}, {"demo", demo},           {"train", train},
       {"spatial", spatial}, {"cache", cache},       {"placement", placement}, {"controller", controller},
-      {"metrics", metrics}, {"cluster", cluster},   {"cluster-train", cluster_train}, {"images", images}};
+      {"metrics", metrics}, {"cluster", cluster},   {"cluster-train", cluster_train}, {"images", images},
+      {"cost-layers", cost_layers}};
   const auto it = kCommands.find(cmd);
   if (it == kCommands.end()) {
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());

@@ -7,7 +7,8 @@ step time, and applied to the seed paper's setting.
 
 The model is common/cost_model.cc, the one the operator uses; this file loads it with ctypes from
 libtessera_cost_c.so ($TESSERA_COST_LIB, else build/lib/ beside this checkout) and keeps the
-calibration, the benchmark models' layer tables and the reports. The model itself (rings of steps
+calibration and the reports; the benchmark models' layers come from the C++ models too
+(`tessera-bench cost-layers`, $TESSERA_BENCH, else build/bin/). The model itself (rings of steps
 bounded by the wire and the shared cores, phases one after another, the step's compute, rest and
 exposed exchange) is described in common/cost_model.h.
 """
@@ -17,6 +18,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 
 import results
@@ -152,8 +154,8 @@ def _c_machine(mc):
     return c, (d_arr, s_arr)
 
 
-def _c_layers(model):
-    flat = [x for _, p, f in layers(model) for x in (float(p), float(f))]
+def _c_layers(model, size=None):
+    flat = [float(x) for layer in layers(model, size) for x in layer]
     return (ctypes.c_double * len(flat))(*flat), len(flat) // 2
 
 
@@ -172,48 +174,38 @@ def exchange_s(strategy, S, d, m, n, mc):
     return exchange_cost(strategy, S, d, m, n, mc)[0]
 
 
-# ---- the benchmark models: parameters per layer (backward order: last layer first) and FLOPs ----
+# ---- the benchmark models' layers, from the C++ models themselves (`tessera-bench cost-layers`) ----
 
-def layers(model):
-    """[(name, params, forward FLOPs per sample)] in forward order."""
-    if model == "cosmoflow":
-        out, ch, s = [], 4, 32
-        for i, co in enumerate([16, 32, 64]):
-            out.append((f"conv{i + 1}", ch * co * 27 + co, 2.0 * ch * co * 27 * s ** 3))
-            ch, s = co, s // 2
-        f = ch * s ** 3
-        for i, h in enumerate([2048, 256, 4]):
-            out.append((f"fc{i + 1}", f * h + h, 2.0 * f * h))
-            f = h
-        return out
-    if model == "cnn25m":
-        return [("conv1", 1 * 32 * 9 + 32, 2.0 * 32 * 9 * 64 * 64), ("conv2", 32 * 64 * 9 + 64, 2.0 * 32 * 64 * 9 * 32 * 32),
-                ("fc1", 16384 * 1536 + 1536, 2.0 * 16384 * 1536), ("output", 1536 * 10 + 10, 2.0 * 1536 * 10)]
-    if model == "resnet50":
-        # 25.6M parameters; spread over its 54 weight layers roughly evenly in FLOPs (4.1 GFLOP forward)
-        # and with most parameters in the last stages: 4 stages of (params, FLOPs) then the FC layer.
-        stages = [(0.2e6, 0.9e9), (1.2e6, 1.0e9), (7.1e6, 1.1e9), (15.0e6, 0.8e9)]
-        return [(f"stage{i + 1}", p, f) for i, (p, f) in enumerate(stages)] + [("fc", 2.05e6, 0.004e9)]
-    if model == "transformer":
-        # cluster-train's: vocabulary V 256, context T 256, width w 512, 8 blocks (25.5M parameters).
-        # The token embedding is tied to the output, so its gradient is complete only when the pass
-        # ends; the output's FLOPs (logits) come first in the backward pass.
-        V, T, w, depth = 256, 256, 512, 8
-        block = (12 * w * w + 13 * w, 24.0 * T * w * w + 4.0 * T * T * w)  # qkv, projections, MLP; attention
-        return ([("embed", V * w + T * w, 0.0)] + [(f"block{i + 1}", *block) for i in range(depth)] +
-                [("ln_f", 2 * w, 0.0), ("output", 0, 2.0 * T * w * V)])
-    raise ValueError(model)
+_layer_tables = {}
 
 
-def forward_flops(model):
-    """Forward FLOPs per sample (ResNet-50 at 224 x 224; the Transformer's sequence of 256 tokens)."""
-    return sum(f for *_, f in layers(model))
+def layers(model, size=None):
+    """[(params, forward FLOPs per sample)] of the benchmark model `model` (cluster-train's names) in
+    forward order, as Model::cost_layers gives them: `tessera-bench cost-layers` ($TESSERA_BENCH, else
+    build/bin/ beside this checkout). size: an input size other than the benchmark's."""
+    key = (model, size)
+    if key not in _layer_tables:
+        path = os.environ.get("TESSERA_BENCH") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build",
+                                                               "bin", "tessera-bench")
+        if not os.path.exists(path):
+            sys.exit(f"cost_model.py: {path} does not exist: build it (make build) or set TESSERA_BENCH")
+        cmd = [path, "cost-layers", "--model", model] + (["--size", str(size)] if size else [])
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise ValueError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+        _layer_tables[key] = [tuple(layer) for layer in json.loads(done.stdout)["layers"]]
+    return _layer_tables[key]
 
 
-def buckets(model, bucket_bytes=25 << 20):
+def forward_flops(model, size=None):
+    """Forward FLOPs per sample (two per multiply-add)."""
+    return sum(f for _, f in layers(model, size))
+
+
+def buckets(model, bucket_bytes=25 << 20, size=None):
     """Bucket sizes (floats) in send order, and for each the fraction of the backward pass done when
     it is complete (its last layer's backward finished)."""
-    arr, count = _c_layers(model)
+    arr, count = _c_layers(model, size)
     cap = 64
     while True:
         out = (ctypes.c_double * (2 * cap))()
@@ -223,7 +215,7 @@ def buckets(model, bucket_bytes=25 << 20):
         cap = got
 
 
-def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False):
+def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False, size=None):
     """(step, exposed, total) seconds of one training step: `compute_s` is forward + backward +
     update as measured with every rank computing at once (the cores shared `slow` ways), `rest_s`
     the step's fixed remainder. Without overlap the exchange follows the backward pass. With it,
@@ -231,13 +223,13 @@ def step_time(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum
     after another; what runs past the pass's end is exposed. And the cores are shared: the step also
     takes at least the machine's CPU work, the rank's compute plus the exchange's CPU work, spread
     over its share of the cores. momentum_correction: the run kept SGD's velocity before the
-    exchange (its passes over every bucket)."""
-    return step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction)[:3]
+    exchange (its passes over every bucket). size: the model's input size, where not the benchmark's."""
+    return step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction, size)[:3]
 
 
-def step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False):
+def step_cost(model, strategy, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction=False, size=None):
     """step_time's (step, exposed, total) and the selection of every bucket, each as alone."""
-    arr, count = _c_layers(model)
+    arr, count = _c_layers(model, size)
     c, keep = _c_machine(mc)
     out = (ctypes.c_double * 4)()
     _call("tessera_cost_step", arr, count, ctypes.c_double(25 << 20), strategy.encode(), ctypes.c_double(d), m, n, ctypes.byref(c),
@@ -470,16 +462,16 @@ def main():
     m, n = 16, 8
     # A GPU's training rate: ResNet-50 at about 360 images/s (224 x 224), and the Transformer at the
     # same FLOPs a second (forward + backward: 3 x the forward's).
-    flop_rate = 360.0 * 3 * forward_flops("resnet50")
+    flop_rate = 360.0 * 3 * forward_flops("resnet50", 224)
     seed_out = {}
-    for model, unit, batches in [("resnet50", "images", [32, 64]), ("transformer", "sequences of 256 tokens", [8, 16])]:
-        rate = flop_rate / (3 * forward_flops(model))
+    for model, size, unit, batches in [("resnet50", 224, "images", [32, 64]), ("transformer", None, "sequences of 256 tokens", [8, 16])]:
+        rate = flop_rate / (3 * forward_flops(model, size))
         print(f"\nseed setting (16 x 8 V100, 25 Gbit/s, NVLink), {model} at {rate:.0f} {unit}/s per GPU: step ms")
         print("  batch/GPU overlap   dense   torus  hitopk  hybrid(3/4 sparse)  hybrid over dense")
         for batch in batches:
             compute = batch / rate
             for overlap in [True, False]:
-                t = {s: step_time(model, s, 0.001, m, n, mc, compute, 0.0, overlap)[0] for s in ["dense", "torus", "hitopk"]}
+                t = {s: step_time(model, s, 0.001, m, n, mc, compute, 0.0, overlap, size=size)[0] for s in ["dense", "torus", "hitopk"]}
                 t["hybrid"] = 0.75 * t["hitopk"] + 0.25 * t["torus"]
                 seed_out[f"{model}-batch{batch}-{'overlap' if overlap else 'sequential'}"] = t
                 print(f"  {batch:9d} {'on ' if overlap else 'off'}    {t['dense'] * 1e3:6.1f}  {t['torus'] * 1e3:6.1f}  "

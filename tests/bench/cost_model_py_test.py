@@ -148,6 +148,19 @@ class StepTest(unittest.TestCase):
         self.assertEqual([round(r, 6) for _, r in b], sorted(round(r, 6) for _, r in b))
         self.assertAlmostEqual(b[-1][1], 1.0)
 
+    def test_the_layers_are_the_cpp_models(self):
+        # torchvision's resnet50: 25,557,032 parameters, 4.1 G multiply-adds at 224 x 224
+        self.assertEqual(sum(p for p, _ in cost_model.layers("resnet50", 224)), 25557032)
+        self.assertAlmostEqual(cost_model.forward_flops("resnet50", 224) / 2e9, 4.1, delta=0.05)
+        # the benchmark's 64 x 64: the same parameters, (64 / 224)^2 of the convolutions' FLOPs
+        self.assertEqual(sum(p for p, _ in cost_model.layers("resnet50")), 25557032)
+        self.assertLess(cost_model.forward_flops("resnet50"), cost_model.forward_flops("resnet50", 224) / 12)
+        # the Transformer's output is tied to the token embedding: FLOPs, no parameters of its own
+        self.assertEqual(cost_model.layers("transformer")[-1][0], 0)
+        self.assertGreater(cost_model.layers("transformer")[-1][1], 0)
+        with self.assertRaisesRegex(ValueError, "--model"):
+            cost_model.layers("cnn25")
+
     def test_overlap_hides_at_most_the_backward_pass(self):
         mc = machine()
         seq, exp_seq, total = cost_model.step_time("cosmoflow", "dense", 1, 2, 1, mc, 0.3, 0.0, False)
