@@ -250,7 +250,7 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay
   // dense, and with an optimizer that applies momentum to the exchanged gradient (sgd, lars) there is
   // no sparse phase unless switchAtEpoch allows one: the few entries a sparse step sends carry many
-  // steps of gradient, which that momentum then multiplies (docs/benchmarks.md, "ResNet-50")
+  // steps of gradient, which that momentum then multiplies (docs/benchmarks.md, "Momentum correction")
   if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch"))
     s.communication.switch_at_epoch = momentum_after_exchange(s.training, s.communication) ? 0 : s.training.epochs / 2;
   else if (s.communication.strategy == "auto" && s.communication.switch_at_epoch >= s.training.epochs)

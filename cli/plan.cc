@@ -35,7 +35,7 @@ constexpr const char* kPlanUsage =
     "  --compute-ms MS    a step's forward, backward and update on one rank; default: timed here on the\n"
     "                     CPU for a job on the CPU (a GPU job needs it given)\n"
     "Inside a node ranks exchange through shared memory (CPU) or NVLink (GPU). The link and CPU costs are\n"
-    "defaults for such machines (docs/benchmarks.md gives the calibrated ones of the emulated cluster).\n";
+    "defaults for such machines (docs/benchmarks/journal/*.cost_model.json: the emulated cluster's calibrations).\n";
 
 // A step's forward, backward and update of `model` (the job's) on `batch` samples here, in seconds
 // (the better of two after a warm-up).
@@ -69,7 +69,7 @@ double time_compute(const JobConfig& job, Model& model, int batch) {
 // Links and CPU costs of a machine of this kind, before the gang measures its own: the wire at 90%
 // of the rate with 50 us a message; inside a node NVLink for GPUs, shared memory for CPU ranks; GPU
 // kernels or CPU loops for selection and passes. The CPU figures are the emulated cluster's
-// calibration (docs/benchmarks.md); the GPU figures the cost model's seed setting.
+// calibration (docs/benchmarks/journal/notebook.md, "The cost model"); the GPU figures the cost model's seed setting.
 cost::Machine default_machine(double bits_per_second, bool gpu) {
   cost::Machine m;
   m.alpha_inter = 50e-6;

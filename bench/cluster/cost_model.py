@@ -348,7 +348,7 @@ def main():
     # by side on each node's link, link-bound), which is calibration and not checked below. The wire's
     # time per byte comes from one ring of 2 ranks, which leaves the link idle between its steps; a
     # second ring beside it fills part of those gaps, and two rings took 0.87-0.92 of twice one ring's
-    # time in every sitting before this factor (docs/benchmarks.md), the one bias of the model's that
+    # time in every sitting before this factor (docs/benchmarks/journal/notebook.md), the one bias of the model's that
     # kept its sign in all of them. By bisection between 0.5 (two rings as fast as one) and 1.5.
     s_row = exchange_row("torus", 2, 2, slowest)
     link_sharing = fit_to_exchange(s_row, "link_sharing", 0.5, 1.5)
@@ -360,7 +360,7 @@ def main():
     # reduce-scatter's bytes at a dense ring's cost, half of whose steps only copy where every step of
     # a reduce-scatter also sums, and each pass as a read-only stream where zeroing and the scatter
     # write; with it at 1, hitopk's exchanges came out a median 15% short of the measured over eight
-    # sittings and topk's 20% (docs/benchmarks.md). By bisection between 0.5 and 3.
+    # sittings and topk's 20% (docs/benchmarks/journal/notebook.md). By bisection between 0.5 and 3.
     x_row = exchange_row("hitopk", 2, 2, slowest)
     sparse_work = fit_to_exchange(x_row, "sparse_work", 0.5, 3.0)
     calibrated["sparse_work"] = sparse_work
@@ -397,7 +397,7 @@ def main():
     # exchange, set the placements' sparse steps apart in the model. An exchange takes as long inside
     # a step as alone: a factor for its excess, fitted with the rests by least squares over the two
     # link rates, came out between 1.04 and 1.21 from sitting to sitting with rests down to -110 ms,
-    # taking in the links' calibration error rather than the exchanges' (docs/benchmarks.md).
+    # taking in the links' calibration error rather than the exchanges' (docs/benchmarks/journal/notebook.md).
     seq = [r for r in train if not r["overlap"]]
     compute = {g: statistics.median(r["compute_ms"] for r in seq if results.workload(r) == g) / 1e3
                for g in sorted({results.workload(r) for r in seq})}
