@@ -69,7 +69,8 @@ ModelSpec parse_model(const ConfigNode& m) {
 
 DatasetSpec parse_dataset(const ConfigNode& d) {
   d.allow_only({"format", "synthetic", "samples", "validationSamples", "seed", "path", "validationPath",
-                "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume", "tokenBytes", "vocabSize"});
+                "validationSplit", "crop", "inputKey", "targetKey", "remoteThrottle", "volume", "tokenBytes",
+                "vocabSize"});
   DatasetSpec s;
   s.format = d.choice("format", s.format, {"synthetic", "hdf5", "tokens", "imagefolder"});
   s.synthetic = d.choice("synthetic", "", {"cosmo", "shapes", "images"});
@@ -95,8 +96,8 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
 }
 
 TrainingSpec parse_training(const ConfigNode& t) {
-  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "labelSmoothing", "threads", "logEverySeconds",
-                "seed", "loaderThreads", "prefetchBatches"});
+  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "labelSmoothing", "threads",
+                "logEverySeconds", "seed", "loaderThreads", "prefetchBatches"});
   TrainingSpec s;
   s.epochs = static_cast<int>(t.integer("epochs", s.epochs, 1, 1000000));
   s.batch_size = static_cast<int>(t.integer("batchSize", s.batch_size, 1, 1 << 24));
@@ -131,7 +132,8 @@ TrainingSpec parse_training(const ConfigNode& t) {
   sch.power = sc.number("power", sch.power, Interval::above(0));
   sch.min_learning_rate = sc.number("minLearningRate", 0, Interval::at_least(0));
   if (sch.min_learning_rate > op.learning_rate)
-    sc.problem("minLearningRate", detail::concat(sch.min_learning_rate, " is above the learning rate (", op.learning_rate, ")"));
+    sc.problem("minLearningRate",
+               detail::concat(sch.min_learning_rate, " is above the learning rate (", op.learning_rate, ")"));
   if (sch.warmup_epochs > s.epochs)
     sc.problem("warmupEpochs", detail::concat(sch.warmup_epochs, " is longer than the job's ", s.epochs, " epochs"));
   for (size_t i = 0; i < sch.milestones.size(); ++i) {
@@ -145,8 +147,8 @@ TrainingSpec parse_training(const ConfigNode& t) {
 }
 
 CommunicationSpec parse_communication(const ConfigNode& c) {
-  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap", "timeoutSeconds",
-                "transport", "momentumCorrection"});
+  c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap",
+                "timeoutSeconds", "transport", "momentumCorrection"});
   CommunicationSpec s;
   s.strategy = c.choice("strategy", s.strategy, {"auto", "dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
@@ -157,7 +159,8 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
   s.bucket_bytes = c.bytes("bucketSize", s.bucket_bytes);
   if (s.bucket_bytes < 4) c.problem("bucketSize", "must hold at least one gradient (4 bytes)");
   s.overlap = c.boolean("overlap", s.overlap);
-  s.timeout_ms = static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
+  s.timeout_ms =
+      static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
   s.transport = c.choice("transport", s.transport, {"auto", "nccl", "gloo"});
   s.momentum_correction = c.boolean("momentumCorrection", false);
   return s;
@@ -191,11 +194,13 @@ void momentum_correction(const ConfigNode& comm, TrainingJobSpec& s) {
   CommunicationSpec& c = s.communication;
   const OptimizerSpec& o = s.training.optimizer;
   if (!comm.has("momentumCorrection")) {
-    c.momentum_correction = momentum_correction_default(c.strategy, o.name, o.momentum, o.nesterov, s.training.grad_clip);
+    c.momentum_correction =
+        momentum_correction_default(c.strategy, o.name, o.momentum, o.nesterov, s.training.grad_clip);
     return;
   }
   if (!c.momentum_correction) return;
-  if (const std::string why = momentum_correction_refusal(o.name, o.momentum, o.nesterov, s.training.grad_clip); !why.empty())
+  if (const std::string why = momentum_correction_refusal(o.name, o.momentum, o.nesterov, s.training.grad_clip);
+      !why.empty())
     comm.problem("momentumCorrection", why);
   // dense and torus send every entry: the momentum is the same on either side of the exchange
   if (!may_exchange_sparsely(c.strategy)) c.momentum_correction = false;
@@ -209,27 +214,34 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   ConfigNode spatial = par.child("spatial");
   const int g = s.parallelism.spatial_size();
   if (workers % g != 0) {
-    if (s.parallelism.h == 1 && s.parallelism.w == 1) spatial.problem("d", detail::concat(g, " does not divide ", worker_count));
+    if (s.parallelism.h == 1 && s.parallelism.w == 1)
+      spatial.problem("d", detail::concat(g, " does not divide ", worker_count));
     else spatial.problem("", detail::concat("d x h x w = ", g, " does not divide ", worker_count));
   } else if (s.parallelism.data != 0 && s.parallelism.data != workers / g) {
-    par.problem("data", detail::concat(s.parallelism.data, " replicas x ", g, " ranks per spatial group is not ", worker_count));
+    par.problem("data", detail::concat(s.parallelism.data, " replicas x ", g, " ranks per spatial group is not ",
+                                       worker_count));
   }
   const bool volumes = s.model.name == "cosmoflow" || s.model.name == "unet3d";
   if (s.training.label_smoothing > 0 && s.model.name == "cosmoflow")
-    spec.child("training").problem("labelSmoothing", "applies to classifiers' cross-entropy; cosmoflow is a regression");
+    spec.child("training")
+        .problem("labelSmoothing", "applies to classifiers' cross-entropy; cosmoflow is a regression");
   if (g > 1 && !volumes)
-    spatial.problem("", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); " + s.model.name + " runs data-parallel");
+    spatial.problem(
+        "", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); " + s.model.name + " runs data-parallel");
   if (s.device == "cpu" && s.cache.device_bytes > 0)
     spec.child("cache").problem("device", "a cache in GPU memory, but spec.device is cpu");
   if (s.device == "cpu" && s.communication.transport == "nccl")
     spec.child("communication").problem("transport", "nccl exchanges gradients in GPU memory, but spec.device is cpu");
 
-  for (auto [key, parts] : {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
+  for (auto [key, parts] :
+       {std::pair<const char*, int>{"d", s.parallelism.d}, {"h", s.parallelism.h}, {"w", s.parallelism.w}})
     if (volumes && parts > s.model.input_size)
-      spatial.problem(key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));
+      spatial.problem(
+          key, detail::concat(parts, " parts are more than the ", s.model.input_size, " voxels of model.inputSize"));
   if (workers % g == 0 && s.training.batch_size % (workers / g) != 0)
-    spec.child("training").problem("batchSize", detail::concat(s.training.batch_size, " does not divide over ", workers / g,
-                                                                " data-parallel replicas"));
+    spec.child("training")
+        .problem("batchSize", detail::concat(s.training.batch_size, " does not divide over ", workers / g,
+                                             " data-parallel replicas"));
   if (const int m = s.elastic.min_replicas; m > 0) {
     ConfigNode elastic = spec.child("elastic");
     if (m > s.replicas) {
@@ -254,19 +266,23 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   if (s.communication.strategy == "auto" && !comm.has("switchAtEpoch"))
     s.communication.switch_at_epoch = momentum_after_exchange(s.training, s.communication) ? 0 : s.training.epochs / 2;
   else if (s.communication.strategy == "auto" && s.communication.switch_at_epoch >= s.training.epochs)
-    comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
-                                                 s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
+    comm.problem("switchAtEpoch",
+                 detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
+                                s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
   if (s.communication.strategy == "hybrid" && s.communication.switch_at_epoch >= s.training.epochs)
-    comm.problem("switchAtEpoch", detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
-                                                 s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
+    comm.problem("switchAtEpoch",
+                 detail::concat(s.communication.switch_at_epoch, " is not before the last epoch: the job has ",
+                                s.training.epochs, " epochs (0..", s.training.epochs - 1, ")"));
 
   ConfigNode data = spec.child("dataset");
   if (!spec.has("dataset")) {
-    spec.problem("dataset", "required: where the samples come from (format: hdf5 with a path, or format: synthetic "
-                            "for generated samples)");
+    spec.problem("dataset",
+                 "required: where the samples come from (format: hdf5 with a path, or format: synthetic "
+                 "for generated samples)");
   } else if (!data.has("format") && !data.has("synthetic")) {
-    data.problem("format", "required: hdf5 (the files under path), imagefolder (JPEG images under path/train and path/val), "
-                           "tokens (token files under path) or synthetic (generated samples)");
+    data.problem("format",
+                 "required: hdf5 (the files under path), imagefolder (JPEG images under path/train and path/val), "
+                 "tokens (token files under path) or synthetic (generated samples)");
   }
   const bool language = s.model.name == "transformer", tokens = s.dataset.format == "tokens";
   if (language && spec.has("dataset") && !tokens)
@@ -276,24 +292,33 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
   const std::string fits = s.model.name == "cosmoflow" ? "cosmo" : s.model.name == "unet3d" ? "shapes" : "images";
   const bool image_folder = s.dataset.format == "imagefolder";
   if (image_folder && fits != "images" && !language)
-    data.problem("format", "imagefolder: JPEG images train a 2D image classifier (resnet50, cnn2d or cnn25m), not " + s.model.name);
+    data.problem("format", "imagefolder: JPEG images train a 2D image classifier (resnet50, cnn2d or cnn25m), not " +
+                               s.model.name);
   if (language) {
-    if (data.has("synthetic")) data.problem("synthetic", "model transformer has no generated data: give token files (format: tokens)");
+    if (data.has("synthetic"))
+      data.problem("synthetic", "model transformer has no generated data: give token files (format: tokens)");
   } else if (s.dataset.synthetic.empty()) {
     s.dataset.synthetic = fits;
   } else if (s.dataset.synthetic != fits) {
-    data.problem("synthetic", "'" + s.dataset.synthetic + "' data does not fit model " + s.model.name + " (it takes " + fits + ")");
+    data.problem("synthetic",
+                 "'" + s.dataset.synthetic + "' data does not fit model " + s.model.name + " (it takes " + fits + ")");
   }
   if (tokens) {
-    if (s.dataset.path.empty()) data.problem("path", "required for token files: the directory of train.bin and val.bin");
+    if (s.dataset.path.empty())
+      data.problem("path", "required for token files: the directory of train.bin and val.bin");
     if (s.dataset.vocab_size == 0)
-      data.problem("vocabSize", "required for token files: every token id is below it (256 for `tessera data generate --kind text`)");
+      data.problem(
+          "vocabSize",
+          "required for token files: every token id is below it (256 for `tessera data generate --kind text`)");
     for (const char* f : {"validationPath", "validationSplit", "crop", "inputKey", "targetKey"})
-      if (data.has(f)) data.problem(f, "applies to an hdf5 dataset; token files hold their validation tokens in path/val.bin");
+      if (data.has(f))
+        data.problem(f, "applies to an hdf5 dataset; token files hold their validation tokens in path/val.bin");
   } else if (image_folder) {
-    if (s.dataset.path.empty()) data.problem("path", "required for an imagefolder dataset: the directory holding train/ and val/");
+    if (s.dataset.path.empty())
+      data.problem("path", "required for an imagefolder dataset: the directory holding train/ and val/");
     for (const char* f : {"validationPath", "validationSplit", "crop", "inputKey", "targetKey"})
-      if (data.has(f)) data.problem(f, "applies to an hdf5 dataset; an imagefolder dataset validates on the images under path/val");
+      if (data.has(f))
+        data.problem(f, "applies to an hdf5 dataset; an imagefolder dataset validates on the images under path/val");
   } else if (s.dataset.format == "hdf5") {
     if (s.dataset.path.empty()) data.problem("path", "required for an hdf5 dataset");
     if (!s.dataset.validation_path.empty() && s.dataset.validation_split > 0)
@@ -309,8 +334,9 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
       if (data.has(f)) data.problem(f, "applies to token files (format: tokens)");
 
   if (s.resources.gpu != 0 && s.resources.gpu != s.ranks_per_replica)
-    spec.child("resources").problem("gpu", detail::concat(s.resources.gpu, " GPUs per pod for ", s.ranks_per_replica,
-                                                           " ranks per replica: each rank drives one GPU (or set 0 for CPU)"));
+    spec.child("resources")
+        .problem("gpu", detail::concat(s.resources.gpu, " GPUs per pod for ", s.ranks_per_replica,
+                                       " ranks per replica: each rank drives one GPU (or set 0 for CPU)"));
   if (s.checkpoint.every_steps > 0 && s.checkpoint.path.empty())
     spec.child("checkpoint").problem("path", "required when everySteps is set");
 }
@@ -328,32 +354,41 @@ std::vector<FieldProblem> ineffective_fields(const ConfigNode& spec, const Train
       note(comm, k, "has no effect with strategy auto (the controller chooses the strategies from the measured links)");
   else if (strategy != "hybrid")
     for (const char* k : {"sparse", "dense", "switchAtEpoch"})
-      note(comm, k, "has no effect with strategy " + strategy + " (only hybrid and auto switch from a sparse to a dense exchange)");
+      note(comm, k,
+           "has no effect with strategy " + strategy +
+               " (only hybrid and auto switch from a sparse to a dense exchange)");
   if (!may_exchange_sparsely(strategy)) {
     note(comm, "density", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient)");
-    note(comm, "momentumCorrection", "has no effect with strategy " + strategy + " (a dense exchange sends every gradient, so "
-                                     "the momentum is the same kept before or after it)");
+    note(comm, "momentumCorrection",
+         "has no effect with strategy " + strategy +
+             " (a dense exchange sends every gradient, so "
+             "the momentum is the same kept before or after it)");
   }
   const ConfigNode sched = spec.child("training").child("schedule");
   const std::string& decay = s.training.schedule.decay;
   if (decay != "step")
-    for (const char* k : {"milestones", "gamma"}) note(sched, k, "has no effect with decay " + decay + " (only step decay uses it)");
+    for (const char* k : {"milestones", "gamma"})
+      note(sched, k, "has no effect with decay " + decay + " (only step decay uses it)");
   if (decay != "poly") note(sched, "power", "has no effect with decay " + decay + " (only poly decay uses it)");
   const ConfigNode model = spec.child("model");
   if (s.model.name == "transformer") {
-    for (const char* k : {"inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "leakySlope", "batchNorm",
-                          "weightInit", "biasInit"})
+    for (const char* k : {"inputSize", "inChannels", "baseChannels", "maxChannels", "hidden", "outputs", "leakySlope",
+                          "batchNorm", "weightInit", "biasInit"})
       note(model, k, "has no effect on model transformer (its sizes are context, width, depth and heads)");
   } else {
-    for (const char* k : {"context", "width", "depth", "heads"}) note(model, k, "applies to model transformer, not " + s.model.name);
+    for (const char* k : {"context", "width", "depth", "heads"})
+      note(model, k, "applies to model transformer, not " + s.model.name);
   }
   const ConfigNode data = spec.child("dataset");
   if (s.dataset.format == "hdf5" || s.dataset.format == "imagefolder") {
     for (const char* k : {"samples", "validationSamples", "seed"})
-      note(data, k, "has no effect on an " + s.dataset.format + " dataset (it applies to generated samples; the files give the samples)");
+      note(data, k,
+           "has no effect on an " + s.dataset.format +
+               " dataset (it applies to generated samples; the files give the samples)");
   } else {
-    note(data, "remoteThrottle", "has no effect on " + std::string(s.dataset.format == "tokens" ? "token files" : "synthetic data") +
-                                      " (it slows reads of the remote tier of an hdf5 dataset)");
+    note(data, "remoteThrottle",
+         "has no effect on " + std::string(s.dataset.format == "tokens" ? "token files" : "synthetic data") +
+             " (it slows reads of the remote tier of an hdf5 dataset)");
   }
   return out;
 }
@@ -367,20 +402,23 @@ bool momentum_after_exchange(const TrainingSpec& t, const CommunicationSpec& c) 
 
 bool may_exchange_sparsely(const std::string& strategy) { return strategy != "dense" && strategy != "torus"; }
 
-std::string momentum_correction_refusal(const std::string& optimizer, double momentum, bool nesterov, double grad_clip) {
+std::string momentum_correction_refusal(const std::string& optimizer, double momentum, bool nesterov,
+                                        double grad_clip) {
   if (optimizer != "sgd")
     return "applies to optimizer sgd, not " + optimizer +
            (optimizer == "lars" ? " (LARS scales each layer by the exchanged gradient's norm before its momentum)"
                                 : " (it keeps no momentum of SGD's kind)");
   if (momentum == 0) return "training.optimizer.momentum is 0: there is no momentum to keep before the exchange";
   if (nesterov) return "does not serve Nesterov momentum (its step needs the exchanged gradient beside the velocity)";
-  if (grad_clip > 0) return "cannot be combined with training.gradClip, which bounds the exchanged gradient (with it, a velocity)";
+  if (grad_clip > 0)
+    return "cannot be combined with training.gradClip, which bounds the exchanged gradient (with it, a velocity)";
   return "";
 }
 
-bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
-                                 double grad_clip) {
-  return may_exchange_sparsely(strategy) && momentum_correction_refusal(optimizer, momentum, nesterov, grad_clip).empty();
+bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum,
+                                 bool nesterov, double grad_clip) {
+  return may_exchange_sparsely(strategy) &&
+         momentum_correction_refusal(optimizer, momentum, nesterov, grad_clip).empty();
 }
 
 ParsedJob parse_training_job(const ConfigNode& root) {
@@ -405,13 +443,15 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   static const std::regex kDns("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
   if (job.name.empty()) meta.problem("name", "required");
   else if (job.name.size() > 52 || !std::regex_match(job.name, kDns))
-    meta.problem("name", "'" + job.name + "' must be at most 52 lowercase letters, digits and '-', starting and ending "
-                         "with a letter or digit (pods are named after it)");
+    meta.problem("name", "'" + job.name +
+                             "' must be at most 52 lowercase letters, digits and '-', starting and ending "
+                             "with a letter or digit (pods are named after it)");
   if (!root.has("spec")) root.problem("spec", "required");
 
   ConfigNode spec = root.child("spec");
-  spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "device", "model", "dataset", "training", "parallelism",
-                   "communication", "cache", "placement", "checkpoint", "runPolicy", "elastic", "local"});
+  spec.allow_only({"replicas", "ranksPerReplica", "resources", "image", "device", "model", "dataset", "training",
+                   "parallelism", "communication", "cache", "placement", "checkpoint", "runPolicy", "elastic",
+                   "local"});
   s.replicas = static_cast<int>(spec.integer("replicas", s.replicas, 1, 100000));
   s.ranks_per_replica = static_cast<int>(spec.integer("ranksPerReplica", s.ranks_per_replica, 1, 64));
   ConfigNode res = spec.child("resources");
@@ -475,7 +515,8 @@ ParsedJob parse_training_job(const ConfigNode& root) {
   s.run_policy.active_deadline_seconds = rp.integer("activeDeadlineSeconds", 0, 1, INT64_MAX);
   s.run_policy.ttl_seconds_after_finished = rp.integer("ttlSecondsAfterFinished", -1, 0, INT64_MAX);
   s.run_policy.suspend = rp.boolean("suspend", false);
-  s.run_policy.start_timeout_seconds = rp.integer("startTimeoutSeconds", s.run_policy.start_timeout_seconds, 1, INT64_MAX);
+  s.run_policy.start_timeout_seconds =
+      rp.integer("startTimeoutSeconds", s.run_policy.start_timeout_seconds, 1, INT64_MAX);
   s.run_policy.termination_grace_period_seconds =
       rp.integer("terminationGracePeriodSeconds", s.run_policy.termination_grace_period_seconds, 1, 86400);
   s.run_policy.restart_in_place = rp.boolean("restartInPlace", s.run_policy.restart_in_place);

@@ -21,34 +21,34 @@ inline constexpr const char* kApiVersion = "tessera.dev/v1alpha1";
 inline constexpr const char* kKind = "TrainingJob";
 
 struct ResourcesSpec {
-  int gpu = 0;               // per pod; 0: the ranks train on CPU
-  double cpu = 0;            // cores requested per pod; 0: none requested
-  int64_t memory = 0;        // bytes requested per pod; 0: none requested
+  int gpu = 0;         // per pod; 0: the ranks train on CPU
+  double cpu = 0;      // cores requested per pod; 0: none requested
+  int64_t memory = 0;  // bytes requested per pod; 0: none requested
 };
 
 struct ModelSpec {
-  std::string name = "cosmoflow";  // cosmoflow | unet3d | cnn2d | resnet50 | transformer
-  int input_size = 32;             // W: input C x W^3 (cnn2d: C x W^2)
+  std::string name = "cosmoflow";                        // cosmoflow | unet3d | cnn2d | resnet50 | transformer
+  int input_size = 32;                                   // W: input C x W^3 (cnn2d: C x W^2)
   int context = 256, width = 256, depth = 4, heads = 4;  // transformer
-  int in_channels = 0;             // 0: the model's default
-  int base_channels = 0;           // 0: the model's default
+  int in_channels = 0;                                   // 0: the model's default
+  int base_channels = 0;                                 // 0: the model's default
   int max_channels = 256;
-  std::vector<int64_t> hidden;     // fully connected widths (cosmoflow, cnn2d); empty: the model's default
-  int outputs = 0;                 // 0: the model's default
+  std::vector<int64_t> hidden;  // fully connected widths (cosmoflow, cnn2d); empty: the model's default
+  int outputs = 0;              // 0: the model's default
   double dropout = 0;
   double leaky_slope = 0.3;
   bool batch_norm = false;
   uint64_t seed = 1;
-  std::string weight_init;              // uniform (PyTorch's default) | heNormal; empty: the model's own
-  std::string bias_init = "uniform";    // uniform (PyTorch's default) | zero
+  std::string weight_init;            // uniform (PyTorch's default) | heNormal; empty: the model's own
+  std::string bias_init = "uniform";  // uniform (PyTorch's default) | zero
 };
 
 // A directory every pod of the job mounts: exactly one source. Empty kind: none given.
 struct VolumeSpec {
-  std::string kind;          // hostPath | persistentVolumeClaim | nfs
-  std::string path;          // hostPath and nfs: the directory
-  std::string server;        // nfs
-  std::string claim_name;    // persistentVolumeClaim
+  std::string kind;        // hostPath | persistentVolumeClaim | nfs
+  std::string path;        // hostPath and nfs: the directory
+  std::string server;      // nfs
+  std::string claim_name;  // persistentVolumeClaim
   bool given() const { return !kind.empty(); }
 };
 
@@ -58,66 +58,69 @@ struct DatasetSpec {
   uint64_t samples = 256;            // synthetic: training samples; tokens: windows an epoch (0: all side by side)
   uint64_t validation_samples = 64;  // synthetic: validation samples; tokens: validation windows (0: all)
   uint64_t seed = 1;
-  std::string path, validation_path; // hdf5: directories with a manifest.tsv; tokens: the directory of train.bin and val.bin
-  int token_bytes = 2;               // tokens: 2 (uint16) or 4 (uint32)
-  int64_t vocab_size = 0;            // tokens: every id is below it
-  double validation_split = 0;       // hdf5: the fraction of path held out for validation; 0: none
-  bool crop = false;                 // hdf5: train on sub-volumes of model.inputSize that tile each file's volume
-  std::string input_key, target_key; // hdf5: the array names the directories were indexed with; empty: any
-  double remote_mbps = 0;            // remoteThrottle: emulate a slow remote tier; 0: off
+  std::string path,
+      validation_path;          // hdf5: directories with a manifest.tsv; tokens: the directory of train.bin and val.bin
+  int token_bytes = 2;          // tokens: 2 (uint16) or 4 (uint32)
+  int64_t vocab_size = 0;       // tokens: every id is below it
+  double validation_split = 0;  // hdf5: the fraction of path held out for validation; 0: none
+  bool crop = false;            // hdf5: train on sub-volumes of model.inputSize that tile each file's volume
+  std::string input_key, target_key;  // hdf5: the array names the directories were indexed with; empty: any
+  double remote_mbps = 0;             // remoteThrottle: emulate a slow remote tier; 0: off
   double remote_latency_ms = 0;
-  VolumeSpec volume;                 // in a cluster: what is mounted (read-only) at path and validationPath
+  VolumeSpec volume;  // in a cluster: what is mounted (read-only) at path and validationPath
 };
 
 struct OptimizerSpec {
-  std::string name = "sgd";          // sgd | adam | adamw | lars
+  std::string name = "sgd";  // sgd | adam | adamw | lars
   double learning_rate = 0.01;
-  double momentum = 0.9;             // sgd, lars
+  double momentum = 0.9;  // sgd, lars
   bool nesterov = false;
   double weight_decay = 0;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  double trust = 0.001;              // lars
+  double trust = 0.001;                           // lars
 };
 
 struct ScheduleSpec {
   double warmup_epochs = 0;
-  std::string decay = "none";        // none | step | cosine | poly
-  std::vector<int64_t> milestones;   // step decay: epochs at which the rate is multiplied by gamma
+  std::string decay = "none";       // none | step | cosine | poly
+  std::vector<int64_t> milestones;  // step decay: epochs at which the rate is multiplied by gamma
   double gamma = 0.1;
-  double power = 2.0;                // poly
-  double min_learning_rate = 0;      // cosine and poly floor
+  double power = 2.0;            // poly
+  double min_learning_rate = 0;  // cosine and poly floor
 };
 
 struct TrainingSpec {
   int epochs = 1;
-  int batch_size = 8;                // global: summed over data-parallel replicas
+  int batch_size = 8;  // global: summed over data-parallel replicas
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
-  double grad_clip = 0;              // max global gradient norm; 0: off
-  double label_smoothing = 0;        // classifiers: the cross-entropy's target puts 1 - eps on the label, eps / C on each class
-  int threads = 0;                   // compute threads per rank; 0: the launcher's or OpenMP's choice
+  double grad_clip = 0;  // max global gradient norm; 0: off
+  double label_smoothing =
+      0;            // classifiers: the cross-entropy's target puts 1 - eps on the label, eps / C on each class
+  int threads = 0;  // compute threads per rank; 0: the launcher's or OpenMP's choice
   double log_every_seconds = 5;
-  uint64_t seed = 1;                 // data order
+  uint64_t seed = 1;  // data order
   int loader_threads = 2;
   int prefetch_batches = 4;
 };
 
 struct ParallelismSpec {
-  int d = 1, h = 1, w = 1;           // spatial split of each sample
-  int data = 0;                      // data-parallel replicas; 0: workers / (d*h*w)
+  int d = 1, h = 1, w = 1;  // spatial split of each sample
+  int data = 0;             // data-parallel replicas; 0: workers / (d*h*w)
   int spatial_size() const { return d * h * w; }
 };
 
 struct CommunicationSpec {
-  std::string strategy = "auto";     // auto | dense | torus | topk | hitopk | hybrid (auto, the default: the controller chooses)
-  std::string sparse = "hitopk";     // hybrid: the strategy of the first epochs (topk | hitopk)
-  std::string dense = "torus";       // hybrid: the strategy from the switch on (dense | torus)
+  std::string strategy =
+      "auto";  // auto | dense | torus | topk | hitopk | hybrid (auto, the default: the controller chooses)
+  std::string sparse = "hitopk";  // hybrid: the strategy of the first epochs (topk | hitopk)
+  std::string dense = "torus";    // hybrid: the strategy from the switch on (dense | torus)
   double density = 0.01;
-  int switch_at_epoch = 1;           // hybrid: the first dense epoch; auto: the latest (default: half the epochs)
-  std::string selector = "mstopk";   // mstopk | exact
-  int64_t bucket_bytes = 25 << 20;   // gradients are fused into buckets of at most this size
-  bool overlap = true;               // buckets are exchanged during the backward pass
-  int64_t timeout_ms = 120000;       // deadline of every collective
+  int switch_at_epoch = 1;          // hybrid: the first dense epoch; auto: the latest (default: half the epochs)
+  std::string selector = "mstopk";  // mstopk | exact
+  int64_t bucket_bytes = 25 << 20;  // gradients are fused into buckets of at most this size
+  bool overlap = true;              // buckets are exchanged during the backward pass
+  int64_t timeout_ms = 120000;      // deadline of every collective
   // How a job on the GPU exchanges gradients: nccl (device memory), gloo (staged through host
   // memory), or auto (nccl where the job trains on CUDA and NCCL was built, gloo otherwise).
   std::string transport = "auto";
@@ -133,7 +136,7 @@ struct CacheSpec {
   std::string ssd_path;                     // tier 1 directory; empty: none
   std::string ssd_volume = "hostPath";      // in a cluster: hostPath | emptyDir
   int64_t ssd_bytes = int64_t{10} << 30;
-  std::string nfs_server, nfs_path;         // tier 2 in a cluster: the NFS export mounted at dataset.path
+  std::string nfs_server, nfs_path;  // tier 2 in a cluster: the NFS export mounted at dataset.path
 };
 
 struct Toleration {
@@ -147,34 +150,34 @@ struct PlacementSpec {
 };
 
 struct CheckpointSpec {
-  std::string path;                  // empty: no checkpoints
-  int64_t every_steps = 0;           // 0: only at the end
-  int keep = 2;                      // newest checkpoints kept per rank
-  VolumeSpec volume;                 // in a cluster: the shared volume mounted at path
+  std::string path;         // empty: no checkpoints
+  int64_t every_steps = 0;  // 0: only at the end
+  int keep = 2;             // newest checkpoints kept per rank
+  VolumeSpec volume;        // in a cluster: the shared volume mounted at path
 };
 
 struct RunPolicy {
-  int backoff_limit = 3;             // gang restarts before the job fails
-  int64_t active_deadline_seconds = 0;     // 0: none
-  int64_t ttl_seconds_after_finished = -1; // -1: kept
-  int64_t start_timeout_seconds = 300;     // how long a pod's containers may wait to start (image pull, creation)
+  int backoff_limit = 3;                    // gang restarts before the job fails
+  int64_t active_deadline_seconds = 0;      // 0: none
+  int64_t ttl_seconds_after_finished = -1;  // -1: kept
+  int64_t start_timeout_seconds = 300;      // how long a pod's containers may wait to start (image pull, creation)
   int64_t termination_grace_period_seconds = 30;  // the pods' grace period: SIGTERM to SIGKILL
-  bool restart_in_place = true;      // a failed rank restarts the gang's ranks in their pods (else new pods)
+  bool restart_in_place = true;  // a failed rank restarts the gang's ranks in their pods (else new pods)
   bool suspend = false;
 };
 
 // Elastic data parallelism: the job goes on with fewer data-parallel replicas (at least
 // min_replicas pods, whole spatial groups), keeping its global batch by accumulating gradients.
 struct ElasticSpec {
-  int min_replicas = 0;              // 0: not elastic (the gang is always spec.replicas pods)
+  int min_replicas = 0;  // 0: not elastic (the gang is always spec.replicas pods)
 };
 
 // The virtual cluster of `tessera run`: nodes with GPU slots (one per rank). Defaults: one node
 // per replica, with one slot per rank of a replica.
 struct LocalSpec {
-  int nodes = 0;                     // 0: replicas
-  int gpus_per_node = 0;             // 0: ranksPerReplica
-  std::string work_dir;              // logs, status, SSD cache; empty: .tessera/<name>
+  int nodes = 0;          // 0: replicas
+  int gpus_per_node = 0;  // 0: ranksPerReplica
+  std::string work_dir;   // logs, status, SSD cache; empty: .tessera/<name>
   // An emulated cloud network (the tessera-netns program): each virtual node in its own network
   // namespace, its link limited to network_rate (tc, "1gbit") and delayed by network_delay
   // ("0.2ms", where the kernel has netem). Empty: every worker on loopback.
@@ -236,8 +239,8 @@ bool may_exchange_sparsely(const std::string& strategy);
 std::string momentum_correction_refusal(const std::string& optimizer, double momentum, bool nesterov, double grad_clip);
 // communication.momentumCorrection's default: on where the strategy may exchange sparsely and the
 // optimizer can be served.
-bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum, bool nesterov,
-                                 double grad_clip);
+bool momentum_correction_default(const std::string& strategy, const std::string& optimizer, double momentum,
+                                 bool nesterov, double grad_clip);
 // Reads a file; a file that cannot be read or parsed is one problem naming the file.
 ParsedJob read_training_job(const std::string& file);
 // read_training_job, throwing one ConfigError listing every problem.

@@ -23,7 +23,9 @@ namespace tessera::bench {
 
 using Clock = std::chrono::steady_clock;
 
-inline double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+inline double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
 using testing::gaussian;
 double median(std::vector<double> v);
 // The JSON line a Python peer in bench/ prints (`script_and_args` after /usr/bin/python3 bench/), or
@@ -56,7 +58,8 @@ struct ExchangeRun {
   double density = 0.001;
   std::vector<RankResult> ranks;
   const RankResult& slowest() const {
-    return *std::max_element(ranks.begin(), ranks.end(), [](const RankResult& a, const RankResult& b) { return a.ms < b.ms; });
+    return *std::max_element(ranks.begin(), ranks.end(),
+                             [](const RankResult& a, const RankResult& b) { return a.ms < b.ms; });
   }
   double ms() const { return slowest().ms; }
   double mean_inter() const {
@@ -70,7 +73,6 @@ struct ExchangeRun {
     return s / ranks.size();
   }
 };
-
 
 // Declares the exchange flags (--strategy --nodes --local --size --density --iters) filling `run`;
 // check_exchange() checks them once parsed.

@@ -22,13 +22,13 @@
 
 namespace tessera::bench {
 
-
 int cache(int argc, char** argv) {
   double mbps = 50;
   int size = 64, samples = 32, epochs = 2, batch = 4, threads = 2;
   bool json = false;
-  Flags flags("tessera-bench cache",
-              "usage: tessera-bench cache --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n");
+  Flags flags(
+      "tessera-bench cache",
+      "usage: tessera-bench cache --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n");
   flags.real("--remote-mbps", &mbps, Interval{0, 1e6, true, false})
       .integer("--size", &size, 8, 4096)
       .integer("--samples", &samples, 1, 1'000'000)
@@ -68,18 +68,25 @@ int cache(int argc, char** argv) {
       }
       const double bytes = static_cast<double>((c.bytes[0] + c.bytes[1] + c.bytes[2]) -
                                                (before.bytes[0] + before.bytes[1] + before.bytes[2]));
-      nlohmann::json row = {{"run", label}, {"epoch", e.epoch}, {"steps", steps}, {"data_wait_fraction", wait / total},
+      nlohmann::json row = {{"run", label},
+                            {"epoch", e.epoch},
+                            {"steps", steps},
+                            {"data_wait_fraction", wait / total},
                             {"read_mb_per_s", bytes / 1e6 / secs},
                             {"remote_mb", (trainer.remote_bytes_read() - remote_before) / 1e6},
-                            {"hit_ratio_memory", double(hits[0]) / served}, {"hit_ratio_ssd", double(hits[1]) / served},
-                            {"hit_ratio_remote", double(hits[2]) / served}, {"epoch_seconds", secs}};
+                            {"hit_ratio_memory", double(hits[0]) / served},
+                            {"hit_ratio_ssd", double(hits[1]) / served},
+                            {"hit_ratio_remote", double(hits[2]) / served},
+                            {"epoch_seconds", secs}};
       rows.push_back(row);
       if (!json)
-        std::printf("%-9s epoch %d: data wait %5.1f%% of step time, %7.1f MB/s of decoded blocks, %6.1f MB read remotely, hits: "
-                    "memory %.2f, SSD %.2f, remote %.2f\n",
-                    label.c_str(), e.epoch, 100 * wait / total, bytes / 1e6 / secs, row["remote_mb"].get<double>(),
-                    row["hit_ratio_memory"].get<double>(), row["hit_ratio_ssd"].get<double>(),
-                    row["hit_ratio_remote"].get<double>());
+        std::printf(
+            "%-9s epoch %d: data wait %5.1f%% of step time, %7.1f MB/s of decoded blocks, %6.1f MB read remotely, "
+            "hits: "
+            "memory %.2f, SSD %.2f, remote %.2f\n",
+            label.c_str(), e.epoch, 100 * wait / total, bytes / 1e6 / secs, row["remote_mb"].get<double>(),
+            row["hit_ratio_memory"].get<double>(), row["hit_ratio_ssd"].get<double>(),
+            row["hit_ratio_remote"].get<double>());
       before = c;
       remote_before = trainer.remote_bytes_read();
       wait = total = 0;
@@ -95,7 +102,8 @@ int cache(int argc, char** argv) {
   run(1, "restarted");  // a new worker process: empty memory, the SSD tier from before
   std::filesystem::remove_all(dir);
   if (json) {
-    nlohmann::json out = {{"bench", "cache"}, {"remote_mbps", mbps}, {"size", size}, {"samples", samples}, {"epochs", rows}};
+    nlohmann::json out = {
+        {"bench", "cache"}, {"remote_mbps", mbps}, {"size", size}, {"samples", samples}, {"epochs", rows}};
     std::printf("%s\n", out.dump().c_str());
   }
   return 0;

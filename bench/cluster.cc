@@ -24,8 +24,9 @@ int cluster(int argc, char** argv) {
   ExchangeRun run;
   std::string rate = "1gbit", delay;
   bool json = false;
-  Flags flags("tessera-bench cluster", "usage: tessera-bench cluster --strategy S --nodes M --local N --rate R [--delay D] "
-                                       "--size D --density R [--iters I] [--json]\n");
+  Flags flags("tessera-bench cluster",
+              "usage: tessera-bench cluster --strategy S --nodes M --local N --rate R [--delay D] "
+              "--size D --density R [--iters I] [--json]\n");
   exchange_flags(flags, &run);
   flags.text("--rate", &rate).text("--delay", &delay).toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
@@ -34,17 +35,19 @@ int cluster(int argc, char** argv) {
   run.emulated = true;
   run = run_exchange(run);
   if (json) {
-    std::printf("{\"bench\":\"cluster\",\"strategy\":\"%s\",\"nodes\":%d,\"local\":%d,\"rate\":\"%s\",\"delay\":\"%s\","
-                "\"size\":%zu,\"density\":%g,\"iters\":%d,\"exchange_ms\":%.3f,\"select_ms\":%.3f,\"bytes_intra\":%.0f,"
-                "\"bytes_inter\":%.0f}\n",
-                run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.c_str(), run.size, run.density, run.iters,
-                run.ms(), run.slowest().select_ms, run.mean_intra(), run.mean_inter());
+    std::printf(
+        "{\"bench\":\"cluster\",\"strategy\":\"%s\",\"nodes\":%d,\"local\":%d,\"rate\":\"%s\",\"delay\":\"%s\","
+        "\"size\":%zu,\"density\":%g,\"iters\":%d,\"exchange_ms\":%.3f,\"select_ms\":%.3f,\"bytes_intra\":%.0f,"
+        "\"bytes_inter\":%.0f}\n",
+        run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.c_str(), run.size, run.density, run.iters,
+        run.ms(), run.slowest().select_ms, run.mean_intra(), run.mean_inter());
     return 0;
   }
-  std::printf("%s on %d emulated nodes x %d processes, links of %s%s, %zu floats, density %g: %.2f ms per exchange "
-              "(the slowest rank's median); per rank %.0f B intra, %.0f B inter\n",
-              run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.empty() ? "" : (" and " + delay).c_str(), run.size,
-              run.density, run.ms(), run.mean_intra(), run.mean_inter());
+  std::printf(
+      "%s on %d emulated nodes x %d processes, links of %s%s, %zu floats, density %g: %.2f ms per exchange "
+      "(the slowest rank's median); per rank %.0f B intra, %.0f B inter\n",
+      run.strategy.c_str(), run.nodes, run.local, rate.c_str(), delay.empty() ? "" : (" and " + delay).c_str(),
+      run.size, run.density, run.ms(), run.mean_intra(), run.mean_inter());
   return 0;
 }
 

@@ -1,5 +1,6 @@
 #include "bench/bench.h"
 
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,7 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <unistd.h>
 
 #include <atomic>
 #include <iostream>
@@ -60,18 +60,19 @@ int controller(int argc, char** argv) {
   struct Cleanup {
     std::string src, cluster, dir;
     ~Cleanup() {
-      [[maybe_unused]] int rc = std::system(("bash " + src + "/scripts/test-cluster.sh stop " + cluster + " >/dev/null 2>&1").c_str());
+      [[maybe_unused]] int rc =
+          std::system(("bash " + src + "/scripts/test-cluster.sh stop " + cluster + " >/dev/null 2>&1").c_str());
       fs::remove_all(dir);
     }
   } cleanup{src, cluster, dir};
   fs::create_directories(dir);
   std::fprintf(stderr, "starting the test cluster with %d simulated nodes of %d GPUs...\n", n_nodes, gpus);
   const auto t_cluster = Clock::now();
-  const std::string start = detail::concat("bash ", src, "/scripts/test-cluster.sh start ", cluster, " --nodes ", n_nodes,
-                                           " --gpus ", gpus, " --zones 4 --simulate ", bin, "/tessera-simulated-nodes >",
-                                           dir, "/start.log 2>&1 && kubectl --kubeconfig ", cluster, "/kubeconfig apply -f ", src,
-                                           "/crds/ >/dev/null && kubectl --kubeconfig ", cluster,
-                                           "/kubeconfig wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null");
+  const std::string start = detail::concat(
+      "bash ", src, "/scripts/test-cluster.sh start ", cluster, " --nodes ", n_nodes, " --gpus ", gpus,
+      " --zones 4 --simulate ", bin, "/tessera-simulated-nodes >", dir, "/start.log 2>&1 && kubectl --kubeconfig ",
+      cluster, "/kubeconfig apply -f ", src, "/crds/ >/dev/null && kubectl --kubeconfig ", cluster,
+      "/kubeconfig wait --for condition=established --timeout=60s crd/trainingjobs.tessera.dev >/dev/null");
   if (std::system(start.c_str()) != 0) {
     std::ifstream log(dir + "/start.log");
     std::cerr << log.rdbuf();
@@ -129,19 +130,21 @@ int controller(int argc, char** argv) {
   const double per_job = static_cast<double>(st.api_requests - requests_idle) / n_jobs;
   const double hwm = proc_status_mb("VmHWM:");
   if (json) {
-    std::printf("{\"bench\":\"controller\",\"nodes\":%d,\"jobs\":%d,\"pods_per_job\":%d,\"jobs_running\":%d,\"pods\":%zu,"
-                "\"create_ms\":%.1f,\"all_running_ms\":%.1f,\"reconciles\":%lld,\"reconcile_p50_ms\":%.2f,"
-                "\"reconcile_p99_ms\":%.2f,\"api_requests_per_job\":%.1f,\"status_conflicts\":%lld,"
-                "\"rss_mb_before\":%.1f,\"rss_mb_peak\":%.1f}\n",
-                n_nodes, n_jobs, pods, running_jobs, n_pods, created_ms, all_running_ms, static_cast<long long>(st.reconciles),
-                p50, p99, per_job, static_cast<long long>(st.status_conflicts), rss_before, hwm);
+    std::printf(
+        "{\"bench\":\"controller\",\"nodes\":%d,\"jobs\":%d,\"pods_per_job\":%d,\"jobs_running\":%d,\"pods\":%zu,"
+        "\"create_ms\":%.1f,\"all_running_ms\":%.1f,\"reconciles\":%lld,\"reconcile_p50_ms\":%.2f,"
+        "\"reconcile_p99_ms\":%.2f,\"api_requests_per_job\":%.1f,\"status_conflicts\":%lld,"
+        "\"rss_mb_before\":%.1f,\"rss_mb_peak\":%.1f}\n",
+        n_nodes, n_jobs, pods, running_jobs, n_pods, created_ms, all_running_ms, static_cast<long long>(st.reconciles),
+        p50, p99, per_job, static_cast<long long>(st.status_conflicts), rss_before, hwm);
   } else {
-    std::printf("%d/%d gangs of %d pods Running on %d simulated nodes after %.1f s (jobs created in %.1f s); %zu pods\n"
-                "reconciles %lld: p50 %.2f ms, p99 %.2f ms; %.1f API requests per job; %lld status conflicts; "
-                "RSS %.1f MB before the jobs, peak %.1f MB (this process)\n",
-                running_jobs, n_jobs, pods, n_nodes, all_running_ms / 1000, created_ms / 1000, n_pods,
-                static_cast<long long>(st.reconciles), p50, p99, per_job, static_cast<long long>(st.status_conflicts),
-                rss_before, hwm);
+    std::printf(
+        "%d/%d gangs of %d pods Running on %d simulated nodes after %.1f s (jobs created in %.1f s); %zu pods\n"
+        "reconciles %lld: p50 %.2f ms, p99 %.2f ms; %.1f API requests per job; %lld status conflicts; "
+        "RSS %.1f MB before the jobs, peak %.1f MB (this process)\n",
+        running_jobs, n_jobs, pods, n_nodes, all_running_ms / 1000, created_ms / 1000, n_pods,
+        static_cast<long long>(st.reconciles), p50, p99, per_job, static_cast<long long>(st.status_conflicts),
+        rss_before, hwm);
   }
   return running_jobs == n_jobs ? 0 : 1;
 }

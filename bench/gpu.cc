@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/flags.h"
+#include "testing/tensors.h"
 #include "worker/compress/cuda/topk_cuda.h"
 #include "worker/core/device.h"
 #include "worker/data/dataset.h"
@@ -30,7 +31,6 @@
 #include "worker/nn/conv.h"
 #include "worker/nn/gpu/ops.h"
 #include "worker/nn/optim.h"
-#include "testing/tensors.h"
 
 namespace tessera {
 namespace {
@@ -65,11 +65,17 @@ void mstopk(int repeat) {
   const double pass = median_seconds(repeat, [&] { gpu::sum_squares(x.data(), static_cast<int64_t>(d)); });
   for (double density : {0.001, 0.01}) {
     const size_t k = static_cast<size_t>(std::ceil(density * d));
-    Tensor idx({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda), val({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);
+    Tensor idx({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda),
+        val({static_cast<int64_t>(k)}, Layout::kPlain, Device::kCuda);
     const double s = median_seconds(repeat, [&] {
       cuda::mstopk(x.data(), d, k, reinterpret_cast<uint32_t*>(idx.data()), val.data(), "bench", gpu::stream());
     });
-    print({{"figure", "mstopk"}, {"floats", d}, {"density", density}, {"k", k}, {"ms", s * 1e3}, {"memory_pass_ms", pass * 1e3},
+    print({{"figure", "mstopk"},
+           {"floats", d},
+           {"density", density},
+           {"k", k},
+           {"ms", s * 1e3},
+           {"memory_pass_ms", pass * 1e3},
            {"x_memory_pass", s / pass}});
   }
 }
@@ -90,16 +96,25 @@ void conv3d(int repeat, int batch) {
       cs.pad = {1, 1, 1};
       cs.channels_last = channels_last;
       gpu::Conv conv(cs);
-      const Tensor x = random_tensor(cs.in, 2).to(Device::kCuda), w = random_tensor({co, ci, 3, 3, 3}, 3).to(Device::kCuda);
+      const Tensor x = random_tensor(cs.in, 2).to(Device::kCuda),
+                   w = random_tensor({co, ci, 3, 3, 3}, 3).to(Device::kCuda);
       Tensor y(cs.out, Layout::kPlain, Device::kCuda), dx(cs.in, Layout::kPlain, Device::kCuda),
           dw({co, ci, 3, 3, 3}, Layout::kPlain, Device::kCuda);
       const double flops = 2.0 * batch * s * s * s * ci * co * 27;
       const double fwd = median_seconds(repeat, [&] { conv.forward(x.data(), w.data(), y.data()); });
       const double bwd_data = median_seconds(repeat, [&] { conv.backward_data(y.data(), w.data(), dx.data()); });
       const double bwd_filter = median_seconds(repeat, [&] { conv.backward_weights(x.data(), y.data(), dw.data()); });
-      print({{"figure", "conv3d"}, {"layout", channels_last ? "ndhwc" : "ncdhw"}, {"batch", batch}, {"in", ci}, {"out", co},
-             {"size", s}, {"fwd_tflops", flops / fwd / 1e12}, {"bwd_data_tflops", flops / bwd_data / 1e12},
-             {"bwd_filter_tflops", flops / bwd_filter / 1e12}, {"fwd_ms", fwd * 1e3}, {"bwd_data_ms", bwd_data * 1e3},
+      print({{"figure", "conv3d"},
+             {"layout", channels_last ? "ndhwc" : "ncdhw"},
+             {"batch", batch},
+             {"in", ci},
+             {"out", co},
+             {"size", s},
+             {"fwd_tflops", flops / fwd / 1e12},
+             {"bwd_data_tflops", flops / bwd_data / 1e12},
+             {"bwd_filter_tflops", flops / bwd_filter / 1e12},
+             {"fwd_ms", fwd * 1e3},
+             {"bwd_data_ms", bwd_data * 1e3},
              {"bwd_filter_ms", bwd_filter * 1e3}});
     }
   }
@@ -127,7 +142,11 @@ void cosmoflow_step(int repeat, int batch) {
     model->backward(l.grad);
     opt->step(params, 1e-4);
   });
-  print({{"figure", "cosmoflow"}, {"framework", "tessera"}, {"size", 128}, {"batch", batch}, {"step_ms", s * 1e3},
+  print({{"figure", "cosmoflow"},
+         {"framework", "tessera"},
+         {"size", 128},
+         {"batch", batch},
+         {"step_ms", s * 1e3},
          {"samples_per_second", batch / s}});
   // Where the step goes: each layer's forward and backward alone (the layer timer idles the stream
   // at both ends), medians over `repeat` steps; the loss and the optimizer's update are the rest.
@@ -179,17 +198,24 @@ void curves(int steps, int batch) {
     }
     worst = std::max(worst, std::fabs(ld.back() - lc.back()) / std::max(1e-12, std::fabs(lc.back())));
   }
-  print({{"figure", "curves"}, {"size", 64}, {"batch", batch}, {"steps", steps}, {"max_relative_difference", worst},
-         {"cpu_loss", lc}, {"gpu_loss", ld}});
+  print({{"figure", "curves"},
+         {"size", 64},
+         {"batch", batch},
+         {"steps", steps},
+         {"max_relative_difference", worst},
+         {"cpu_loss", lc},
+         {"gpu_loss", ld}});
 }
 
 int run(int argc, char** argv) {
   std::string only;
   int repeat = 10, batch = 8, steps = 50;
   Flags flags("tessera-gpu-bench",
-               "usage: tessera-gpu-bench [--only mstopk|conv3d|cosmoflow|curves] [--repeat N] [--batch B] [--steps S]\n"
-               "The GPU figures of scripts/gpu-check.sh, one JSON line each.");
-  flags.text("--only", &only).integer("--repeat", &repeat, 1, 1000).integer("--batch", &batch, 1, 256)
+              "usage: tessera-gpu-bench [--only mstopk|conv3d|cosmoflow|curves] [--repeat N] [--batch B] [--steps S]\n"
+              "The GPU figures of scripts/gpu-check.sh, one JSON line each.");
+  flags.text("--only", &only)
+      .integer("--repeat", &repeat, 1, 1000)
+      .integer("--batch", &batch, 1, 256)
       .integer("--steps", &steps, 1, 10000);
   if (!flags.parse(argc, argv)) return 0;
   if (!only.empty() && only != "mstopk" && only != "conv3d" && only != "cosmoflow" && only != "curves")

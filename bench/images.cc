@@ -29,7 +29,10 @@ int images(int argc, char** argv) {
   const std::string dir = testing::make_temp_dir("tessera-images-bench") + "/data";
   const ImageFolderIndex index = generate_image_folder(dir, static_cast<uint64_t>(count), width, 10, 1, 0.25, false);
   PosixFileSystem fs;
-  nlohmann::json out = {{"bench", "images"}, {"size", size}, {"images", index.train.size()}, {"width", width},
+  nlohmann::json out = {{"bench", "images"},
+                        {"size", size},
+                        {"images", index.train.size()},
+                        {"width", width},
                         {"jpeg_kb", index.compressed_bytes() / 1e3 / (index.train.size() + index.val.size())}};
   for (const bool train : {true, false}) {
     const auto split = train ? ImageFolderDataset::Split::kTrain : ImageFolderDataset::Split::kVal;
@@ -44,8 +47,8 @@ int images(int argc, char** argv) {
     }
     const std::string key = train ? "train" : "val";
     out[key]["tessera"] = median(rates);
-    const nlohmann::json peer =
-        python_peer(detail::concat("pil_images.py --data ", dir, " --size ", size, " --split ", key, " --iters ", iters));
+    const nlohmann::json peer = python_peer(
+        detail::concat("pil_images.py --data ", dir, " --size ", size, " --split ", key, " --iters ", iters));
     if (!peer.is_null()) {
       out[key]["pillow"] = peer["images_per_s"];
       out[key]["ratio"] = median(rates) / peer["images_per_s"].get<double>();
@@ -56,8 +59,8 @@ int images(int argc, char** argv) {
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
-  std::printf("%zu JPEGs of %dx%d (%.1f kB each) to %dx%d inputs, one thread, no cache:\n", index.train.size(), width, width,
-              out["jpeg_kb"].get<double>(), size, size);
+  std::printf("%zu JPEGs of %dx%d (%.1f kB each) to %dx%d inputs, one thread, no cache:\n", index.train.size(), width,
+              width, out["jpeg_kb"].get<double>(), size, size);
   for (const char* key : {"train", "val"}) {
     const auto& r = out[key];
     std::printf("  %-5s Tessera %7.1f images/s", key, r["tessera"].get<double>());

@@ -5,7 +5,8 @@
 //       scatter-add of 4 ranks' selections into a bucket (random read-modify-writes); single thread.
 //   tessera-bench exchange --strategy S --nodes M --local N --size D --density R [--iters I] [--json]
 //       M x N worker processes over loopback TCP; per-rank time and bytes per link kind per exchange.
-//   tessera-bench train    --model cosmoflow|unet3d|cnn2d|resnet50|transformer --size W [--batch B] [--threads T] [--iters I] [--json]
+//   tessera-bench train    --model cosmoflow|unet3d|cnn2d|resnet50|transformer --size W [--batch B] [--threads T]
+//   [--iters I] [--json]
 //       samples/s of forward + backward + update in one process, and conv3d GFLOP/s per layer shape,
 //       against PyTorch (bench/torch/torch_cosmoflow.py, same layers, batch and threads) when it is installed.
 //   tessera-bench spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B] [--iters I] [--json]
@@ -27,7 +28,8 @@
 //   tessera-bench cluster --strategy S --nodes M --local N --rate 1gbit [--delay D] --size D --density R [--json]
 //       the exchange on an emulated cloud cluster (tessera-netns: a network namespace per
 //       node, links rate-limited with tc), brought up and torn down around the measurement.
-//   tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--overlap on|off] [--peer ddp]
+//   tessera-bench cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--overlap on|off]
+//   [--peer ddp]
 //                [--optimizer sgd|adam|lars] [--lr X] ...
 //       training on the emulated cluster: step time, samples/s, exposed and total communication; the
 //       PyTorch DDP peer on the same model and samples; --epochs E: validation loss over time, of the
@@ -51,25 +53,28 @@ namespace tessera::bench {
 namespace {
 
 int usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: tessera-bench <command> [flags]\n"
-               "  topk     --size D --density R [--repeat N] [--json]\n"
-               "  exchange --strategy %s --nodes M --local N --size D --density R [--iters I] [--json]\n"
-               "  train    --model cosmoflow|unet3d|cnn2d|resnet50|transformer --size W [--batch B --threads T --iters I] [--json]\n"
-               "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
-               "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
-               "  images   [--size S --images N --width W --iters I] [--json]\n"
-               "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
-               "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
-               "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
-               "  cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--peer ddp] [--overlap on|off] --nodes M --local N\n"
-               "                (cnn25m: the benchmark's cnn2d of 25M parameters, not a spec.model.name)\n"
-               "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S]\n"
-               "           [--optimizer sgd|adam|lars --lr X] [--json]\n"
-               "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
-               "  cost-layers --model cosmoflow|cnn25m|resnet50|transformer [--size W]\n"
-               "  demo     [--nodes M --local N --size D --density R --iters I]\n",
-               tessera::exchange_strategy_names());
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: tessera-bench <command> [flags]\n"
+      "  topk     --size D --density R [--repeat N] [--json]\n"
+      "  exchange --strategy %s --nodes M --local N --size D --density R [--iters I] [--json]\n"
+      "  train    --model cosmoflow|unet3d|cnn2d|resnet50|transformer --size W [--batch B --threads T --iters I] "
+      "[--json]\n"
+      "  spatial  --model cosmoflow --size W --splits 1,2,4 [--batch B --iters I] [--json]\n"
+      "  cache    --remote-mbps R [--size W --samples N --epochs E --batch B --threads T] [--json]\n"
+      "  images   [--size S --images N --width W --iters I] [--json]\n"
+      "  placement --workers W --nodes N [--gpus-per-node G --repeat R] [--json]\n"
+      "  controller --nodes N --jobs J [--pods P --gpus-per-node G --timeout S] [--json]\n"
+      "  cluster  --strategy S --nodes M --local N --rate R [--delay D] --size D --density R [--iters I] [--json]\n"
+      "  cluster-train --model cosmoflow|cnn25m|resnet50|transformer --strategy S|hybrid [--peer ddp] [--overlap "
+      "on|off] --nodes M --local N\n"
+      "                (cnn25m: the benchmark's cnn2d of 25M parameters, not a spec.model.name)\n"
+      "           --rate R [--batch B --steps K --threads T --density R --epochs E --seed S]\n"
+      "           [--optimizer sgd|adam|lars --lr X] [--json]\n"
+      "  metrics  [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n"
+      "  cost-layers --model cosmoflow|cnn25m|resnet50|transformer [--size W]\n"
+      "  demo     [--nodes M --local N --size D --density R --iters I]\n",
+      tessera::exchange_strategy_names());
   return code;
 }
 
@@ -81,11 +86,19 @@ int main(int argc, char** argv) {
   if (argc < 2) return usage(2);
   const std::string cmd = argv[1];
   if (cmd == "--help" || cmd == "-h" || cmd == "help") return usage(0);
-  static const std::map<std::string, int (*)(int, char**)> kCommands = {
-      {"topk", topk},       {"exchange", exchange}, {"demo", demo},           {"train", train},
-      {"spatial", spatial}, {"cache", cache},       {"placement", placement}, {"controller", controller},
-      {"metrics", metrics}, {"cluster", cluster},   {"cluster-train", cluster_train}, {"images", images},
-      {"cost-layers", cost_layers}};
+  static const std::map<std::string, int (*)(int, char**)> kCommands = {{"topk", topk},
+                                                                        {"exchange", exchange},
+                                                                        {"demo", demo},
+                                                                        {"train", train},
+                                                                        {"spatial", spatial},
+                                                                        {"cache", cache},
+                                                                        {"placement", placement},
+                                                                        {"controller", controller},
+                                                                        {"metrics", metrics},
+                                                                        {"cluster", cluster},
+                                                                        {"cluster-train", cluster_train},
+                                                                        {"images", images},
+                                                                        {"cost-layers", cost_layers}};
   const auto it = kCommands.find(cmd);
   if (it == kCommands.end()) {
     std::fprintf(stderr, "tessera-bench: unknown command '%s'\n", cmd.c_str());

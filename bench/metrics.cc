@@ -1,5 +1,9 @@
 #include "bench/bench.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,17 +18,13 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 
 #include "common/http_server.h"
 #include "testing/fork_ranks.h"
-#include "worker/train/job_config.h"
 #include "worker/metrics/worker_metrics.h"
+#include "worker/train/job_config.h"
 #include "worker/train/trainer.h"
 
 namespace tessera::bench {
@@ -56,7 +56,8 @@ int metrics(int argc, char** argv) {
   int size = 32, samples = 64, epochs = 16, block = 4, batch = 4, threads = 2, scrape_ms = 100;
   bool json = false;
   Flags flags("tessera-bench metrics",
-              "usage: tessera-bench metrics [--size W --samples N --epochs E --block K --batch B --threads T --scrape-ms M] [--json]\n");
+              "usage: tessera-bench metrics [--size W --samples N --epochs E --block K --batch B --threads T "
+              "--scrape-ms M] [--json]\n");
   flags.integer("--size", &size, 8, 4096)
       .integer("--samples", &samples, 8, 1'000'000)
       .integer("--epochs", &epochs, 1, 100000)
@@ -110,19 +111,30 @@ int metrics(int argc, char** argv) {
   const double observe_us = 1e6 * observe_s / std::max<size_t>(1, with.size());
   const double serialize_us = 1e6 * serialize_s / std::max<long>(1, scrapes);
   if (json) {
-    std::printf("%s\n", nlohmann::json{{"bench", "metrics"}, {"size", size}, {"batch", batch}, {"threads", threads},
-                                        {"steps_with", with.size()}, {"steps_without", without.size()}, {"block", block},
-                                        {"scrape_ms", scrape_ms}, {"scrapes", scrapes}, {"step_seconds_with", a},
-                                        {"step_seconds_without", b}, {"overhead", overhead}, {"observe_us_per_step", observe_us},
-                                        {"serialize_us_per_scrape", serialize_us}, {"observe_fraction_of_step", observe_us / 1e6 / b}}
-                              .dump()
-                              .c_str());
+    std::printf("%s\n", nlohmann::json{{"bench", "metrics"},
+                                       {"size", size},
+                                       {"batch", batch},
+                                       {"threads", threads},
+                                       {"steps_with", with.size()},
+                                       {"steps_without", without.size()},
+                                       {"block", block},
+                                       {"scrape_ms", scrape_ms},
+                                       {"scrapes", scrapes},
+                                       {"step_seconds_with", a},
+                                       {"step_seconds_without", b},
+                                       {"overhead", overhead},
+                                       {"observe_us_per_step", observe_us},
+                                       {"serialize_us_per_scrape", serialize_us},
+                                       {"observe_fraction_of_step", observe_us / 1e6 / b}}
+                            .dump()
+                            .c_str());
   } else {
-    std::printf("metrics: median step %.2f ms with the exporter (%zu steps, %ld scrapes every %d ms), %.2f ms without (%zu "
-                "steps): overhead %+.2f%%; the updates take %.1f us per step (%.4f%% of a step), a scrape's "
-                "serialisation %.0f us\n",
-                a * 1e3, with.size(), scrapes, scrape_ms, b * 1e3, without.size(), 100 * overhead, observe_us,
-                100 * observe_us / 1e6 / b, serialize_us);
+    std::printf(
+        "metrics: median step %.2f ms with the exporter (%zu steps, %ld scrapes every %d ms), %.2f ms without (%zu "
+        "steps): overhead %+.2f%%; the updates take %.1f us per step (%.4f%% of a step), a scrape's "
+        "serialisation %.0f us\n",
+        a * 1e3, with.size(), scrapes, scrape_ms, b * 1e3, without.size(), 100 * overhead, observe_us,
+        100 * observe_us / 1e6 / b, serialize_us);
   }
   return 0;
 }

@@ -60,12 +60,14 @@ int placement(int argc, char** argv) {
   }
   const double m = median(ms);
   if (json) {
-    std::printf("{\"bench\":\"placement\",\"workers\":%d,\"nodes\":%d,\"gpus_per_node\":%d,\"placed\":%s,"
-                "\"ranks\":%zu,\"ms\":%.3f}\n",
-                workers, n_nodes, gpus, r.placed ? "true" : "false", ranks, m);
+    std::printf(
+        "{\"bench\":\"placement\",\"workers\":%d,\"nodes\":%d,\"gpus_per_node\":%d,\"placed\":%s,"
+        "\"ranks\":%zu,\"ms\":%.3f}\n",
+        workers, n_nodes, gpus, r.placed ? "true" : "false", ranks, m);
   } else {
-    std::printf("placing %d one-GPU workers on %d nodes of %d GPUs: %s, %.3f ms (median of %d) including the ring plan\n",
-                workers, n_nodes, gpus, r.placed ? "placed" : r.reason.c_str(), m, repeat);
+    std::printf(
+        "placing %d one-GPU workers on %d nodes of %d GPUs: %s, %.3f ms (median of %d) including the ring plan\n",
+        workers, n_nodes, gpus, r.placed ? "placed" : r.reason.c_str(), m, repeat);
   }
   return r.placed ? 0 : 1;
 }

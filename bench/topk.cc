@@ -38,15 +38,16 @@ std::vector<float> sorted_magnitudes(const std::vector<float>& x, const std::vec
   return m;
 }
 
-
 int topk(int argc, char** argv) {
   int64_t size = 25600000;
   double density = 0.001;
   int repeat = 5;
   bool json = false;
   Flags flags("tessera-bench topk", "usage: tessera-bench topk --size D --density R [--repeat N] [--json]\n");
-  flags.integer("--size", &size, 1, int64_t{1} << 32).real("--density", &density, {0, 1, true, false})
-      .integer("--repeat", &repeat, 1, 1000).toggle("--json", &json);
+  flags.integer("--size", &size, 1, int64_t{1} << 32)
+      .real("--density", &density, {0, 1, true, false})
+      .integer("--repeat", &repeat, 1, 1000)
+      .toggle("--json", &json);
   if (!flags.parse(argc, argv, 2)) return 0;
   const size_t d = static_cast<size_t>(size);
   const size_t k = topk_count(d, density);
@@ -83,14 +84,16 @@ int topk(int argc, char** argv) {
   }
   const double p = median(pass), n = median(nth), m = median(ms), sc = median(scatter);
   // The peer: torch.topk on as many floats, one thread (null without python3-torch).
-  const nlohmann::json peer = python_peer(detail::concat("torch_topk.py --size ", d, " --density ", density, " --repeat ", repeat));
+  const nlohmann::json peer =
+      python_peer(detail::concat("torch_topk.py --size ", d, " --density ", density, " --repeat ", repeat));
   const double torch_ms = peer.is_object() ? peer.value("torch_topk_ms", 0.0) : 0.0;
   if (json) {
-    std::printf("{\"bench\":\"topk\",\"size\":%zu,\"density\":%g,\"k\":%zu,\"repeat\":%d,\"pass_ms\":%.3f,"
-                "\"nth_element_ms\":%.3f,\"mstopk_ms\":%.3f,\"mstopk_over_pass\":%.3f,\"mstopk_over_nth_element\":%.4f,"
-                "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s,\"scatter_pairs\":%zu,\"scatter_ms\":%.3f",
-                d, density, k, repeat, p, n, m, m / p, m / n, selector.last().passes, selector.last().candidates,
-                exact ? "true" : "false", pairs.size(), sc);
+    std::printf(
+        "{\"bench\":\"topk\",\"size\":%zu,\"density\":%g,\"k\":%zu,\"repeat\":%d,\"pass_ms\":%.3f,"
+        "\"nth_element_ms\":%.3f,\"mstopk_ms\":%.3f,\"mstopk_over_pass\":%.3f,\"mstopk_over_nth_element\":%.4f,"
+        "\"passes\":%zu,\"candidates\":%zu,\"exact\":%s,\"scatter_pairs\":%zu,\"scatter_ms\":%.3f",
+        d, density, k, repeat, p, n, m, m / p, m / n, selector.last().passes, selector.last().candidates,
+        exact ? "true" : "false", pairs.size(), sc);
     if (torch_ms > 0) std::printf(",\"torch_topk_ms\":%.3f,\"mstopk_over_torch_topk\":%.4f", torch_ms, m / torch_ms);
     std::printf("}\n");
   } else {

@@ -1,5 +1,6 @@
 #include "bench/bench.h"
 
+#include <omp.h>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -15,7 +16,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-#include <omp.h>
 
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
@@ -23,7 +23,6 @@
 #include "worker/nn/optim.h"
 
 namespace tessera::bench {
-
 
 // Mean seconds of fn over `iters` calls after one warm-up call.
 double time_it(const std::function<void()>& fn, int iters) {
@@ -41,16 +40,16 @@ nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const
 
 // The Transformer's peer (bench/torch/torch_transformer.py), or null without python3-torch.
 nlohmann::json torch_transformer(const ModelConfig& m, int batch, int threads, int iters) {
-  return python_peer(detail::concat("torch_transformer.py --vocab ", m.vocab_size, " --context ", m.context, " --width ", m.width,
-                                    " --depth ", m.depth, " --heads ", m.heads, " --batch ", batch, " --threads ", threads,
-                                    " --iters ", iters));
+  return python_peer(detail::concat("torch_transformer.py --vocab ", m.vocab_size, " --context ", m.context,
+                                    " --width ", m.width, " --depth ", m.depth, " --heads ", m.heads, " --batch ",
+                                    batch, " --threads ", threads, " --iters ", iters));
 }
 
 // ResNet-50's peer (bench/torch/torch_resnet50.py) in one of PyTorch's layouts (nhwc: channels_last),
 // or null without python3-torch.
 nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const char* layout) {
-  return python_peer(detail::concat("torch_resnet50.py --size ", size, " --batch ", batch, " --threads ", threads, " --iters ", iters,
-                                    " --layout ", layout));
+  return python_peer(detail::concat("torch_resnet50.py --size ", size, " --batch ", batch, " --threads ", threads,
+                                    " --iters ", iters, " --layout ", layout));
 }
 
 int train(int argc, char** argv) {
@@ -63,11 +62,13 @@ int train(int argc, char** argv) {
   mc.heads = 8;
   int batch = 4, threads = 2, iters = 5;
   bool json = false, layers = false;
-  Flags flags("tessera-bench train",
-              "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
-              "       [--layers]: where the step goes, by kind of layer (forward and backward ms a step)\n"
-              "       tessera-bench train --model resnet50 --size 224 ...   (PyTorch in both of its layouts)\n"
-              "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] ...\n");
+  Flags flags(
+      "tessera-bench train",
+      "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+      "       [--layers]: where the step goes, by kind of layer (forward and backward ms a step)\n"
+      "       tessera-bench train --model resnet50 --size 224 ...   (PyTorch in both of its layouts)\n"
+      "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] "
+      "...\n");
   flags.text("--model", &mc.name)
       .integer("--size", &mc.input_size, 4, 4096)
       .integer("--context", &mc.context, 1, 1 << 16)
@@ -104,7 +105,7 @@ int train(int argc, char** argv) {
   auto opt = make_optimizer(oc);
   auto params = model->params();
   double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
-  int timed = -1;                           // the warm-up step is not counted
+  int timed = -1;                          // the warm-up step is not counted
   // --layers: seconds by kind of layer (those without inner layers; a residual block's sum and its
   // layout conversions are what is left of the step), over the timed steps.
   std::map<std::string, std::array<double, 2>> by_kind;
@@ -112,21 +113,23 @@ int train(int argc, char** argv) {
     set_layer_timer([&](const Layer& l, bool backward, double s) {
       if (timed >= 0 && const_cast<Layer&>(l).sublayers().empty()) by_kind[l.kind()][backward] += s;
     });
-  const double step_s = time_it([&] {
-    auto t0 = Clock::now();
-    for (Param* p : params) p->grad.zero();
-    Tensor out = model->forward(x, true);
-    auto t1 = Clock::now();
-    model->backward(model->loss(out, y).grad);
-    auto t2 = Clock::now();
-    opt->step(params, 1e-4);
-    auto t3 = Clock::now();
-    if (++timed > 0) {
-      fwd_s += std::chrono::duration<double>(t1 - t0).count();
-      bwd_s += std::chrono::duration<double>(t2 - t1).count();
-      upd_s += std::chrono::duration<double>(t3 - t2).count();
-    }
-  }, iters);
+  const double step_s = time_it(
+      [&] {
+        auto t0 = Clock::now();
+        for (Param* p : params) p->grad.zero();
+        Tensor out = model->forward(x, true);
+        auto t1 = Clock::now();
+        model->backward(model->loss(out, y).grad);
+        auto t2 = Clock::now();
+        opt->step(params, 1e-4);
+        auto t3 = Clock::now();
+        if (++timed > 0) {
+          fwd_s += std::chrono::duration<double>(t1 - t0).count();
+          bwd_s += std::chrono::duration<double>(t2 - t1).count();
+          upd_s += std::chrono::duration<double>(t3 - t2).count();
+        }
+      },
+      iters);
   set_layer_timer(nullptr);
   fwd_s /= iters, bwd_s /= iters, upd_s /= iters;
   const double sps = batch / step_s;
@@ -144,15 +147,25 @@ int train(int argc, char** argv) {
       Tensor g = dnnl_util::to_layout(random_tensor(conv.output_shape(shape), 4), Layout::kChannelsLast);
       conv.forward(xi, true);
       const double bwd = time_it([&] { conv.backward(g); }, iters);
-      convs.push_back({{"in", c->options().in_channels}, {"out", c->options().out_channels}, {"size", shape[2]},
-                       {"fwd_gflops", flops / fwd / 1e9}, {"bwd_gflops", 2 * flops / bwd / 1e9}});
+      convs.push_back({{"in", c->options().in_channels},
+                       {"out", c->options().out_channels},
+                       {"size", shape[2]},
+                       {"fwd_gflops", flops / fwd / 1e9},
+                       {"bwd_gflops", 2 * flops / bwd / 1e9}});
     }
     shape = l->output_shape(shape);
   }
 
-  nlohmann::json out = {{"bench", "train"}, {"model", mc.name}, {"batch", batch}, {"threads", threads},
-                        {"parameters", model->num_params()}, {"samples_per_second", sps}, {"step_ms", step_s * 1e3},
-                        {"forward_ms", fwd_s * 1e3}, {"backward_ms", bwd_s * 1e3}, {"update_ms", upd_s * 1e3}};
+  nlohmann::json out = {{"bench", "train"},
+                        {"model", mc.name},
+                        {"batch", batch},
+                        {"threads", threads},
+                        {"parameters", model->num_params()},
+                        {"samples_per_second", sps},
+                        {"step_ms", step_s * 1e3},
+                        {"forward_ms", fwd_s * 1e3},
+                        {"backward_ms", bwd_s * 1e3},
+                        {"update_ms", upd_s * 1e3}};
   if (language) {
     out["context"] = mc.context;
     out["tokens_per_second"] = sps * mc.context;
@@ -177,7 +190,8 @@ int train(int argc, char** argv) {
     torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
   }
   out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];
-  out["ratio_vs_torch"] = torch.is_null() ? nlohmann::json(nullptr) : nlohmann::json(sps / torch["samples_per_second"].get<double>());
+  out["ratio_vs_torch"] =
+      torch.is_null() ? nlohmann::json(nullptr) : nlohmann::json(sps / torch["samples_per_second"].get<double>());
   for (size_t i = 0; i < convs.size(); ++i) {
     if (!torch.is_null() && i < torch["convs"].size()) {
       convs[i]["torch_fwd_gflops"] = torch["convs"][i]["fwd_gflops"];
@@ -201,18 +215,19 @@ int train(int argc, char** argv) {
     return 0;
   }
   if (language)
-    std::printf("transformer of %.1fM parameters at context %d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)",
-                model->num_params() / 1e6, mc.context, batch, threads, sps, step_s * 1e3);
+    std::printf(
+        "transformer of %.1fM parameters at context %d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)",
+        model->num_params() / 1e6, mc.context, batch, threads, sps, step_s * 1e3);
   else
     std::printf("%s at %d^%d, batch %d, %d threads: %.2f samples/s (%.1f ms per step)", mc.name.c_str(), mc.input_size,
                 static_cast<int>(model->sample_shape().size()) - 1, batch, threads, sps, step_s * 1e3);
   if (!torch.is_null())
     std::printf("; PyTorch %s: %.2f samples/s; ratio %.2fx", torch["version"].get<std::string>().c_str(),
                 torch["samples_per_second"].get<double>(), out["ratio_vs_torch"].get<double>());
-  else
-    std::printf("; PyTorch baseline not available (install python3-torch)");
+  else std::printf("; PyTorch baseline not available (install python3-torch)");
   if (out.contains("torch_nchw_samples_per_second"))
-    std::printf("\n  PyTorch channels_last %.2f, NCHW %.2f samples/s", out["torch_channels_last_samples_per_second"].get<double>(),
+    std::printf("\n  PyTorch channels_last %.2f, NCHW %.2f samples/s",
+                out["torch_channels_last_samples_per_second"].get<double>(),
                 out["torch_nchw_samples_per_second"].get<double>());
   std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
   if (layers)
@@ -221,7 +236,8 @@ int train(int argc, char** argv) {
                   t["backward_ms"].get<double>());
   for (const auto& c : convs) {
     std::printf("  conv3d %3d -> %3d at %3d^3: forward %6.1f GFLOP/s, backward %6.1f GFLOP/s", c["in"].get<int>(),
-                c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(), c["bwd_gflops"].get<double>());
+                c["out"].get<int>(), c["size"].get<int>(), c["fwd_gflops"].get<double>(),
+                c["bwd_gflops"].get<double>());
     if (c.contains("torch_fwd_gflops")) {
       const nlohmann::json& tb = c["torch_bwd_gflops"];  // null: its backward was within the timing noise
       std::printf("   (PyTorch %6.1f / %s)", c["torch_fwd_gflops"].get<double>(),

@@ -25,15 +25,14 @@
 
 namespace tessera::bench {
 
-
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-
 nlohmann::json python_peer(const std::string& script_and_args) {
-  const std::string cmd = detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch/", script_and_args, " 2>/dev/null");
+  const std::string cmd =
+      detail::concat("/usr/bin/python3 ", TESSERA_SOURCE_DIR, "/bench/torch/", script_and_args, " 2>/dev/null");
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return nullptr;
   std::string out;
@@ -48,7 +47,8 @@ nlohmann::json python_peer(const std::string& script_and_args) {
 }
 
 std::string enter_node(int node) {
-  const std::string path = "/var/run/netns/" + std::string(local::EmulatedNetwork::kNamespacePrefix) + std::to_string(node);
+  const std::string path =
+      "/var/run/netns/" + std::string(local::EmulatedNetwork::kNamespacePrefix) + std::to_string(node);
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || setns(fd, CLONE_NEWNET) != 0)
     throw Error(detail::concat("cannot enter ", path, ": ", std::strerror(errno), " (is the emulated cluster up?)"));
@@ -82,6 +82,8 @@ JobConfig hdf5_job(const std::string& dir, int samples, int size, int batch, int
   return job;
 }
 
-std::string netns_program() { return (std::filesystem::canonical("/proc/self/exe").parent_path() / "tessera-netns").string(); }
+std::string netns_program() {
+  return (std::filesystem::canonical("/proc/self/exe").parent_path() / "tessera-netns").string();
+}
 
 }  // namespace tessera::bench

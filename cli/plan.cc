@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/cost_model.h"
-#include "common/exchange_choice.h"
 #include "common/error.h"
+#include "common/exchange_choice.h"
 #include "common/flags.h"
 #include "worker/models/model.h"
 #include "worker/nn/optim.h"
@@ -105,14 +105,18 @@ int plan(int argc, char** argv) {
   const JobConfig job = load_job_config(files[0]);
   const api::TrainingJob spec = api::load_training_job(files[0]);
   if (links.empty()) links = spec.spec.local.network_rate;
-  if (links.empty()) throw ConfigError("--links", "required: the job has no spec.local.network.rate (e.g. --links 1gbit)");
+  if (links.empty())
+    throw ConfigError("--links", "required: the job has no spec.local.network.rate (e.g. --links 1gbit)");
   const double bits = cost::link_bits_per_second(links, "--links");
   if (job.model.spatial.size() > 1)
-    throw ConfigError("spec.parallelism.spatial", "tessera plan predicts data-parallel jobs; a spatial grid's exchanges are not modelled");
+    throw ConfigError("spec.parallelism.spatial",
+                      "tessera plan predicts data-parallel jobs; a spatial grid's exchanges are not modelled");
   const int m = static_cast<int>(nodes ? nodes : spec.spec.local.nodes);
   const int n = static_cast<int>(per_node ? per_node : spec.spec.local.gpus_per_node);
   if (static_cast<int64_t>(m) * n != job.workers)
-    throw ConfigError(nodes ? "--nodes" : per_node ? "--gpus-per-node" : "spec.local",
+    throw ConfigError(nodes      ? "--nodes"
+                      : per_node ? "--gpus-per-node"
+                                 : "spec.local",
                       detail::concat(m, " nodes x ", n, " ranks per node is not the job's ", job.workers, " workers"));
   const bool gpu = job.device == "cuda" || (job.device == "auto" && job.gpus_per_pod > 0);
   const int batch = job.training.batch_size / job.workers;
@@ -120,7 +124,9 @@ int plan(int argc, char** argv) {
   std::string compute_from = "given";
   if (!flags.given("--compute-ms")) {
     if (gpu)
-      throw ConfigError("--compute-ms", "the job trains on GPUs: give a step's compute time on one (this command times it on the CPU only)");
+      throw ConfigError(
+          "--compute-ms",
+          "the job trains on GPUs: give a step's compute time on one (this command times it on the CPU only)");
     compute_ms = 1e3 * time_compute(job, *model, std::max(1, batch));
     compute_from = detail::concat("timed here on the CPU, ", omp_get_max_threads(), " threads");
   }
@@ -137,7 +143,10 @@ int plan(int argc, char** argv) {
   };
   nlohmann::json rows = nlohmann::json::array();
   auto row = [&](const std::string& name, double density, const cost::StepCost& p) {
-    rows.push_back({{"strategy", name}, {"density", density}, {"step_ms", 1e3 * p.seconds}, {"exposed_ms", 1e3 * p.exposed},
+    rows.push_back({{"strategy", name},
+                    {"density", density},
+                    {"step_ms", 1e3 * p.seconds},
+                    {"exposed_ms", 1e3 * p.exposed},
                     {"samples_per_second", job.training.batch_size / p.seconds}});
   };
   for (const char* s : {"dense", "torus"}) row(s, 1, step(s));
@@ -148,7 +157,8 @@ int plan(int argc, char** argv) {
   cost::StepCost hy;
   hy.seconds = sparse_share * sp.seconds + (1 - sparse_share) * de.seconds;
   hy.exposed = sparse_share * sp.exposed + (1 - sparse_share) * de.exposed;
-  row(detail::concat("hybrid (", c.sparse, " for ", c.switch_at_epoch, " of ", job.training.epochs, " epochs, then ", c.dense, ")"),
+  row(detail::concat("hybrid (", c.sparse, " for ", c.switch_at_epoch, " of ", job.training.epochs, " epochs, then ",
+                     c.dense, ")"),
       c.density, hy);
   // What strategy auto would choose on such links (the controller chooses from the gang's own
   // measurements): a sparse phase for the epochs before switchAtEpoch (auto's default: half the
@@ -159,7 +169,7 @@ int plan(int argc, char** argv) {
   choice_in.machine = mc;
   choice_in.compute_s = compute_ms / 1e3;
   choice_in.overlap = c.overlap;
-  const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid" ? c.switch_at_epoch
+  const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid"        ? c.switch_at_epoch
                             : api::momentum_after_exchange(spec.spec.training, c) ? 0
                                                                                   : job.training.epochs / 2;
   choice_in.sparse_share = std::clamp(static_cast<double>(sparse_epochs) / job.training.epochs, 0.0, 1.0);
@@ -168,27 +178,38 @@ int plan(int argc, char** argv) {
   choice_in.measured = false;
   const cost::ExchangeChoice choice = cost::choose_exchange(choice_in);
   if (json) {
-    std::printf("%s\n", nlohmann::json{{"job", spec.name}, {"links", links}, {"nodes", m}, {"ranks_per_node", n},
-                                       {"parameters", params}, {"compute_ms", compute_ms}, {"compute_from", compute_from},
-                                       {"overlap", c.overlap}, {"device", gpu ? "gpu" : "cpu"}, {"strategies", rows},
-                                       {"auto", {{"exchange", choice.chosen.name()}, {"mean_step_ms", 1e3 * choice.chosen.mean_step},
-                                                 {"reason", choice.reason}}}}
+    std::printf("%s\n", nlohmann::json{{"job", spec.name},
+                                       {"links", links},
+                                       {"nodes", m},
+                                       {"ranks_per_node", n},
+                                       {"parameters", params},
+                                       {"compute_ms", compute_ms},
+                                       {"compute_from", compute_from},
+                                       {"overlap", c.overlap},
+                                       {"device", gpu ? "gpu" : "cpu"},
+                                       {"strategies", rows},
+                                       {"auto",
+                                        {{"exchange", choice.chosen.name()},
+                                         {"mean_step_ms", 1e3 * choice.chosen.mean_step},
+                                         {"reason", choice.reason}}}}
                             .dump()
                             .c_str());
     return 0;
   }
-  std::printf("%s: %s (%.1fM parameters), %s x %s, links of %s, global batch %d; a step's compute %.1f ms (%s);\n"
-              "overlap %s; costs of %s ranks (tessera plan --help)\n\n",
-              spec.name.c_str(), job.model.name.c_str(), params / 1e6, detail::count(m, "node").c_str(),
-              detail::count(n, "rank").c_str(), links.c_str(), job.training.batch_size, compute_ms,
-              compute_from.c_str(), c.overlap ? "on" : "off", gpu ? "GPU" : "CPU");
+  std::printf(
+      "%s: %s (%.1fM parameters), %s x %s, links of %s, global batch %d; a step's compute %.1f ms (%s);\n"
+      "overlap %s; costs of %s ranks (tessera plan --help)\n\n",
+      spec.name.c_str(), job.model.name.c_str(), params / 1e6, detail::count(m, "node").c_str(),
+      detail::count(n, "rank").c_str(), links.c_str(), job.training.batch_size, compute_ms, compute_from.c_str(),
+      c.overlap ? "on" : "off", gpu ? "GPU" : "CPU");
   std::printf("  %-48s %8s %10s %12s %10s\n", "strategy", "density", "step ms", "exposed ms", "samples/s");
   size_t best = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     if (r["step_ms"].get<double>() < rows[best]["step_ms"].get<double>()) best = i;
-    std::printf("  %-48s %8g %10.1f %12.1f %10.1f\n", r["strategy"].get<std::string>().c_str(), r["density"].get<double>(),
-                r["step_ms"].get<double>(), r["exposed_ms"].get<double>(), r["samples_per_second"].get<double>());
+    std::printf("  %-48s %8g %10.1f %12.1f %10.1f\n", r["strategy"].get<std::string>().c_str(),
+                r["density"].get<double>(), r["step_ms"].get<double>(), r["exposed_ms"].get<double>(),
+                r["samples_per_second"].get<double>());
   }
   std::printf("\nfastest: %s, %.2fx dense's step\n", rows[best]["strategy"].get<std::string>().c_str(),
               rows[0]["step_ms"].get<double>() / rows[best]["step_ms"].get<double>());

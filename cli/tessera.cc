@@ -32,17 +32,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "api/training_job.h"
 #include "cli/plan.h"
-#include "controller/local/local_launcher.h"
 #include "common/error.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "controller/local/local_launcher.h"
 #include "worker/data/dataset_index.h"
 #include "worker/data/image_folder.h"
 #include "worker/data/tokens.h"
@@ -68,8 +68,10 @@ constexpr const char* kRunUsage =
     "  --metrics-addr     the controller's /metrics and /targets (default a free loopback port)\n"
     "  --prometheus       start Debian's Prometheus scraping them (default 127.0.0.1:9090)\n";
 constexpr const char* kGenerateUsage =
-    "usage: tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
-    "       tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
+    "usage: tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] "
+    "[--replace]\n"
+    "       tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] "
+    "[--replace]\n"
     "       tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S]\n"
     "                             [--validation-fraction F] [--replace]\n"
     "Writes a dataset of HDF5 sample files (chunked, compressed) and its manifest.tsv into DIR, which\n"
@@ -82,7 +84,8 @@ constexpr const char* kGenerateUsage =
     "JPEGs of K kinds of shape (2-10, default 10) in random colours, places and sizes on noisy\n"
     "backgrounds, N for training and N times --validation-fraction for validation, and indexes it.\n";
 constexpr const char* kIndexUsage =
-    "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
+    "usage: tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels "
+    "first|last]\n"
     "                              [--progress S] [--vocab-size V] [--token-bytes 2|4]\n"
     "Scans DIR (recursively, sorted) for sample files: HDF5 files (.h5, .hdf5), one sample each, or .npy\n"
     "pairs NAME_x.npy (volume) and NAME_y.npy (labels). Detects their layout from the first, checks that\n"
@@ -122,21 +125,23 @@ constexpr const char* kVerifyUsage =
     "Reads every file of a dataset and checks it against its manifest.\n";
 
 int usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage:\n"
-               "  tessera validate JOB.yaml... [--json] [--strict]\n"
-               "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
-               "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
-               "  tessera plan JOB.yaml --links RATE [--nodes N] [--gpus-per-node G] [--compute-ms MS] [--json]\n"
-               "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] [--replace]\n"
-               "  tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
-               "  tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] [--replace]\n"
-               "  tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
-               "                     [--progress S]\n"
-               "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
-               "  tessera data verify DIR\n"
-               "  tessera node remove|add NODE --work-dir DIR\n"
-               "tessera COMMAND --help explains one command.\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage:\n"
+      "  tessera validate JOB.yaml... [--json] [--strict]\n"
+      "  tessera run JOB.yaml [--nodes N] [--gpus-per-node G] [--work-dir DIR] [--fresh] [--worker PATH]\n"
+      "                       [--progress SECONDS] [--metrics-addr HOST:PORT] [--prometheus[=HOST:PORT]]\n"
+      "  tessera plan JOB.yaml --links RATE [--nodes N] [--gpus-per-node G] [--compute-ms MS] [--json]\n"
+      "  tessera data generate --kind cosmoflow|unet --samples N --size W --out DIR [--seed S] [--float32] "
+      "[--replace]\n"
+      "  tessera data generate --kind text --out DIR [--source FILE[,FILE...]] [--validation-fraction F] [--replace]\n"
+      "  tessera data generate --kind images --samples N --size W --out DIR [--classes K] [--seed S] [--replace]\n"
+      "  tessera data index DIR [--layout L] [--input-key K] [--target-key K] [--transform T] [--channels first|last]\n"
+      "                     [--progress S]\n"
+      "  tessera data read JOB.yaml --sample I [--rank R] [--validation] --out PREFIX\n"
+      "  tessera data verify DIR\n"
+      "  tessera node remove|add NODE --work-dir DIR\n"
+      "tessera COMMAND --help explains one command.\n");
   return code;
 }
 
@@ -163,10 +168,12 @@ int data_generate(int argc, char** argv) {
     if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
     if (size < 8) throw ConfigError("--size", "required, at least 8");
     if (out.empty()) throw ConfigError("--out", "required");
-    const ImageFolderIndex x = generate_image_folder(out, static_cast<uint64_t>(samples), static_cast<int>(size), static_cast<int>(classes),
-                                                     static_cast<uint64_t>(seed), validation_fraction, replace);
-    std::printf("wrote an ImageFolder of %zu training and %zu validation JPEGs (%lldx%lld, %zu classes) to %s\n", x.train.size(),
-                x.val.size(), static_cast<long long>(size), static_cast<long long>(size), x.classes.size(), out.c_str());
+    const ImageFolderIndex x =
+        generate_image_folder(out, static_cast<uint64_t>(samples), static_cast<int>(size), static_cast<int>(classes),
+                              static_cast<uint64_t>(seed), validation_fraction, replace);
+    std::printf("wrote an ImageFolder of %zu training and %zu validation JPEGs (%lldx%lld, %zu classes) to %s\n",
+                x.train.size(), x.val.size(), static_cast<long long>(size), static_cast<long long>(size),
+                x.classes.size(), out.c_str());
     return 0;
   }
   if (kind == "text") {
@@ -183,8 +190,8 @@ int data_generate(int argc, char** argv) {
   if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
   if (size < 4) throw ConfigError("--size", "required, at least 4");
   if (out.empty()) throw ConfigError("--out", "required");
-  generate_dataset(kind, static_cast<uint64_t>(samples), static_cast<int>(size), out, static_cast<uint64_t>(seed), int16,
-                   replace);
+  generate_dataset(kind, static_cast<uint64_t>(samples), static_cast<int>(size), out, static_cast<uint64_t>(seed),
+                   int16, replace);
   std::printf("wrote %lld %s samples of size %lld to %s\n", static_cast<long long>(samples), kind.c_str(),
               static_cast<long long>(size), out.c_str());
   return 0;
@@ -232,16 +239,18 @@ int validate(int argc, char** argv) {
         for (const auto& q : v) a.push_back({{"field", q.field}, {"reason", q.reason}});
         return a;
       };
-      out.push_back({{"file", file}, {"valid", p.ok()}, {"problems", list(p.problems)}, {"warnings", list(p.warnings)}});
+      out.push_back(
+          {{"file", file}, {"valid", p.ok()}, {"problems", list(p.problems)}, {"warnings", list(p.warnings)}});
       if (p.ok()) out.back()["parameters"] = parameters;
       continue;
     }
     if (p.ok()) {
       const auto& s = p.job.spec;
-      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s (%s parameters), %s\n", file.c_str(),
-                  p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(), detail::count(s.replicas, "replica").c_str(),
-                  detail::count(s.ranks_per_replica, "rank").c_str(), s.parallelism.spatial_size(), s.data_replicas(),
-                  s.model.name.c_str(), short_count(parameters).c_str(), s.communication.strategy.c_str());
+      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s (%s parameters), %s\n",
+                  file.c_str(), p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(),
+                  detail::count(s.replicas, "replica").c_str(), detail::count(s.ranks_per_replica, "rank").c_str(),
+                  s.parallelism.spatial_size(), s.data_replicas(), s.model.name.c_str(),
+                  short_count(parameters).c_str(), s.communication.strategy.c_str());
       for (const auto& w : p.warnings) std::printf("  warning: %s: %s\n", w.field.c_str(), w.reason.c_str());
     } else {
       std::printf("%s: %s\n", file.c_str(), detail::count(p.problems.size(), "problem").c_str());
@@ -283,7 +292,8 @@ int run_job(int argc, char** argv) {
   if (nodes) p.job.spec.local.nodes = nodes;
   if (gpus) p.job.spec.local.gpus_per_node = gpus;
   if (nodes || gpus)
-    options.cluster_from = detail::concat("--nodes ", p.job.spec.local.nodes, " --gpus-per-node ", p.job.spec.local.gpus_per_node);
+    options.cluster_from =
+        detail::concat("--nodes ", p.job.spec.local.nodes, " --gpus-per-node ", p.job.spec.local.gpus_per_node);
   if (!work_dir.empty()) p.job.spec.local.work_dir = work_dir;
   if (access(options.worker_bin.c_str(), X_OK) != 0)
     throw ConfigError("--worker", "'" + options.worker_bin + "' is not an executable tessera-worker");
@@ -297,10 +307,11 @@ int run_job(int argc, char** argv) {
 // nanoGPT's token files under dir, checked, and meta.json written.
 int index_tokens(const std::string& dir, uint32_t vocab_size, int token_bytes) {
   const TokenFilesIndex x = index_token_files(dir, vocab_size, token_bytes);
-  std::printf("%s: indexed token files (train.bin %llu tokens, val.bin %llu) in %s/meta.json; train on them with\n"
-              "  dataset: {format: tokens, path: %s, vocabSize: %u, tokenBytes: %d}\n",
-              dir.c_str(), static_cast<unsigned long long>(x.train_tokens), static_cast<unsigned long long>(x.val_tokens),
-              dir.c_str(), dir.c_str(), x.vocab_size, x.token_bytes);
+  std::printf(
+      "%s: indexed token files (train.bin %llu tokens, val.bin %llu) in %s/meta.json; train on them with\n"
+      "  dataset: {format: tokens, path: %s, vocabSize: %u, tokenBytes: %d}\n",
+      dir.c_str(), static_cast<unsigned long long>(x.train_tokens), static_cast<unsigned long long>(x.val_tokens),
+      dir.c_str(), dir.c_str(), x.vocab_size, x.token_bytes);
   return 0;
 }
 
@@ -321,28 +332,36 @@ int data_index(int argc, char** argv) {
   if (!flags.parse(argc, argv, 3)) return 0;
   const std::string dir = dirs[0];
   if (token_bytes == 3) throw ConfigError("--token-bytes", "3: token ids are 2 (uint16) or 4 (uint32) bytes");
-  if (o.layout.empty() && is_token_dir(dir)) return index_tokens(dir, static_cast<uint32_t>(vocab_size), static_cast<int>(token_bytes));
+  if (o.layout.empty() && is_token_dir(dir))
+    return index_tokens(dir, static_cast<uint32_t>(vocab_size), static_cast<int>(token_bytes));
   if ((vocab_size || token_bytes) && o.layout.empty())
-    throw ConfigError(vocab_size ? "--vocab-size" : "--token-bytes", "applies to token files (train.bin, val.bin), which '" + dir + "' does not hold");
+    throw ConfigError(vocab_size ? "--vocab-size" : "--token-bytes",
+                      "applies to token files (train.bin, val.bin), which '" + dir + "' does not hold");
   if (o.layout.empty() && is_image_folder_split(dir)) {
     std::filesystem::path split = std::filesystem::path(dir).lexically_normal();
     if (!split.has_filename()) split = split.parent_path();  // "DIR/train/"
     const std::string parent = split.parent_path().string();
-    throw ConfigError(dir, detail::concat("is one split of an ImageFolder (class directories of JPEG files): index the dataset "
-                                          "that holds train/ and val/, `tessera data index ", parent.empty() ? "." : parent, "`"));
+    throw ConfigError(
+        dir, detail::concat("is one split of an ImageFolder (class directories of JPEG files): index the dataset "
+                            "that holds train/ and val/, `tessera data index ",
+                            parent.empty() ? "." : parent, "`"));
   }
   if (o.layout == "imagefolder" || (o.layout.empty() && is_image_folder(dir))) {
-    for (auto [flag, value] : {std::pair{"--input-key", &o.input_key}, {"--target-key", &o.target_key}, {"--transform", &o.transform},
+    for (auto [flag, value] : {std::pair{"--input-key", &o.input_key},
+                               {"--target-key", &o.target_key},
+                               {"--transform", &o.transform},
                                {"--channels", &o.channels}})
-      if (!value->empty()) throw ConfigError(flag, "applies to HDF5 and .npy datasets, not to the ImageFolder under " + dir);
+      if (!value->empty())
+        throw ConfigError(flag, "applies to HDF5 and .npy datasets, not to the ImageFolder under " + dir);
     const ImageFolderIndex x = index_image_folder(dir, o.progress_seconds);
     std::printf("%s: indexed an ImageFolder of %s (%zu train, %zu val) in %s/manifest.tsv\n", dir.c_str(),
-                detail::concat(x.classes.size(), x.classes.size() == 1 ? " class" : " classes").c_str(), x.train.size(), x.val.size(), dir.c_str());
+                detail::concat(x.classes.size(), x.classes.size() == 1 ? " class" : " classes").c_str(), x.train.size(),
+                x.val.size(), dir.c_str());
     return 0;
   }
   const DatasetIndex x = index_dataset(dir, o);
-  std::printf("%s: indexed %s (%s) in %s/manifest.tsv\n", dir.c_str(), detail::count(x.entries.size(), "sample").c_str(),
-              x.describe().c_str(), dir.c_str());
+  std::printf("%s: indexed %s (%s) in %s/manifest.tsv\n", dir.c_str(),
+              detail::count(x.entries.size(), "sample").c_str(), x.describe().c_str(), dir.c_str());
   return 0;
 }
 
@@ -366,23 +385,27 @@ int data_read(int argc, char** argv) {
   if (c.data.format == "imagefolder") {
     const ImageFolderIndex index = read_image_folder_index(c.data.path);
     PosixFileSystem fs;
-    ImageFolderDataset data(c.data.path, index, validation ? ImageFolderDataset::Split::kVal : ImageFolderDataset::Split::kTrain,
+    ImageFolderDataset data(c.data.path, index,
+                            validation ? ImageFolderDataset::Split::kVal : ImageFolderDataset::Split::kTrain,
                             c.model.input_size, c.training.seed, fs, nullptr, false);
     if (static_cast<uint64_t>(sample) >= data.size())
-      throw ConfigError("--sample", detail::concat(sample, " is past the ", detail::count(data.size(), "image"), " of ", validation ? "val/" : "train/"));
+      throw ConfigError("--sample", detail::concat(sample, " is past the ", detail::count(data.size(), "image"), " of ",
+                                                   validation ? "val/" : "train/"));
     data.set_epoch(static_cast<int>(epoch));
     const Sample b = data.get(static_cast<uint64_t>(sample));
     write_npy(out + "_x.npy", b.input);
     write_npy(out + "_y.npy", b.target);
     const auto& e = data.entry(static_cast<uint64_t>(sample));
     std::printf("image %lld of %s: %s (%dx%d, class %s), as the model gets it: %s\n", static_cast<long long>(sample),
-                detail::count(data.size(), "image").c_str(), data.file(static_cast<uint64_t>(sample)).c_str(), e.width, e.height,
-                index.classes[e.label].c_str(), shape_str(b.input.shape()).c_str());
+                detail::count(data.size(), "image").c_str(), data.file(static_cast<uint64_t>(sample)).c_str(), e.width,
+                e.height, index.classes[e.label].c_str(), shape_str(b.input.shape()).c_str());
     return 0;
   }
   if (c.data.format != "hdf5")
-    throw ConfigError("spec.dataset.format", "'" + c.data.format + "': only files are read (format: hdf5 or imagefolder)");
-  if (rank < 0 || rank >= c.workers) throw ConfigError("--rank", detail::concat(rank, " is not a rank of the job's ", c.workers, " workers"));
+    throw ConfigError("spec.dataset.format",
+                      "'" + c.data.format + "': only files are read (format: hdf5 or imagefolder)");
+  if (rank < 0 || rank >= c.workers)
+    throw ConfigError("--rank", detail::concat(rank, " is not a rank of the job's ", c.workers, " workers"));
   const std::string dir = validation ? c.data.validation_path : c.data.path;
   if (dir.empty()) throw ConfigError("--validation", "the job has no spec.dataset.validationPath");
   ModelConfig whole = c.model;
@@ -391,7 +414,8 @@ int data_read(int argc, char** argv) {
   PosixFileSystem fs;
   const auto data = open_file_dataset(c, *model, dir, validation ? "validationPath" : "path", fs, nullptr);
   if (static_cast<uint64_t>(sample) >= data->size())
-    throw ConfigError("--sample", detail::concat(sample, " is past the ", detail::count(data->size(), "sample"), " under ", dir));
+    throw ConfigError("--sample",
+                      detail::concat(sample, " is past the ", detail::count(data->size(), "sample"), " under ", dir));
   const Shape s = data->input_shape();
   VolumeBox box;
   const Partition part({s[1], s[2], s[3]}, c.model.spatial, static_cast<int>(rank % c.model.spatial.size()), "--rank");
@@ -403,10 +427,11 @@ int data_read(int argc, char** argv) {
   write_npy(out + "_x.npy", b.input);
   write_npy(out + "_y.npy", b.target);
   std::printf("sample %lld of %s: %s, sub-volume %s; rank %lld reads block %s: %s (transform %s), targets %s\n",
-              static_cast<long long>(sample),
-              detail::count(data->size(), "sample").c_str(), data->file(static_cast<uint64_t>(sample)).c_str(),
-              data->sub_volume(static_cast<uint64_t>(sample)).str().c_str(), static_cast<long long>(rank), box.str().c_str(),
-              shape_str(b.input.shape()).c_str(), data->index().transform.c_str(), shape_str(b.target.shape()).c_str());
+              static_cast<long long>(sample), detail::count(data->size(), "sample").c_str(),
+              data->file(static_cast<uint64_t>(sample)).c_str(),
+              data->sub_volume(static_cast<uint64_t>(sample)).str().c_str(), static_cast<long long>(rank),
+              box.str().c_str(), shape_str(b.input.shape()).c_str(), data->index().transform.c_str(),
+              shape_str(b.target.shape()).c_str());
   return 0;
 }
 
@@ -426,10 +451,12 @@ int run(int argc, char** argv) {
     if (args[0] != "remove" && args[0] != "add") throw ConfigError(args[0], "expected tessera node remove or add");
     if (work_dir.empty()) throw ConfigError("--work-dir", "required: the work directory of the running tessera run");
     local::request_node_change(work_dir, args[0], args[1]);
-    std::printf("asked the tessera run in %s to %s virtual node %s\n", work_dir.c_str(), args[0].c_str(), args[1].c_str());
+    std::printf("asked the tessera run in %s to %s virtual node %s\n", work_dir.c_str(), args[0].c_str(),
+                args[1].c_str());
     return 0;
   }
-  if (cmd != "data") throw ConfigError(cmd, "unknown command (expected validate, run, plan, node or data; tessera --help)");
+  if (cmd != "data")
+    throw ConfigError(cmd, "unknown command (expected validate, run, plan, node or data; tessera --help)");
   const std::string sub = argc >= 3 ? argv[2] : "";
   if (sub == "generate") return data_generate(argc, argv);
   if (sub == "index") return data_index(argc, argv);

@@ -78,13 +78,15 @@ ConfigNode ConfigNode::load_file(const std::string& file) {
   constexpr uintmax_t kMaxManifestBytes = uintmax_t{1} << 20;
   const uintmax_t bytes = std::filesystem::file_size(file, ec);
   if (!ec && bytes > kMaxManifestBytes)
-    throw ConfigError(file, detail::concat(bytes, " bytes: larger than a manifest can be (at most ", kMaxManifestBytes, ")"));
+    throw ConfigError(file,
+                      detail::concat(bytes, " bytes: larger than a manifest can be (at most ", kMaxManifestBytes, ")"));
   try {
     return ConfigNode(YAML::LoadFile(file));
   } catch (const YAML::BadFile&) {
     throw ConfigError(file, "cannot read the file");
   } catch (const YAML::Exception& e) {
-    throw ConfigError(file, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+    throw ConfigError(
+        file, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   } catch (const std::ios_base::failure& e) {
     throw ConfigError(file, std::string("cannot read the file: ") + e.what());
   }
@@ -94,7 +96,8 @@ ConfigNode ConfigNode::load_string(const std::string& text, const std::string& n
   try {
     return ConfigNode(YAML::Load(text));
   } catch (const YAML::Exception& e) {
-    throw ConfigError(name, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
+    throw ConfigError(
+        name, detail::concat("YAML error at line ", e.mark.line + 1, ", column ", e.mark.column + 1, ": ", e.msg));
   }
 }
 
@@ -185,7 +188,8 @@ int64_t ConfigNode::integer(const std::string& key, int64_t def, int64_t min, in
     // A bound no one would write (the type's limit) is left out of the message.
     const bool no_max = max >= std::numeric_limits<int32_t>::max(), no_min = min <= std::numeric_limits<int32_t>::min();
     if (v < min && no_max) {
-      problem(key, min == 0 ? detail::concat("must not be negative, got ", v) : detail::concat("must be at least ", min, ", got ", v));
+      problem(key, min == 0 ? detail::concat("must not be negative, got ", v)
+                            : detail::concat("must be at least ", min, ", got ", v));
     } else if (v > max && no_min) {
       problem(key, detail::concat("must be at most ", max, ", got ", v));
     } else {
@@ -304,7 +308,8 @@ bool ConfigNode::quantity(const std::string& key, const std::regex& form, const 
     if (s.size() > 1 && s[0] == '-' && std::regex_match(s.substr(1), form)) {
       problem(key, s + ": must not be negative");
     } else if (std::regex_match(s, u, kNumberAndUnit)) {
-      problem(key, "'" + s + "': " + u[2].str() + " is not a unit of this quantity; use " + units + ", as in " + example);
+      problem(key,
+              "'" + s + "': " + u[2].str() + " is not a unit of this quantity; use " + units + ", as in " + example);
     } else {
       problem(key, std::string("expected an integer or a string such as ") + example + ", got " + describe(n));
     }
@@ -317,10 +322,21 @@ bool ConfigNode::quantity(const std::string& key, const std::regex& form, const 
 
 std::optional<double> parse_quantity(const std::string& q) {
   // Read by hand (no std::regex): the controller parses every node's and pod's quantities often.
-  static const std::map<std::string, double> units = {
-      {"", 1},     {"m", 1e-3}, {"k", 1e3},        {"K", 1e3},          {"M", 1e6},          {"G", 1e9},
-      {"T", 1e12}, {"P", 1e15}, {"E", 1e18},       {"Ki", 1024.0},      {"Mi", 1048576.0},   {"Gi", 1073741824.0},
-      {"Ti", 1099511627776.0},  {"Pi", 1125899906842624.0},             {"Ei", 1152921504606846976.0}};
+  static const std::map<std::string, double> units = {{"", 1},
+                                                      {"m", 1e-3},
+                                                      {"k", 1e3},
+                                                      {"K", 1e3},
+                                                      {"M", 1e6},
+                                                      {"G", 1e9},
+                                                      {"T", 1e12},
+                                                      {"P", 1e15},
+                                                      {"E", 1e18},
+                                                      {"Ki", 1024.0},
+                                                      {"Mi", 1048576.0},
+                                                      {"Gi", 1073741824.0},
+                                                      {"Ti", 1099511627776.0},
+                                                      {"Pi", 1125899906842624.0},
+                                                      {"Ei", 1152921504606846976.0}};
   size_t i = 0, digits = 0;
   while (i < q.size() && std::isdigit(static_cast<unsigned char>(q[i]))) ++i, ++digits;
   if (i < q.size() && q[i] == '.')
@@ -333,8 +349,8 @@ std::optional<double> parse_quantity(const std::string& q) {
 
 int64_t ConfigNode::bytes(const std::string& key, int64_t def) const {
   std::string number, unit;
-  if (!has(key) ||
-      !quantity(key, kBytes, "512Mi or 10G", "Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)", &number, &unit))
+  if (!has(key) || !quantity(key, kBytes, "512Mi or 10G",
+                             "Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, T (powers of 1000)", &number, &unit))
     return def;
   const double v = *parse_quantity(number + unit);
   if (v >= 9.2e18) {
@@ -356,7 +372,10 @@ void ConfigNode::allow_only(std::initializer_list<const char*> known) const {
   for (auto it = node_.begin(); it != node_.end(); ++it) {
     if (!it->first.IsScalar()) {
       problem("", detail::concat("a key at line ", it->first.Mark().line + 1, " is not a field name (a ",
-                                 it->first.IsMap() ? "mapping" : it->first.IsSequence() ? "list" : "null", ")"));
+                                 it->first.IsMap()        ? "mapping"
+                                 : it->first.IsSequence() ? "list"
+                                                          : "null",
+                                 ")"));
       continue;
     }
     const std::string k = it->first.Scalar();

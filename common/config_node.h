@@ -28,9 +28,7 @@ struct Interval {
   static Interval at_least(double lo) { return {lo, INFINITY, false, false}; }
   static Interval above(double lo) { return {lo, INFINITY, true, false}; }
   static Interval closed(double lo, double hi) { return {lo, hi, false, false}; }
-  bool contains(double v) const {
-    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
+  bool contains(double v) const { return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi); }
   std::string str() const;
 };
 
@@ -64,7 +62,8 @@ class ConfigNode {
   int64_t integer(const std::string& key, int64_t def, int64_t min, int64_t max) const;
   double number(const std::string& key, double def, Interval range = {}) const;
   bool boolean(const std::string& key, bool def) const;
-  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& def, int64_t min, int64_t max) const;
+  std::vector<int64_t> integers(const std::string& key, const std::vector<int64_t>& def, int64_t min,
+                                int64_t max) const;
   std::vector<std::string> strings(const std::string& key, const std::vector<std::string>& def) const;
   std::map<std::string, std::string> string_map(const std::string& key) const;
   // Byte sizes, as Kubernetes quantities without sign: 123, "64Mi", "1Gi", "10G", "1.5T".

@@ -118,9 +118,7 @@ ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const M
   Phases ph(m, n, mc, sparse ? mc.sparse_work : 1.0);
   const double k = std::ceil(d * S);
   switch (s) {
-    case Strategy::kDense:
-      ph.world_ring(2.0 * (N - 1), 4.0 * S / N);
-      break;
+    case Strategy::kDense: ph.world_ring(2.0 * (N - 1), 4.0 * S / N); break;
     case Strategy::kTorus:
       // with one rank per node it is the ring across nodes alone, on the gradient in place
       // reduce-scatter inside the node; the shard's all-reduce across nodes (n rings side by side
@@ -143,8 +141,7 @@ ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const M
       break;
     case Strategy::kHitopk: {
       const double ks = std::ceil(d * S / n);
-      if (n > 1)
-        ph.intra(n - 1, 4.0 * S / n);
+      if (n > 1) ph.intra(n - 1, 4.0 * S / n);
       else  // a reduce-scatter of one member is a copy (two streams)
         ph.cpu(2 * S, 0);
       ph.selection(S / n, ks, d);
@@ -183,13 +180,13 @@ std::vector<Bucket> buckets(const std::vector<LayerCost>& layers, double bucket_
   return out;
 }
 
-StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
-                   double rest_s, bool overlap, double bucket_bytes, bool momentum_correction) {
+StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, int m, int n, const Machine& mc,
+                   double compute_s, double rest_s, bool overlap, double bucket_bytes, bool momentum_correction) {
   return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction);
 }
 
-StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc, double compute_s,
-                   double rest_s, bool overlap, bool momentum_correction) {
+StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc,
+                   double compute_s, double rest_s, bool overlap, bool momentum_correction) {
   const double slow = mc.slow(m * n);
   // the streams over each bucket besides the exchange: the copy in and the scaled copy out; under
   // momentum correction the copy in reads and writes the velocity too, and a sparse exchange's sum

@@ -65,13 +65,13 @@ const char* strategy_name(Strategy s);
 double link_bits_per_second(const std::string& rate, const std::string& field);
 
 struct Machine {
-  double alpha_inter = 0, wire_inter = 0;  // seconds per message and per byte on a node's link
-  double cpu_inter = 0;                    // CPU seconds per byte sent between nodes
-  double alpha_intra = 0, cpu_intra = 0;   // inside a node (loopback or NVLink): per message, per byte
-  int cores = 0;                           // the cores every rank shares; 0: nothing shared
+  double alpha_inter = 0, wire_inter = 0;            // seconds per message and per byte on a node's link
+  double cpu_inter = 0;                              // CPU seconds per byte sent between nodes
+  double alpha_intra = 0, cpu_intra = 0;             // inside a node (loopback or NVLink): per message, per byte
+  int cores = 0;                                     // the cores every rank shares; 0: nothing shared
   std::vector<std::pair<double, double>> selection;  // (density, seconds per float of top-k selection)
-  double pass = 0;          // seconds per float of a streaming pass
-  double add = 0;           // seconds per random access (a scatter-add of one pair)
+  double pass = 0;                                   // seconds per float of a streaming pass
+  double add = 0;                                    // seconds per random access (a scatter-add of one pair)
   double hidden = 0;        // the share of a link-bound phase's CPU work hidden behind the wire
   double overlap_pace = 1;  // communication's speed while the backward pass holds the cores
   double sel_share = 1;     // the selection's share of the processes' P/C
@@ -79,9 +79,9 @@ struct Machine {
   double link_sharing = 1;  // each of several rings on a node's link: its wire time per byte, in one ring's
   double sparse_work = 1;   // topk's and hitopk's CPU work besides the selection, in the model's count of it
 
-  double shared_wire(int rings) const;  // the wire time per byte of `rings` side by side, in one ring's
-  double slow(int procs) const;      // how much slower CPU work runs with `procs` on the cores
-  double sel_slow(int procs) const;  // the same for the selection
+  double shared_wire(int rings) const;        // the wire time per byte of `rings` side by side, in one ring's
+  double slow(int procs) const;               // how much slower CPU work runs with `procs` on the cores
+  double sel_slow(int procs) const;           // the same for the selection
   double selection_at(double density) const;  // the calibrated density nearest (in log) to `density`
 };
 
@@ -120,11 +120,11 @@ struct StepCost {
 // `momentum_correction`: communication.momentumCorrection's passes over every bucket, and its update
 // without a momentum buffer, its gradients started from the weight decay (`compute_s` is measured
 // without correction).
-StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
+StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local,
+                   const Machine& mc, double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
                    bool momentum_correction = false);
 // The same from the buckets (a caller that has them and not the layers).
-StepCost step_cost(const std::vector<Bucket>& buckets, Strategy s, double density, int nodes, int local, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap, bool momentum_correction = false);
+StepCost step_cost(const std::vector<Bucket>& buckets, Strategy s, double density, int nodes, int local,
+                   const Machine& mc, double compute_s, double rest_s, bool overlap, bool momentum_correction = false);
 
 }  // namespace tessera::cost

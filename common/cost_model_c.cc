@@ -63,7 +63,8 @@ extern "C" {
 int tessera_cost_exchange(const char* strategy, double floats, double density, int nodes, int local,
                           const TesseraCostMachine* mc, double* out) {
   return guarded([&] {
-    const auto c = tessera::cost::exchange_cost(tessera::cost::parse_strategy(strategy), floats, density, nodes, local, machine(*mc));
+    const auto c = tessera::cost::exchange_cost(tessera::cost::parse_strategy(strategy), floats, density, nodes, local,
+                                                machine(*mc));
     out[0] = c.seconds, out[1] = c.busy, out[2] = c.select;
   });
 }
@@ -83,14 +84,15 @@ int tessera_cost_buckets(const double* layers, int count, double bucket_bytes, d
 }
 
 // out: seconds, exposed, total, select
-int tessera_cost_step(const double* layers, int count, double bucket_bytes, const char* strategy, double density, int nodes,
-                      int local, const TesseraCostMachine* mc, double compute_s, double rest_s, int overlap,
+int tessera_cost_step(const double* layers, int count, double bucket_bytes, const char* strategy, double density,
+                      int nodes, int local, const TesseraCostMachine* mc, double compute_s, double rest_s, int overlap,
                       int momentum_correction, double* out) {
   return guarded([&] {
     std::vector<tessera::cost::LayerCost> ls;
     for (int i = 0; i < count; ++i) ls.push_back({layers[2 * i], layers[2 * i + 1]});
-    const auto c = tessera::cost::step_cost(ls, tessera::cost::parse_strategy(strategy), density, nodes, local, machine(*mc),
-                                            compute_s, rest_s, overlap != 0, bucket_bytes, momentum_correction != 0);
+    const auto c =
+        tessera::cost::step_cost(ls, tessera::cost::parse_strategy(strategy), density, nodes, local, machine(*mc),
+                                 compute_s, rest_s, overlap != 0, bucket_bytes, momentum_correction != 0);
     out[0] = c.seconds, out[1] = c.exposed, out[2] = c.total, out[3] = c.select;
   });
 }

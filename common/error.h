@@ -102,20 +102,20 @@ std::string count(N n, const std::string& noun) {
 }  // namespace tessera
 
 // Invariant checks: throw std::logic_error with the expression, the operands and a message.
-#define TESSERA_CHECK(cond, ...)                                                               \
-  do {                                                                                         \
-    if (!(cond))                                                                               \
-      ::tessera::detail::check_failed(__FILE__, __LINE__, #cond,                              \
+#define TESSERA_CHECK(cond, ...)                                                                 \
+  do {                                                                                           \
+    if (!(cond))                                                                                 \
+      ::tessera::detail::check_failed(__FILE__, __LINE__, #cond,                                 \
                                       ::tessera::detail::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 
-#define TESSERA_CHECK_OP(a, op, b, ...)                                                          \
-  do {                                                                                           \
-    const auto& tessera_a_ = (a);                                                                \
-    const auto& tessera_b_ = (b);                                                                \
-    if (!(tessera_a_ op tessera_b_))                                                             \
-      ::tessera::detail::check_failed(                                                           \
-          __FILE__, __LINE__, #a " " #op " " #b,                                                 \
+#define TESSERA_CHECK_OP(a, op, b, ...)                                                                     \
+  do {                                                                                                      \
+    const auto& tessera_a_ = (a);                                                                           \
+    const auto& tessera_b_ = (b);                                                                           \
+    if (!(tessera_a_ op tessera_b_))                                                                        \
+      ::tessera::detail::check_failed(                                                                      \
+          __FILE__, __LINE__, #a " " #op " " #b,                                                            \
           ::tessera::detail::concat("(", tessera_a_, " vs ", tessera_b_, ") " __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)
 

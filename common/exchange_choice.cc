@@ -33,7 +33,8 @@ double sparse_share(int64_t from, int64_t sparse_end, int64_t total) {
 
 ExchangeChoice choose_exchange(const ChoiceInput& in) {
   if (in.buckets.empty()) throw ConfigError("buckets", "the job has no gradients to exchange");
-  if (in.nodes < 1 || in.local < 1) throw ConfigError("ranks", detail::concat(in.nodes, " nodes x ", in.local, " ranks"));
+  if (in.nodes < 1 || in.local < 1)
+    throw ConfigError("ranks", detail::concat(in.nodes, " nodes x ", in.local, " ranks"));
   if (!(in.sparse_share >= 0 && in.sparse_share <= 1))
     throw ConfigError("sparse_share", detail::concat(in.sparse_share, " is outside [0, 1]"));
   if (!(in.compute_s >= 0)) throw ConfigError("compute", detail::concat(in.compute_s, " s is not a time"));
@@ -78,30 +79,32 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   // for a dense choice, against the fastest sparse phase).
   const Machine& mc = in.machine;
   std::string links = in.nodes > 1 && mc.wire_inter > 0
-                          ? detail::concat("inter-node links ", in.measured ? "measured at " : "taken as ", rate_text(8 / mc.wire_inter))
+                          ? detail::concat("inter-node links ", in.measured ? "measured at " : "taken as ",
+                                           rate_text(8 / mc.wire_inter))
                           : std::string("one node (no links between nodes)");
   if (!exchanges) return out.reason = "one rank: nothing to exchange", out;
   const ExchangeOption& c = out.chosen;
   if (c.hybrid) {
-    out.reason = detail::concat(links, "; ", strategy_name(c.sparse), " at density ", c.density, " predicted ",
-                                seconds_text(c.sparse_step), " a step against ", strategy_name(best_dense.dense), " ",
-                                seconds_text(best_dense.dense_step), " (sparse for ", std::lround(in.sparse_share * 100),
-                                "% of the remaining steps, then ", strategy_name(c.dense), ")");
+    out.reason = detail::concat(
+        links, "; ", strategy_name(c.sparse), " at density ", c.density, " predicted ", seconds_text(c.sparse_step),
+        " a step against ", strategy_name(best_dense.dense), " ", seconds_text(best_dense.dense_step), " (sparse for ",
+        std::lround(in.sparse_share * 100), "% of the remaining steps, then ", strategy_name(c.dense), ")");
     return out;
   }
   const ExchangeOption* sparse = nullptr;
   for (const ExchangeOption& o : out.options)
     if (o.hybrid && (!sparse || o.sparse_step < sparse->sparse_step)) sparse = &o;
   if (sparse)
-    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step against ",
-                                strategy_name(sparse->sparse), " at density ", sparse->density, " ",
+    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step),
+                                " a step against ", strategy_name(sparse->sparse), " at density ", sparse->density, " ",
                                 seconds_text(sparse->sparse_step), ": a sparse phase would not gain ",
                                 std::lround(in.sparse_margin * 100), "% over the job");
   else
-    out.reason = detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step; ",
-                                in.sparse_allowed ? "no sparse phase is left (the dense epochs have begun)"
-                                                  : "the job allows no sparse phase (switchAtEpoch 0, auto's default with "
-                                                    "LARS momentum, or SGD momentum without momentumCorrection)");
+    out.reason =
+        detail::concat(links, "; ", strategy_name(c.dense), " predicted ", seconds_text(c.dense_step), " a step; ",
+                       in.sparse_allowed ? "no sparse phase is left (the dense epochs have begun)"
+                                         : "the job allows no sparse phase (switchAtEpoch 0, auto's default with "
+                                           "LARS momentum, or SGD momentum without momentumCorrection)");
   return out;
 }
 
@@ -128,16 +131,17 @@ bool links_changed(const Calibration& before, const Calibration& now) {
 
 std::string Calibration::summary() const {
   const Machine& m = machine;
-  std::string s = nodes > 1 ? detail::concat("links between nodes ", rate_text(8 / std::max(m.wire_inter, 1e-15)), " (alpha ",
-                                             std::lround(m.alpha_inter * 1e6), " us, CPU ", std::round(m.cpu_inter * 1e11) / 100,
-                                             " ns a byte)")
+  std::string s = nodes > 1 ? detail::concat("links between nodes ", rate_text(8 / std::max(m.wire_inter, 1e-15)),
+                                             " (alpha ", std::lround(m.alpha_inter * 1e6), " us, CPU ",
+                                             std::round(m.cpu_inter * 1e11) / 100, " ns a byte)")
                             : std::string("one node");
   if (local > 1)
     s += detail::concat("; inside a node ", std::round(1 / std::max(m.cpu_intra, 1e-15) / 1e7) / 100, " GB/s (alpha ",
                         std::lround(m.alpha_intra * 1e6), " us)");
-  for (const auto& [d, sec] : m.selection) s += detail::concat("; top-k at density ", d, ": ", std::round(sec * 1e11) / 100, " ns a float");
-  s += detail::concat("; a pass ", std::round(m.pass * 1e11) / 100, " ns a float, scatter-add ", std::round(m.add * 1e10) / 10,
-                      " ns a pair");
+  for (const auto& [d, sec] : m.selection)
+    s += detail::concat("; top-k at density ", d, ": ", std::round(sec * 1e11) / 100, " ns a float");
+  s += detail::concat("; a pass ", std::round(m.pass * 1e11) / 100, " ns a float, scatter-add ",
+                      std::round(m.add * 1e10) / 10, " ns a pair");
   if (m.cores > 0) s += detail::concat("; all ", nodes * local, " ranks share ", m.cores, " cores");
   if (compute_s > 0) s += detail::concat("; compute ", std::lround(compute_s * 1e3), " ms a step");
   return s;

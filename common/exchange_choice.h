@@ -27,8 +27,8 @@ struct ChoiceInput {
   Machine machine;              // the measured links and CPU costs
   double compute_s = 0;         // a step's forward, backward and update, every rank computing
   bool overlap = true;
-  double sparse_share = 0;      // the share of the remaining steps a sparse phase may take, [0, 1]
-  bool sparse_allowed = true;   // false: the job allows no sparse phase at all (its switch epoch is 0)
+  double sparse_share = 0;                 // the share of the remaining steps a sparse phase may take, [0, 1]
+  bool sparse_allowed = true;              // false: the job allows no sparse phase at all (its switch epoch is 0)
   std::vector<double> densities = {0.01};  // candidate densities of the sparse strategies
   double sparse_margin = 0.05;
   bool measured = true;  // the links were measured (the reason says so), or assumed (tessera plan)
@@ -39,13 +39,13 @@ struct ChoiceInput {
 double sparse_share(int64_t from, int64_t sparse_end, int64_t total);
 
 struct ExchangeOption {
-  bool hybrid = false;      // a sparse phase (`sparse` at `density`), then `dense`
+  bool hybrid = false;  // a sparse phase (`sparse` at `density`), then `dense`
   Strategy sparse = Strategy::kHitopk;
   double density = 1;
   Strategy dense = Strategy::kDense;
-  double sparse_step = 0;   // predicted seconds a step of the sparse phase (hybrid only)
-  double dense_step = 0;    // ... of the dense phase
-  double mean_step = 0;     // over the remaining steps, each phase by its share
+  double sparse_step = 0;    // predicted seconds a step of the sparse phase (hybrid only)
+  double dense_step = 0;     // ... of the dense phase
+  double mean_step = 0;      // over the remaining steps, each phase by its share
   std::string name() const;  // "dense", "torus", "hitopk at density 0.001, then torus"
 };
 
@@ -62,8 +62,8 @@ ExchangeChoice choose_exchange(const ChoiceInput& in);
 // What a gang measured at its start (worker/train/calibration.h), in the model's terms.
 struct Calibration {
   int nodes = 1, local = 1;
-  Machine machine;            // the links and CPU costs (hidden: 1, the wire and the CPU each bound a phase)
-  double compute_s = 0;       // a step's forward, backward and update
+  Machine machine;              // the links and CPU costs (hidden: 1, the wire and the CPU each bound a phase)
+  double compute_s = 0;         // a step's forward, backward and update
   std::vector<Bucket> buckets;  // the job's, in send order
   bool overlap = true;
   std::string summary() const;  // one line: the links, the selection, the sharing, the compute

@@ -46,8 +46,10 @@ std::optional<std::string> env_value(const char* name) {
 namespace {
 int64_t checked_int(const std::string& value, const std::string& source, int64_t lo, int64_t hi, int64_t type_max) {
   const auto v = parse_int(value);
-  if (!v) throw ConfigError(source, detail::concat("'", value, "' is not a whole number ", int_range(lo, hi, type_max)));
-  if (*v < lo || *v > hi) throw ConfigError(source, detail::concat("'", value, "' is not ", int_range(lo, hi, type_max)));
+  if (!v)
+    throw ConfigError(source, detail::concat("'", value, "' is not a whole number ", int_range(lo, hi, type_max)));
+  if (*v < lo || *v > hi)
+    throw ConfigError(source, detail::concat("'", value, "' is not ", int_range(lo, hi, type_max)));
   return *v;
 }
 }  // namespace
@@ -101,7 +103,8 @@ Flags& Flags::toggle(const std::string& name, bool* out) {
 }
 
 Flags& Flags::optional_text(const std::string& name, std::string* out, const std::string& bare) {
-  return add({name, nullptr, false, true, [out, bare](const std::string& v, const std::string&) { *out = v.empty() ? bare : v; }});
+  return add({name, nullptr, false, true,
+              [out, bare](const std::string& v, const std::string&) { *out = v.empty() ? bare : v; }});
 }
 
 Flags& Flags::positional(std::vector<std::string>* out, size_t min, size_t max, std::string what) {
@@ -129,7 +132,7 @@ bool Flags::parse(int argc, char** argv, int first) {
   std::vector<std::string> positional;
   for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.size() < 2 || a[0] != '-' || a == "--" ) {
+    if (a.size() < 2 || a[0] != '-' || a == "--") {
       if (a == "--") {  // everything after is positional
         for (++i; i < argc; ++i) positional.push_back(argv[i]);
         break;
@@ -164,9 +167,11 @@ bool Flags::parse(int argc, char** argv, int first) {
     throw ConfigError(positional[0], detail::concat("unexpected argument (", program_, " --help shows what it takes)"));
   if (positional_) {
     if (positional.size() > positional_max_)
-      throw ConfigError(positional[positional_max_],
-                        detail::concat("unexpected argument (", program_, " takes ", positional_max_ == 1 ? "one " : "at most ",
-                                       positional_max_ == 1 ? positional_what_ : detail::concat(positional_max_, " ", positional_what_), ")"));
+      throw ConfigError(
+          positional[positional_max_],
+          detail::concat(
+              "unexpected argument (", program_, " takes ", positional_max_ == 1 ? "one " : "at most ",
+              positional_max_ == 1 ? positional_what_ : detail::concat(positional_max_, " ", positional_what_), ")"));
     if (positional.size() < positional_min_) {
       // The usage's first line shows where it goes.
       std::string synopsis = usage_.substr(0, usage_.find('\n'));

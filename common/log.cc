@@ -57,13 +57,13 @@ void log_line(LogLevel level, const std::string& msg) {
   static const char* names[] = {"D", "I", "W", "E"};
   auto now = std::chrono::system_clock::now();
   std::time_t t = std::chrono::system_clock::to_time_t(now);
-  int ms = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  int ms =
+      static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   gmtime_r(&t, &tm);
   char head[64];
-  std::snprintf(head, sizeof(head), "%s %02d:%02d:%02d.%03d ", names[static_cast<int>(level)],
-                tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
+  std::snprintf(head, sizeof(head), "%s %02d:%02d:%02d.%03d ", names[static_cast<int>(level)], tm.tm_hour, tm.tm_min,
+                tm.tm_sec, ms);
   std::string line = head;
   {
     std::lock_guard<std::mutex> lock(g_tag_mu);

@@ -22,7 +22,8 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options) {
     posix_spawn_file_actions_addopen(&fa, 1, options.log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
   }
-  for (const auto& [from, to] : options.fds) posix_spawn_file_actions_adddup2(&fa, from, to);  // the copy keeps no close-on-exec
+  for (const auto& [from, to] : options.fds)
+    posix_spawn_file_actions_adddup2(&fa, from, to);  // the copy keeps no close-on-exec
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -40,7 +41,8 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options) {
   envp.push_back(nullptr);
   const std::string& program = options.program.empty() ? argv[0] : options.program;
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, program.c_str(), &fa, nullptr, args.data(), envp.data());  // a bare name is looked up on PATH
+  const int rc =
+      posix_spawnp(&pid, program.c_str(), &fa, nullptr, args.data(), envp.data());  // a bare name is looked up on PATH
   posix_spawn_file_actions_destroy(&fa);
   if (rc != 0) throw Error("cannot start '" + program + "': " + std::strerror(rc));
   return pid;

@@ -25,30 +25,30 @@
 // the controller never reads a Secret. Exit status: 0 stopped by SIGTERM or SIGINT, 1 leadership
 // lost or a failure, 2 bad flags.
 #include <atomic>
-#include <map>
-#include <tuple>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <string>
+#include <map>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <tuple>
 
 #include <yaml-cpp/yaml.h>
 
 #include "api/training_job.h"
+#include "common/config_node.h"
+#include "common/error.h"
+#include "common/flags.h"
+#include "common/http_server.h"
+#include "common/log.h"
 #include "controller/kube/client.h"
 #include "controller/kube/leader_election.h"
 #include "controller/kube/operator.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/reconcile/manifest.h"
 #include "controller/reconcile/reconciler.h"
-#include "common/config_node.h"
-#include "common/http_server.h"
-#include "common/error.h"
-#include "common/flags.h"
-#include "common/log.h"
 
 namespace tessera {
 namespace {
@@ -84,8 +84,8 @@ nlohmann::json load_job_defaults(const std::string& file) {
   // Every job names its own data (spec.dataset is required), so the defaults need not.
   nlohmann::json checked = spec;
   if (!checked.contains("dataset")) checked["dataset"] = {{"format", "synthetic"}};
-  const nlohmann::json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "defaults"}}},
-                              {"spec", checked}};
+  const nlohmann::json doc = {
+      {"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "defaults"}}}, {"spec", checked}};
   const api::ParsedJob parsed = api::parse_training_job(ConfigNode::load_string(doc.dump(), file));
   if (!parsed.ok()) {
     std::vector<FieldProblem> problems = parsed.problems;
@@ -103,8 +103,9 @@ std::string load_token_key(const std::string& file) {
   std::string key((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
   if (key.size() < 32)
-    throw ConfigError("--token-key-file", detail::concat(file, ": ", detail::count(static_cast<int64_t>(key.size()), "byte"),
-                                                         "; a key needs at least 32 (head -c 48 /dev/urandom | base64 > ", file, ")"));
+    throw ConfigError("--token-key-file",
+                      detail::concat(file, ": ", detail::count(static_cast<int64_t>(key.size()), "byte"),
+                                     "; a key needs at least 32 (head -c 48 /dev/urandom | base64 > ", file, ")"));
   return key;
 }
 
@@ -140,12 +141,15 @@ void print_permissions(bool leader_election) {
   std::map<std::tuple<std::string, std::string, bool>, nlohmann::json> by;
   std::vector<std::tuple<std::string, std::string, bool>> order;
   for (const auto& p : kube::required_permissions(leader_election)) {
-    const auto k = std::make_tuple(p.group, p.subresource.empty() ? p.resource : p.resource + "/" + p.subresource, p.namespaced);
+    const auto k =
+        std::make_tuple(p.group, p.subresource.empty() ? p.resource : p.resource + "/" + p.subresource, p.namespaced);
     if (!by.count(k)) order.push_back(k);
     by[k].push_back(p.verb);
   }
   for (const auto& k : order)
-    rules.push_back({{"apiGroups", {std::get<0>(k)}}, {"resources", {std::get<1>(k)}}, {"verbs", by[k]},
+    rules.push_back({{"apiGroups", {std::get<0>(k)}},
+                     {"resources", {std::get<1>(k)}},
+                     {"verbs", by[k]},
                      {"scope", std::get<2>(k) ? "namespace" : "cluster"}});
   std::printf("%s\n", rules.dump(2).c_str());
 }
@@ -159,13 +163,15 @@ int run(int argc, char** argv) {
     return 0;
   }
   if (o.op.token_key.empty())
-    throw ConfigError("--token-key-file", "required: the secret key jobs' rendezvous tokens are derived under, the same for every "
-                                          "controller replica (the Helm chart keeps one in a Secret)");
+    throw ConfigError("--token-key-file",
+                      "required: the secret key jobs' rendezvous tokens are derived under, the same for every "
+                      "controller replica (the Helm chart keeps one in a Secret)");
   set_log_tag("controller");
   std::signal(SIGTERM, on_signal);
   std::signal(SIGINT, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  const kube::KubeConfig config = o.kubeconfig.empty() ? kube::KubeConfig::in_cluster() : kube::KubeConfig::from_file(o.kubeconfig);
+  const kube::KubeConfig config =
+      o.kubeconfig.empty() ? kube::KubeConfig::in_cluster() : kube::KubeConfig::from_file(o.kubeconfig);
   kube::KubeClient client(config);
   log_info("tessera-controller: API server ", config.server, " (", config.source, "), ",
            o.op.namespace_.empty() ? std::string("all namespaces") : "namespace " + o.op.namespace_);
@@ -189,13 +195,16 @@ int run(int argc, char** argv) {
       return ready() ? HttpResponse{200, "text/plain; charset=utf-8", "ok\n"}
                      : HttpResponse{503, "text/plain; charset=utf-8", "not leading, or caches not synced\n"};
     });
-    http->handle("/metrics", [&] { return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.text()}; });
+    http->handle("/metrics", [&] {
+      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics.text()};
+    });
     http->handle("/targets", [&] {
       std::lock_guard<std::mutex> lock(op_mu);
-      return HttpResponse{200, "application/json", http_sd_targets(op ? op->metrics_targets() : std::vector<MetricsTarget>{})};
+      return HttpResponse{200, "application/json",
+                          http_sd_targets(op ? op->metrics_targets() : std::vector<MetricsTarget>{})};
     });
-    log_info("serving /healthz, /readyz, /metrics and /targets on ", o.health_addr.substr(0, o.health_addr.rfind(':')), ":",
-             http->port());
+    log_info("serving /healthz, /readyz, /metrics and /targets on ", o.health_addr.substr(0, o.health_addr.rfind(':')),
+             ":", http->port());
   }
   auto make_operator = [&] {
     auto made = std::make_unique<kube::KubeOperator>(client, o.op);

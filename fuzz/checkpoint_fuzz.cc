@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "worker/core/checksum.h"
 #include "common/error.h"
+#include "worker/core/checksum.h"
 #include "worker/train/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

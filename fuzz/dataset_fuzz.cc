@@ -37,7 +37,8 @@ const char* scratch() {
 }
 
 void write(const std::string& path, const uint8_t* data, size_t size) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
 }
 
 void read_volume(const tessera::ArrayRef& a) {
@@ -78,9 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         index_dataset(set);
         break;
       }
-      default:
-        write(dir + "/manifest.tsv", data + 1, size - 1);
-        read_index(dir);
+      default: write(dir + "/manifest.tsv", data + 1, size - 1); read_index(dir);
     }
   } catch (const Error&) {
   }

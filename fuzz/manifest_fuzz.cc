@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const ConfigNode root = ConfigNode::load_string(text, "manifest");
     const api::ParsedJob parsed = api::parse_training_job(root);
     for (const auto& p : parsed.problems)
-      if (p.reason.empty()) __builtin_trap();  // every problem has a reason (the field is empty for the document itself)
+      if (p.reason.empty())
+        __builtin_trap();  // every problem has a reason (the field is empty for the document itself)
     if (parsed.ok()) make_job_config(parsed.job);
   } catch (const ConfigError& e) {
     for (const auto& p : e.problems())

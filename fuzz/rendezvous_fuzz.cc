@@ -72,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       tessera::v1::GetRequest r;
       auth(in, r.mutable_auth());
       r.set_key(in.ConsumeRandomLengthString(2048));
-      r.set_timeout_ms(in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 5) : in.ConsumeIntegralInRange<int64_t>(INT64_MIN, -1));
+      r.set_timeout_ms(in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 5)
+                                        : in.ConsumeIntegralInRange<int64_t>(INT64_MIN, -1));
       tessera::v1::GetResponse out;
       s = f->stub->Get(&ctx, r, &out);
       break;
@@ -83,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       r.set_name(in.ConsumeRandomLengthString(2048));
       r.set_rank(in.ConsumeIntegral<int32_t>());
       r.set_count(in.ConsumeIntegral<int32_t>());
-      r.set_timeout_ms(in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 5) : in.ConsumeIntegralInRange<int64_t>(INT64_MIN, -1));
+      r.set_timeout_ms(in.ConsumeBool() ? in.ConsumeIntegralInRange<int64_t>(0, 5)
+                                        : in.ConsumeIntegralInRange<int64_t>(INT64_MIN, -1));
       tessera::v1::BarrierResponse out;
       s = f->stub->Barrier(&ctx, r, &out);
       break;

@@ -23,8 +23,8 @@
 namespace tessera::testing {
 
 struct RankOutcome {
-  int exit_code = -1;   // the child's exit status; 128+signal if killed; -1 if it was killed on timeout
-  std::string report;   // what the child's function wrote into its report
+  int exit_code = -1;  // the child's exit status; 128+signal if killed; -1 if it was killed on timeout
+  std::string report;  // what the child's function wrote into its report
 };
 
 // fn(rank, report) runs in the child; its return value is the exit code. Children still running at

@@ -18,7 +18,8 @@
 namespace tessera::testing {
 
 // Starts argv[0] with argv, stdout and stderr appended to `log`, extra environment entries "K=V".
-inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log, const std::vector<std::string>& env = {}) {
+inline pid_t spawn(const std::vector<std::string>& argv, const std::string& log,
+                   const std::vector<std::string>& env = {}) {
   return tessera::spawn(argv, env, log);
 }
 

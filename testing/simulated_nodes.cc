@@ -57,7 +57,8 @@ class SimulatedNodes {
                      {"labels",
                       {{"kubernetes.io/hostname", name},
                        {"topology.kubernetes.io/zone", "zone-" + std::to_string(i % o_.zones)},
-                       {"topology.tessera.dev/rack", "rack-" + std::to_string(i % o_.zones) + "-" + std::to_string(i / (2 * o_.zones))},
+                       {"topology.tessera.dev/rack",
+                        "rack-" + std::to_string(i % o_.zones) + "-" + std::to_string(i / (2 * o_.zones))},
                        {"tessera.dev/test-node", "true"}}}}}};
       try {
         client_.create(kube::core_path("", "nodes"), node);
@@ -108,25 +109,30 @@ class SimulatedNodes {
 
   json node_status() const {
     const std::string t = now();
-    json cap = {{"cpu", std::to_string(o_.cpus)}, {"memory", std::to_string(o_.memory)}, {"pods", "110"},
+    json cap = {{"cpu", std::to_string(o_.cpus)},
+                {"memory", std::to_string(o_.memory)},
+                {"pods", "110"},
                 {"nvidia.com/gpu", std::to_string(o_.gpus)}};
     return {{"status",
              {{"capacity", cap},
               {"allocatable", cap},
               {"addresses", json::array({{{"type", "InternalIP"}, {"address", "127.0.0.1"}}})},
-              {"conditions",
-               json::array({{{"type", "Ready"}, {"status", "True"}, {"reason", "KubeletReady"},
-                             {"message", "tessera-simulated-nodes is posting ready status"}, {"lastHeartbeatTime", t},
-                             {"lastTransitionTime", t}}})}}}};
+              {"conditions", json::array({{{"type", "Ready"},
+                                           {"status", "True"},
+                                           {"reason", "KubeletReady"},
+                                           {"message", "tessera-simulated-nodes is posting ready status"},
+                                           {"lastHeartbeatTime", t},
+                                           {"lastTransitionTime", t}}})}}}};
   }
 
   // Patches the pod's status; a pod already gone is no error.
   void patch_status(const std::string& ns, const std::string& name, const json& status) {
     const json body = {{"status", status}};
-    kube::Response r = client_.request("PATCH", kube::core_path(ns, "pods", name) + "/status", &body,
-                                       "application/merge-patch+json");
+    kube::Response r =
+        client_.request("PATCH", kube::core_path(ns, "pods", name) + "/status", &body, "application/merge-patch+json");
     if (r.code == 404) return;
-    if (r.code / 100 != 2) throw kube::ApiError(r.code, "", "patch pod status " + ns + "/" + name + ": HTTP " + std::to_string(r.code));
+    if (r.code / 100 != 2)
+      throw kube::ApiError(r.code, "", "patch pod status " + ns + "/" + name + ": HTTP " + std::to_string(r.code));
   }
 
   // Whether the pod's node has its GPUs free; admits it if so. REQUIRES: mu_ held.
@@ -174,18 +180,22 @@ class SimulatedNodes {
     lock.unlock();
     json containers = json::array();
     for (const json& c : (*pod)["spec"].value("containers", json::array()))
-      containers.push_back({{"name", c.value("name", "")}, {"ready", true}, {"restartCount", 0}, {"image", c.value("image", "")},
-                            {"imageID", ""}, {"started", true}, {"state", {{"running", {{"startedAt", started}}}}}});
+      containers.push_back({{"name", c.value("name", "")},
+                            {"ready", true},
+                            {"restartCount", 0},
+                            {"image", c.value("image", "")},
+                            {"imageID", ""},
+                            {"started", true},
+                            {"state", {{"running", {{"startedAt", started}}}}}});
     patch_status(ns, name,
                  {{"phase", "Running"},
                   {"hostIP", "127.0.0.1"},
                   {"podIP", "127.0.0.1"},
                   {"startTime", started},
-                  {"conditions",
-                   json::array({{{"type", "Initialized"}, {"status", "True"}},
-                                {{"type", "Ready"}, {"status", "True"}},
-                                {{"type", "ContainersReady"}, {"status", "True"}},
-                                {{"type", "PodScheduled"}, {"status", "True"}}})},
+                  {"conditions", json::array({{{"type", "Initialized"}, {"status", "True"}},
+                                              {{"type", "Ready"}, {"status", "True"}},
+                                              {{"type", "ContainersReady"}, {"status", "True"}},
+                                              {{"type", "PodScheduled"}, {"status", "True"}}})},
                   {"containerStatuses", containers}});
   }
 
@@ -201,7 +211,8 @@ class SimulatedNodes {
 int run(int argc, char** argv) {
   Options o;
   Flags flags("tessera-simulated-nodes",
-              "usage: tessera-simulated-nodes --kubeconfig FILE --nodes N [--gpus G] [--zones Z] [--cpus C] [--memory BYTES]\n");
+              "usage: tessera-simulated-nodes --kubeconfig FILE --nodes N [--gpus G] [--zones Z] [--cpus C] [--memory "
+              "BYTES]\n");
   flags.text("--kubeconfig", &o.kubeconfig)
       .integer("--nodes", &o.nodes, 0, 100'000)
       .integer("--gpus", &o.gpus, 0, 1024)

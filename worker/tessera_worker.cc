@@ -127,15 +127,18 @@ std::optional<Options> parse(int argc, char** argv) {
 void claim_rank(Store& store, const std::string& dir, int rank) {
   const std::string key = "process/" + std::to_string(rank);
   if (auto earlier = store.try_get(key))
-    throw ConfigError("--rendezvous", detail::concat("'", dir, "' holds the rendezvous of an earlier run (rank ", rank,
-                                                     " was ", *earlier, "); give each run a new directory, or empty this one"));
+    throw ConfigError("--rendezvous",
+                      detail::concat("'", dir, "' holds the rendezvous of an earlier run (rank ", rank, " was ",
+                                     *earlier, "); give each run a new directory, or empty this one"));
   store.set(key, detail::concat("process ", getpid(), " on ", host_name()));
 }
 
 // An epoch's validation as the --metrics lines and the summary carry it.
 nlohmann::ordered_json validation_fields(const EpochRecord& e) {
   if (!e.validated) return {{"validated", false}};
-  nlohmann::ordered_json v = {{"val_loss", e.val_loss}, {"val_metric", e.val_metric}, {"baseline_loss", e.baseline_loss},
+  nlohmann::ordered_json v = {{"val_loss", e.val_loss},
+                              {"val_metric", e.val_metric},
+                              {"baseline_loss", e.baseline_loss},
                               {"baseline_metric", e.baseline_metric}};
   if (e.val_top5 >= 0) v["val_top5"] = e.val_top5;
   if (!e.iou.empty()) v["iou"] = e.iou;
@@ -156,13 +159,15 @@ PodOptions pod_options(const char* argv0, const Options& o) {
   pod.replica = o.replica;
   pod.program = "/proc/self/exe";
   pod.rank_args = [o, argv0 = std::string(argv0)](int slot) {
-    std::vector<std::string> args = {argv0, "--config", o.config, "--replica", std::to_string(o.replica), "--slot", std::to_string(slot)};
+    std::vector<std::string> args = {argv0,    "--config",          o.config, "--replica", std::to_string(o.replica),
+                                     "--slot", std::to_string(slot)};
     for (const auto& [flag, value] : {std::pair{"--rendezvous", o.rendezvous}, {"--metrics", o.metrics}})
       if (!value.empty()) args.insert(args.end(), {flag, value});
     if (o.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o.threads)});
     if (!o.metrics_addr.empty()) {
       const auto colon = o.metrics_addr.rfind(':');
-      const int port = colon == std::string::npos ? 0 : static_cast<int>(parse_int(o.metrics_addr.substr(colon + 1)).value_or(0));
+      const int port =
+          colon == std::string::npos ? 0 : static_cast<int>(parse_int(o.metrics_addr.substr(colon + 1)).value_or(0));
       args.push_back("--metrics-addr");
       args.push_back(port > 0 ? o.metrics_addr.substr(0, colon + 1) + std::to_string(port + slot) : o.metrics_addr);
     }
@@ -219,15 +224,16 @@ Gang meet(Options& o, const JobConfig& job, int metrics_port) {
   // (An elastic job's gang may be smaller: whole spatial groups, at least spec.elastic.minReplicas.)
   if (!api::gang_size_fits(o.world, job.workers, job.min_workers, job.model.spatial.size()))
     throw ConfigError(o.service() ? "spec.replicas" : "--world-size",
-                      detail::concat(detail::count(o.world, "rank"), " but the job has ", detail::count(job.workers, "worker"),
-                                     " (spec.replicas x spec.ranksPerReplica)"));
+                      detail::concat(detail::count(o.world, "rank"), " but the job has ",
+                                     detail::count(job.workers, "worker"), " (spec.replicas x spec.ranksPerReplica)"));
   if (o.world == 1) return g;
   if (!g.store) {
     g.store = std::make_unique<FileStore>(o.rendezvous);
     claim_rank(*g.store, o.rendezvous, o.rank);
   }
   Topology topo = Topology::discover(*g.store, o.rank, o.world, RankPlacement{o.node, o.local_rank}, timeout);
-  g.groups = std::make_unique<CommGroups>(connect_groups(*g.store, topo, o.rank, gloo_factory(timeout), job.model.spatial.size()));
+  g.groups = std::make_unique<CommGroups>(
+      connect_groups(*g.store, topo, o.rank, gloo_factory(timeout), job.model.spatial.size()));
   // Gradients in GPU memory: NCCL groups over the same ranks, met under their own keys.
   if (resolve_transport(job, resolve_device(job)) == "nccl") {
 #if TESSERA_HAVE_NCCL
@@ -271,15 +277,17 @@ class MetricsFile {
   void step(const StepRecord& r) {
     if (!out_.is_open()) return;
     char line[640];
-    std::snprintf(line, sizeof(line),
-                  "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
-                  "\"global_batch\":%lld,\"micro_batches\":%d,"
-                  "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%.6f,"
-                  "\"update_s\":%.6f,\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
-                  rank_, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(),
-                  static_cast<long long>(r.global_batch), r.micro_batches, r.data_s, r.forward_s, r.backward_s, r.comm_s,
-                  r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
-                  static_cast<unsigned long long>(r.bytes_inter));
+    std::snprintf(
+        line, sizeof(line),
+        "{\"type\":\"step\",\"rank\":%d,\"step\":%lld,\"epoch\":%d,\"loss\":%.9g,\"lr\":%.6g,\"strategy\":\"%s\","
+        "\"global_batch\":%lld,\"micro_batches\":%d,"
+        "\"data_s\":%.6f,\"forward_s\":%.6f,\"backward_s\":%.6f,\"comm_s\":%.6f,\"comm_total_s\":%.6f,\"select_s\":%."
+        "6f,"
+        "\"update_s\":%.6f,\"bytes_intra\":%llu,\"bytes_inter\":%llu}\n",
+        rank_, static_cast<long long>(r.step), r.epoch + 1, r.loss, r.lr, r.strategy.c_str(),
+        static_cast<long long>(r.global_batch), r.micro_batches, r.data_s, r.forward_s, r.backward_s, r.comm_s,
+        r.comm_total_s, r.select_s, r.update_s, static_cast<unsigned long long>(r.bytes_intra),
+        static_cast<unsigned long long>(r.bytes_inter));
     out_ << line << std::flush;
   }
   void epoch(const EpochRecord& e) {
@@ -308,10 +316,10 @@ int report_end(const TrainSummary& s, const Options& o, const JobConfig& job) {
     return kExitStopped;
   }
   if (o.rank != 0) return 0;
-  nlohmann::ordered_json summary = {{"type", "summary"},      {"job", job.name},
-                                    {"steps", s.steps},        {"first_step", s.first_step},
-                                    {"seconds", s.seconds},    {"samples_per_second", s.samples_per_second},
-                                    {"switch_step", s.switch_step}};
+  nlohmann::ordered_json summary = {
+      {"type", "summary"},           {"job", job.name},      {"steps", s.steps},
+      {"first_step", s.first_step},  {"seconds", s.seconds}, {"samples_per_second", s.samples_per_second},
+      {"switch_step", s.switch_step}};
   if (!s.exchange.empty()) summary["exchange"] = s.exchange;  // strategy auto: the last choice
   summary.update(validation_fields(s.last_epoch));
   const std::string line = summary.dump() + "\n";
@@ -325,12 +333,14 @@ int run(int argc, char** argv) {
   if (!parsed) return 0;
   Options o = *parsed;
   if (o.slots > 0) {
-    log_info("pod replica ", o.replica, ": starting ", detail::count(o.slots, "rank"), " (tessera-worker --slots ", o.slots, ")");
+    log_info("pod replica ", o.replica, ": starting ", detail::count(o.slots, "rank"), " (tessera-worker --slots ",
+             o.slots, ")");
     return supervise_pod(pod_options(argv[0], o));
   }
   if (supervised()) prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (const auto gpu = env_value("TESSERA_GPU"))
-    log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ", env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"));
+    log_info("slot ", o.slot, ": GPU ", *gpu, " of this pod's GPUs ",
+             env_value("NVIDIA_VISIBLE_DEVICES").value_or("?"));
   // A peer that vanished must fail the collective with an error naming it, not kill this rank with
   // SIGPIPE when Gloo writes to its closed socket.
   signal(SIGPIPE, SIG_IGN);
@@ -345,8 +355,8 @@ int run(int argc, char** argv) {
   Trainer trainer(job, gang.groups.get(), gang.device_groups.get());
   std::unique_ptr<ControlAgent> control;
   if (o.service()) {
-    control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token, o.rank,
-                                             Millis(job.communication.timeout_ms));
+    control = std::make_unique<ControlAgent>(o.rendezvous.substr(7), o.job_key.empty() ? job.name : o.job_key, o.token,
+                                             o.rank, Millis(job.communication.timeout_ms));
     trainer.set_control(control.get());
   }
   if (exporter) exported = export_metrics(*exporter, o, job);

@@ -144,11 +144,12 @@ KubeConfig KubeConfig::from_file(const std::string& file) {
     c.cert_data = base64_decode(scalar(user, "client-certificate-data"), file + ": client-certificate-data");
   if (!scalar(user, "client-key-data").empty())
     c.key_data = base64_decode(scalar(user, "client-key-data"), file + ": client-key-data");
-  if (user && (user["exec"] || user["auth-provider"]) && c.token.empty() && c.token_file.empty() && c.cert_file.empty() &&
-      c.cert_data.empty())
-    throw ConfigError(file, "user '" + scalar(context, "user") +
-                                "' authenticates with an exec or auth-provider plugin, which tessera-controller does not run; "
-                                "use a token or a client certificate");
+  if (user && (user["exec"] || user["auth-provider"]) && c.token.empty() && c.token_file.empty() &&
+      c.cert_file.empty() && c.cert_data.empty())
+    throw ConfigError(
+        file, "user '" + scalar(context, "user") +
+                  "' authenticates with an exec or auth-provider plugin, which tessera-controller does not run; "
+                  "use a token or a client certificate");
   return c;
 }
 
@@ -264,8 +265,9 @@ Response KubeClient::request(const std::string& method, const std::string& path,
   const CURLcode rc = curl_easy_perform(curl);
   curl_slist_free_all(headers);
   if (rc != CURLE_OK)
-    throw ApiError(0, "Unreachable", detail::concat("cannot reach the API server ", config_.server, " (", method, " ", path,
-                                                    "): ", curl_easy_strerror(rc)));
+    throw ApiError(0, "Unreachable",
+                   detail::concat("cannot reach the API server ", config_.server, " (", method, " ", path,
+                                  "): ", curl_easy_strerror(rc)));
   Response r;
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r.code);
   r.body = json::parse(out, nullptr, false);
@@ -345,7 +347,8 @@ void KubeClient::watch(const std::string& path,
     throw error_of("watch", path, r);
   }
   if (rc != CURLE_OK)
-    throw ApiError(0, "Unreachable", detail::concat("watch ", path, " on ", config_.server, ": ", curl_easy_strerror(rc)));
+    throw ApiError(0, "Unreachable",
+                   detail::concat("watch ", path, " on ", config_.server, ": ", curl_easy_strerror(rc)));
 }
 
 std::string base64_decode(const std::string& in, const std::string& what) {

@@ -22,13 +22,13 @@ namespace tessera::kube {
 using json = nlohmann::json;
 
 struct KubeConfig {
-  std::string server;              // https://host:port
-  std::string token, token_file;   // bearer token, or a file holding it (re-read as it rotates)
-  std::string ca_file, ca_data;    // ca_data: PEM
+  std::string server;                                    // https://host:port
+  std::string token, token_file;                         // bearer token, or a file holding it (re-read as it rotates)
+  std::string ca_file, ca_data;                          // ca_data: PEM
   std::string cert_file, cert_data, key_file, key_data;  // client certificate (PEM)
-  bool insecure = false;           // insecure-skip-tls-verify
+  bool insecure = false;                                 // insecure-skip-tls-verify
   std::string default_namespace = "default";
-  std::string source;              // the kubeconfig file, or "in-cluster"
+  std::string source;  // the kubeconfig file, or "in-cluster"
 
   // The current context of a kubeconfig file.
   static KubeConfig from_file(const std::string& file);
@@ -40,10 +40,10 @@ class ApiError : public Error {
  public:
   ApiError(long code, std::string reason, const std::string& message)
       : Error(message), code_(code), reason_(std::move(reason)) {}
-  long code() const { return code_; }              // HTTP status; 0 when the server was not reached
+  long code() const { return code_; }  // HTTP status; 0 when the server was not reached
   const std::string& reason() const { return reason_; }
   bool not_found() const { return code_ == 404; }
-  bool conflict() const { return code_ == 409; }   // a stale resourceVersion, or AlreadyExists
+  bool conflict() const { return code_ == 409; }  // a stale resourceVersion, or AlreadyExists
   bool already_exists() const { return code_ == 409 && reason_ == "AlreadyExists"; }
   bool gone() const { return code_ == 410; }
   // Worth trying again later: the server was not reached, or was busy or failing.

@@ -22,7 +22,8 @@ uint64_t resource_version(const json& object) {
   }
 }
 
-Informer::Informer(const KubeClient& client, std::string list_path, std::string label_selector, std::string field_selector)
+Informer::Informer(const KubeClient& client, std::string list_path, std::string label_selector,
+                   std::string field_selector)
     : client_(client),
       path_(std::move(list_path)),
       label_selector_(std::move(label_selector)),
@@ -70,7 +71,9 @@ void Informer::erase_locked(const std::string& key) {
   ++generation_;
 }
 
-void Informer::start() { thread_ = std::thread([this] { run(); }); }
+void Informer::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void Informer::stop() {
   stop_ = true;
@@ -174,7 +177,8 @@ void Informer::run() {
         relist();
         need_list = false;
       }
-      std::string q = path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion=" + std::to_string(version_);
+      std::string q =
+          path_ + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion=" + std::to_string(version_);
       if (!label_selector_.empty()) q += "&labelSelector=" + url_encode(label_selector_);
       if (!field_selector_.empty()) q += "&fieldSelector=" + url_encode(field_selector_);
       bool gone = false;

@@ -76,7 +76,7 @@ class Informer {
   std::atomic<uint64_t> generation_{0};
   void put_locked(const std::string& key, const json& object);
   void erase_locked(const std::string& key);
-  uint64_t version_ = 0;                 // the newest resourceVersion seen; informer thread only
+  uint64_t version_ = 0;  // the newest resourceVersion seen; informer thread only
   std::atomic<bool> synced_{false}, stop_{false};
   std::thread thread_;
 };

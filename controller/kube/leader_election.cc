@@ -32,7 +32,8 @@ LeaderElector::LeaderElector(const KubeClient& client, LeaderElectionOptions opt
 }
 
 bool LeaderElector::try_acquire_or_renew() {
-  const std::string path = group_path("coordination.k8s.io/v1", options_.lease_namespace, "leases", options_.lease_name);
+  const std::string path =
+      group_path("coordination.k8s.io/v1", options_.lease_namespace, "leases", options_.lease_name);
   const int duration_s = static_cast<int>(std::max<int64_t>(1, options_.lease_duration.count() / 1000));
   const std::string now = micro_time_now();
   json lease;
@@ -66,7 +67,8 @@ bool LeaderElector::try_acquire_or_renew() {
     observed_holder_ = holder;
     observed_at_ = t;
   }
-  const auto held_for = std::chrono::milliseconds(static_cast<int64_t>(spec.value("leaseDurationSeconds", duration_s)) * 1000);
+  const auto held_for =
+      std::chrono::milliseconds(static_cast<int64_t>(spec.value("leaseDurationSeconds", duration_s)) * 1000);
   if (!holder.empty() && holder != options_.identity && t - observed_at_ < held_for) return false;  // held by another
   if (holder != options_.identity) {
     spec["acquireTime"] = now;
@@ -91,7 +93,8 @@ bool LeaderElector::run(const std::function<void()>& on_started, const std::func
                         const std::atomic<bool>* stop) {
   auto sleep = [&](std::chrono::milliseconds d) {
     const auto until = std::chrono::steady_clock::now() + d;
-    while (!stop->load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    while (!stop->load() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
   };
   bool waiting_said = false;
   while (!stop->load()) {
@@ -102,13 +105,15 @@ bool LeaderElector::run(const std::function<void()>& on_started, const std::func
       log_warn("leader election: ", e.what());
     }
     if (got) break;
-    if (!waiting_said) log_info("leader election: lease ", options_.lease_namespace, "/", options_.lease_name, " is held by ",
-                                observed_holder_.empty() ? "another candidate" : observed_holder_, "; waiting");
+    if (!waiting_said)
+      log_info("leader election: lease ", options_.lease_namespace, "/", options_.lease_name, " is held by ",
+               observed_holder_.empty() ? "another candidate" : observed_holder_, "; waiting");
     waiting_said = true;
     sleep(options_.retry_period);
   }
   if (stop->load()) return false;
-  log_info("leader election: ", options_.identity, " leads (lease ", options_.lease_namespace, "/", options_.lease_name, ")");
+  log_info("leader election: ", options_.identity, " leads (lease ", options_.lease_namespace, "/", options_.lease_name,
+           ")");
   on_started();
   auto last_renew = std::chrono::steady_clock::now();
   while (!stop->load()) {
@@ -122,7 +127,8 @@ bool LeaderElector::run(const std::function<void()>& on_started, const std::func
     }
     if (renewed) last_renew = std::chrono::steady_clock::now();
     else if (std::chrono::steady_clock::now() - last_renew > options_.renew_deadline) {
-      log_warn("leader election: could not renew the lease for ", options_.renew_deadline.count(), " ms; leadership lost");
+      log_warn("leader election: could not renew the lease for ", options_.renew_deadline.count(),
+               " ms; leadership lost");
       on_stopped();
       return true;
     }

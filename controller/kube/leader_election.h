@@ -18,7 +18,7 @@ namespace tessera::kube {
 struct LeaderElectionOptions {
   std::string lease_namespace = "default";
   std::string lease_name = "tessera-controller";
-  std::string identity;                                  // this candidate (hostname_pid by default)
+  std::string identity;  // this candidate (hostname_pid by default)
   std::chrono::milliseconds lease_duration{15000};
   std::chrono::milliseconds renew_deadline{10000};
   std::chrono::milliseconds retry_period{2000};

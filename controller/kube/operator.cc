@@ -6,13 +6,13 @@
 #include <thread>
 
 #include "api/training_job.h"
+#include "common/log.h"
 #include "controller/kube/informer.h"
 #include "controller/kube/work_queue.h"
 #include "controller/metrics/controller_metrics.h"
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
 #include "controller/rendezvous/rendezvous_service.h"
-#include "common/log.h"
 
 namespace tessera::kube {
 namespace {
@@ -141,7 +141,8 @@ struct KubeOperator::Impl {
     o.config_map = configmaps->get(key + "-config");
     if (with_nodes) {
       o.nodes = node_infos();
-    } else if (const auto plan = o.config_map ? reconcile::plan_nodes(*o.config_map) : std::vector<std::string>{}; !plan.empty()) {
+    } else if (const auto plan = o.config_map ? reconcile::plan_nodes(*o.config_map) : std::vector<std::string>{};
+               !plan.empty()) {
       // A placed gang: the state of its nodes alone (one leaving or lost moves the gang).
       for (const auto& n : plan)
         if (const auto node = nodes->get(n)) o.nodes.push_back(reconcile::node_info(*node));
@@ -154,7 +155,8 @@ struct KubeOperator::Impl {
         o.served_attempt = it->second.attempt;
         o.served_round = it->second.round;
         const json status = job.contains("status") ? job["status"] : json::object();
-        if (it->second.attempt == reconcile::attempt_of(status) && it->second.round == status.value("restartsInPlace", int64_t{0}))
+        if (it->second.attempt == reconcile::attempt_of(status) &&
+            it->second.round == status.value("restartsInPlace", int64_t{0}))
           o.progress = rendezvous->progress(key);
       }
     }
@@ -207,7 +209,8 @@ struct KubeOperator::Impl {
     try {
       client.create(core_path(ns, "events"), event);
     } catch (const ApiError& e) {
-      log_warn("recording event ", reconcile::name(a.reason), " for ", job_of(job), ": ", e.what());  // an Event lost is not worth a retry
+      log_warn("recording event ", reconcile::name(a.reason), " for ", job_of(job), ": ",
+               e.what());  // an Event lost is not worth a retry
     }
   }
 
@@ -291,9 +294,7 @@ struct KubeOperator::Impl {
           client.remove(path(plural(a.resource), ns, a.name), a.object.is_object() ? a.object : json::object());
           log_info(key, ": ", a.describe());
           break;
-        case Action::Kind::kEvent:
-          record_event(job, a);
-          break;
+        case Action::Kind::kEvent: record_event(job, a); break;
         case Action::Kind::kDeleteJob:
           client.remove(path("trainingjobs", ns, name), {{"propagationPolicy", "Background"}});
           log_info(key, ": deleted (ttlSecondsAfterFinished)");
@@ -301,9 +302,7 @@ struct KubeOperator::Impl {
         case Action::Kind::kServeRendezvous:
           serve(key, a.rendezvous);  // before the gang's pods are created: the workers must find their job
           break;
-        case Action::Kind::kStopRendezvous:
-          serve(key, std::nullopt);
-          break;
+        case Action::Kind::kStopRendezvous: serve(key, std::nullopt); break;
       }
     }
   }
@@ -341,7 +340,8 @@ struct KubeOperator::Impl {
       }
       const reconcile::Decision d = reconcile::reconcile(o, ro);
       if (placing.owns_lock() && opt.metrics)
-        opt.metrics->observe_placement(std::chrono::duration<double>(std::chrono::steady_clock::now() - placement_start).count());
+        opt.metrics->observe_placement(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - placement_start).count());
       // The pods this decision creates hold their nodes' resources from now on (a reservation until
       // the pods are in the cache), so the next placement can be decided while these are created.
       Reservation held(*this, key, d);
@@ -444,8 +444,8 @@ OperatorStats KubeOperator::stats() const {
 
 std::vector<Permission> required_permissions(bool leader_election) {
   std::vector<Permission> p;
-  auto add = [&](const char* group, const char* resource, std::initializer_list<const char*> verbs, bool namespaced = true,
-                 const char* subresource = "") {
+  auto add = [&](const char* group, const char* resource, std::initializer_list<const char*> verbs,
+                 bool namespaced = true, const char* subresource = "") {
     for (const char* v : verbs) p.push_back({v, group, resource, subresource, namespaced});
   };
   add("tessera.dev", "trainingjobs", {"get", "list", "watch", "delete"});  // get: a fresh read after a 409
@@ -489,12 +489,13 @@ void KubeOperator::preflight(const std::atomic<bool>& stop) {
     json attrs = {{"verb", n.verb}, {"group", n.group}, {"resource", n.resource}};
     if (!n.subresource.empty()) attrs["subresource"] = n.subresource;
     if (n.namespaced && !ns.empty()) attrs["namespace"] = ns;
-    const json review = c.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                                 {{"apiVersion", "authorization.k8s.io/v1"},
-                                  {"kind", "SelfSubjectAccessReview"},
-                                  {"spec", {{"resourceAttributes", attrs}}}});
+    const json review =
+        c.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", {{"apiVersion", "authorization.k8s.io/v1"},
+                                                                            {"kind", "SelfSubjectAccessReview"},
+                                                                            {"spec", {{"resourceAttributes", attrs}}}});
     if (!review.value("status", json::object()).value("allowed", false))
-      missing += detail::concat(missing.empty() ? "" : ", ", n.verb, " ", n.resource, n.subresource.empty() ? "" : "/", n.subresource);
+      missing += detail::concat(missing.empty() ? "" : ", ", n.verb, " ", n.resource, n.subresource.empty() ? "" : "/",
+                                n.subresource);
   }
   if (!missing.empty())
     throw Error(detail::concat("no permission to ", missing, ns.empty() ? " in all namespaces" : " in namespace " + ns,
@@ -519,7 +520,8 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   m.pods->set_handler([&m, child](const std::string& type, const json& p) {
     child(type, p);
     // A pod that ends or goes away frees its node's GPUs for a gang that is waiting.
-    if (type == "DELETED" || (p.contains("status") && !reconcile::holds_resources(p) && !p["spec"].value("nodeName", "").empty()))
+    if (type == "DELETED" ||
+        (p.contains("status") && !reconcile::holds_resources(p) && !p["spec"].value("nodeName", "").empty()))
       if (job_of(p).empty()) m.enqueue_unplaced();
   });
   m.services->set_handler(child);
@@ -545,8 +547,8 @@ void KubeOperator::run(const std::atomic<bool>& stop) {
   for (Informer* i : {m.nodes.get(), m.pods.get(), m.services.get(), m.configmaps.get(), m.jobs.get()})
     while (!i->wait_synced(std::chrono::milliseconds(200)))
       if (stop) break;
-  log_info("caches synced: ", m.jobs->list().size(), " training job(s), ", m.nodes->list().size(), " node(s); rendezvous at ",
-           m.opt.rendezvous_advertise);
+  log_info("caches synced: ", m.jobs->list().size(), " training job(s), ", m.nodes->list().size(),
+           " node(s); rendezvous at ", m.opt.rendezvous_advertise);
   for (const auto& j : m.jobs->list()) m.queue.add(object_key(j));
   std::vector<std::thread> workers;
   for (int i = 0; i < std::max(1, m.opt.workers); ++i) workers.emplace_back([&m] { m.worker_loop(); });

@@ -28,21 +28,21 @@ class ControllerMetrics;
 namespace tessera::kube {
 
 struct OperatorOptions {
-  std::string namespace_;                    // empty: all namespaces
+  std::string namespace_;  // empty: all namespaces
   std::string rendezvous_listen = "0.0.0.0:7070";
-  std::string rendezvous_advertise;          // host:port in the pods' args; empty: the listen address
-  std::string worker_image;                  // image of jobs that leave spec.image at its default
+  std::string rendezvous_advertise;  // host:port in the pods' args; empty: the listen address
+  std::string worker_image;          // image of jobs that leave spec.image at its default
   std::chrono::milliseconds status_interval{5000};
-  int workers = 4;                           // reconcile threads
-  ControllerMetrics* metrics = nullptr;      // not owned; null: none kept
+  int workers = 4;                                          // reconcile threads
+  ControllerMetrics* metrics = nullptr;                     // not owned; null: none kept
   nlohmann::json spec_defaults = nlohmann::json::object();  // spec fields of jobs that leave them unset
-  std::string token_key;                     // the key jobs' tokens are derived under (every replica the same)
+  std::string token_key;  // the key jobs' tokens are derived under (every replica the same)
 };
 
 // What the operator measured, for benchmarks.
 struct OperatorStats {
   int64_t reconciles = 0, status_conflicts = 0, api_requests = 0;
-  std::vector<double> reconcile_seconds;     // the newest 100,000 reconciles' durations (observe + decide + act)
+  std::vector<double> reconcile_seconds;  // the newest 100,000 reconciles' durations (observe + decide + act)
 };
 
 // The operator was asked to stop before it could start (preflight still waiting for the API server).

@@ -40,7 +40,7 @@ class WorkQueue {
   const std::chrono::milliseconds base_, max_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;                // GUARDED_BY(mu_)
+  std::deque<std::string> queue_;  // GUARDED_BY(mu_)
   std::set<std::string> queued_, processing_, dirty_;
   std::map<std::string, Clock::time_point> delayed_;
   std::map<std::string, int> failures_;

@@ -10,7 +10,7 @@ namespace tessera::local {
 
 class EmulatedNetwork {
  public:
-  static constexpr const char* kBridge = "10.77.0.254";      // this machine's address on the nodes' bridge
+  static constexpr const char* kBridge = "10.77.0.254";         // this machine's address on the nodes' bridge
   static constexpr const char* kNamespacePrefix = "tessera-n";  // + the node's index
 
   // Brings the network up (`netns_bin up`); throws ConfigError naming `field` when it cannot.

@@ -2,20 +2,20 @@
 
 #include <unistd.h>
 
+#include <yaml-cpp/yaml.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <map>
 #include <optional>
 #include <regex>
 #include <set>
 #include <thread>
-#include <yaml-cpp/yaml.h>
 
 #include "common/error.h"
 #include "common/files.h"
@@ -62,7 +62,11 @@ json read_summary(const std::string& log) {
 class Launch {
  public:
   Launch(const api::TrainingJob& job, const LocalOptions& options)
-      : job_(job), options_(options), spec_(job.spec), console_(options.out, job), dir_(spec_.local.work_dir),
+      : job_(job),
+        options_(options),
+        spec_(job.spec),
+        console_(options.out, job),
+        dir_(spec_.local.work_dir),
         work_dir_abs_(fs::absolute(dir_).lexically_normal().string()),
         checkpoint_dir_(api::under_work_dir(spec_.checkpoint.path, work_dir_abs_)) {
     fs::create_directories(dir_);
@@ -180,7 +184,8 @@ class Launch {
       std::string verb, node;
       std::ifstream(file) >> verb >> node;
       fs::remove(file, ec);
-      auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const placement::NodeInfo& n) { return n.name == node; });
+      auto it =
+          std::find_if(nodes_.begin(), nodes_.end(), [&](const placement::NodeInfo& n) { return n.name == node; });
       if (verb == "remove" && it != nodes_.end()) {
         std::vector<std::string> lost;
         for (const auto& p : pods_->observe(std::chrono::system_clock::now()))
@@ -188,14 +193,16 @@ class Launch {
         pods_->kill(lost);
         nodes_.erase(it);
         removed_.insert(node);
-        say(detail::concat("virtual node ", node, " removed, as a lost machine: ", detail::count(static_cast<int>(lost.size()), "pod"),
-                           " killed"));
+        say(detail::concat("virtual node ", node, " removed, as a lost machine: ",
+                           detail::count(static_cast<int>(lost.size()), "pod"), " killed"));
       } else if (verb == "add" && removed_.erase(node)) {
         nodes_.push_back(virtual_node(node));
         say(detail::concat("virtual node ", node, " added back"));
       } else {
         say(detail::concat("ignoring '", verb, " ", node, "': ",
-                           verb == "remove" ? "no such node" : verb == "add" ? "the node was not removed" : "not remove or add"));
+                           verb == "remove" ? "no such node"
+                           : verb == "add"  ? "the node was not removed"
+                                            : "not remove or add"));
       }
     }
   }
@@ -248,13 +255,19 @@ class Launch {
     metrics_.set_leader(true);
     metrics_.on_scrape([this](ControllerMetrics& m) { m.set_rendezvous(service_->counters()); });
     http_ = std::make_unique<HttpServer>(options_.metrics_addr, "--metrics-addr");
-    http_->handle("/metrics", [this] { return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()}; });
-    http_->handle("/targets", [this] { return HttpResponse{200, "application/json", http_sd_targets(service_->metrics_targets())}; });
+    http_->handle("/metrics", [this] {
+      return HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.text()};
+    });
+    http_->handle("/targets", [this] {
+      return HttpResponse{200, "application/json", http_sd_targets(service_->metrics_targets())};
+    });
     const std::string at = detail::concat("127.0.0.1:", http_->port());
-    say(detail::concat("metrics: the controller's at http://", at, "/metrics; the workers' are listed at http://", at, "/targets"));
+    say(detail::concat("metrics: the controller's at http://", at, "/metrics; the workers' are listed at http://", at,
+                       "/targets"));
     if (!options_.prometheus_addr.empty())
       prometheus_ = std::make_unique<LocalPrometheus>((fs::path(dir_) / "prometheus").string(), options_.prometheus_bin,
-                                                      options_.prometheus_addr, at, [this](const std::string& line) { say(line); });
+                                                      options_.prometheus_addr, at,
+                                                      [this](const std::string& line) { say(line); });
   }
 
   // Carries out the reconcile's actions, as the Kubernetes backend does with API calls.
@@ -282,8 +295,7 @@ class Launch {
           else if (a.reason != Reason::kCompleted && a.reason != Reason::kPhaseSwitch)
             say(detail::concat(job_.name, ": ", reconcile::name(a.reason), ": ", a.message));
           break;
-        case Action::Kind::kDeleteJob:
-          break;  // ttlSecondsAfterFinished: nothing is stored locally but status.json
+        case Action::Kind::kDeleteJob: break;  // ttlSecondsAfterFinished: nothing is stored locally but status.json
         case Action::Kind::kServeRendezvous: {
           RendezvousJobPolicy policy;
           policy.switch_at_epoch = a.rendezvous.switch_at_epoch;
@@ -311,7 +323,8 @@ class Launch {
   void start_pod(const json& pod) {
     pods_->start(pod, [this](const std::string& resource, const std::string& name) -> std::optional<json> {
       if (resource == "secrets" && secret_ && name == reconcile::token_secret_name(job_.name)) return *secret_;
-      if (resource == "configmaps" && config_map_ && (*config_map_)["metadata"].value("name", "") == name) return (*config_map_)["data"];
+      if (resource == "configmaps" && config_map_ && (*config_map_)["metadata"].value("name", "") == name)
+        return (*config_map_)["data"];
       return std::nullopt;
     });
     write_status();
@@ -322,14 +335,15 @@ class Launch {
     const int r = spec_.replicas, k = spec_.ranks_per_replica, g = spec_.local.gpus_per_node;
     // A replica's ranks share one node.
     const std::string fix =
-        g < k ? detail::concat("each replica needs ", detail::count(k, "GPU slot"), " on one node: give nodes of at least ", k,
-                               " (--gpus-per-node ", k, ")")
-              : detail::concat("it needs ", detail::count((r + g / k - 1) / (g / k), "node"), " of ", detail::count(g, "GPU slot"),
-                               " (--nodes ", (r + g / k - 1) / (g / k), ")");
-    return finish_local("Failed", "Unschedulable",
-                        detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"), " does not fit ",
-                                       detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(g, "GPU slot"), " (",
-                                       options_.cluster_from, "); ", fix, ": ", placed.value("message", "")));
+        g < k ? detail::concat("each replica needs ", detail::count(k, "GPU slot"),
+                               " on one node: give nodes of at least ", k, " (--gpus-per-node ", k, ")")
+              : detail::concat("it needs ", detail::count((r + g / k - 1) / (g / k), "node"), " of ",
+                               detail::count(g, "GPU slot"), " (--nodes ", (r + g / k - 1) / (g / k), ")");
+    return finish_local(
+        "Failed", "Unschedulable",
+        detail::concat("the gang of ", detail::count(r, "replica"), " x ", detail::count(k, "rank"), " does not fit ",
+                       detail::count(spec_.local.nodes, "virtual node"), " of ", detail::count(g, "GPU slot"), " (",
+                       options_.cluster_from, "); ", fix, ": ", placed.value("message", "")));
   }
 
   // The job ended as the reconcile decided (its status holds the summary of a success).
@@ -369,7 +383,10 @@ class Launch {
     status()["completionTime"] = reconcile::format_time(std::chrono::system_clock::now());
     json& conditions = status()["conditions"];
     if (!conditions.is_array()) conditions = json::array();
-    conditions.push_back({{"type", phase}, {"status", "True"}, {"reason", reason}, {"message", message},
+    conditions.push_back({{"type", phase},
+                          {"status", "True"},
+                          {"reason", reason},
+                          {"message", message},
                           {"lastTransitionTime", status()["completionTime"]}});
     result_.phase = phase;
     result_.reason = reason;
@@ -381,7 +398,8 @@ class Launch {
     result_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
     result_.restarts = reconcile::attempt_of(status());
     for (const auto& r : status().value("restartHistory", json::array()))
-      result_.restart_history.push_back({r.value("reason", ""), r.value("failedAtStep", int64_t{-1}), r.value("resumedAtStep", int64_t{-1})});
+      result_.restart_history.push_back(
+          {r.value("reason", ""), r.value("failedAtStep", int64_t{-1}), r.value("resumedAtStep", int64_t{-1})});
     write_status();
     console_.report(result_);
     return result_;
@@ -392,7 +410,8 @@ class Launch {
     int replica = 0;
     for (const auto& a : plan_)
       if (a.rank == 0) replica = a.replica;
-    return pods_->log(reconcile::pod_name(job_.name, served_attempt_ >= 0 ? served_attempt_ : reconcile::attempt_of(status()), replica));
+    return pods_->log(reconcile::pod_name(
+        job_.name, served_attempt_ >= 0 ? served_attempt_ : reconcile::attempt_of(status()), replica));
   }
 
   void say(const std::string& line) const { console_.say(line); }
@@ -401,16 +420,19 @@ class Launch {
   void write_status() {
     json list = json::array();
     for (const auto& w : pods_->workers()) {
-      json entry = {{"replica", w.replica}, {"slot", w.slot}, {"pod", w.pod}, {"node", w.node}, {"pid", w.pid}, {"log", w.log}};
+      json entry = {{"replica", w.replica}, {"slot", w.slot}, {"pod", w.pod},
+                    {"node", w.node},       {"pid", w.pid},   {"log", w.log}};
       for (const auto& a : plan_)
         if (a.replica == w.replica && a.slot == w.slot) entry["rank"] = a.rank, entry["localRank"] = a.local_rank;
       list.push_back(entry);
     }
     status()["workers"] = list;
-    write_file_atomic((fs::path(dir_) / "status.json").string(),
-                      json{{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", job_.name}}}, {"status", status()}}
-                              .dump(2) +
-                          "\n");
+    write_file_atomic((fs::path(dir_) / "status.json").string(), json{{"apiVersion", api::kApiVersion},
+                                                                      {"kind", api::kKind},
+                                                                      {"metadata", {{"name", job_.name}}},
+                                                                      {"status", status()}}
+                                                                         .dump(2) +
+                                                                     "\n");
   }
 
   const api::TrainingJob& job_;
@@ -418,9 +440,9 @@ class Launch {
   const api::TrainingJobSpec& spec_;
   JobConsole console_;
   const std::string dir_, work_dir_abs_, checkpoint_dir_;  // the work directory (as given, absolute), checkpoints in it
-  std::string token_;  // the job's, random per run
-  json object_;        // the TrainingJob, its status kept here
-  std::optional<json> secret_, config_map_;  // the job's children: the token Secret's data, the ConfigMap
+  std::string token_;                                      // the job's, random per run
+  json object_;                                            // the TrainingJob, its status kept here
+  std::optional<json> secret_, config_map_;                // the job's children: the token Secret's data, the ConfigMap
   std::vector<placement::NodeInfo> nodes_;
   std::vector<placement::RankAssignment> plan_;  // of the gang the rendezvous serves
   int served_attempt_ = -1, threads_ = 1;
@@ -444,7 +466,9 @@ class Launch {
 
 void request_node_change(const std::string& work_dir, const std::string& verb, const std::string& node) {
   if (!fs::exists(fs::path(work_dir) / "status.json"))
-    throw ConfigError("--work-dir", "'" + work_dir + "' holds no job (no status.json): give the work directory of a running tessera run");
+    throw ConfigError(
+        "--work-dir",
+        "'" + work_dir + "' holds no job (no status.json): give the work directory of a running tessera run");
   const fs::path dir = fs::path(work_dir) / kNodeControlDir;
   fs::create_directories(dir);
   static int sequence = 0;

@@ -9,8 +9,8 @@
 // up to spec.runPolicy.backoffLimit times; a worker that exits with status 2 (a configuration error)
 // fails the job at once. A progress line is printed as the job runs; the job's status (the
 // TrainingJob status fields, plus the worker processes) is kept in <workDir>/status.json, each pod's
-// log in <workDir>/logs/<pod>.log and its files in <workDir>/pods/<pod>/. The controller's and the workers' Prometheus metrics are
-// served on loopback, and where is printed.
+// log in <workDir>/logs/<pod>.log and its files in <workDir>/pods/<pod>/. The controller's and the workers' Prometheus
+// metrics are served on loopback, and where is printed.
 #pragma once
 
 #include <cstdio>
@@ -22,11 +22,11 @@
 namespace tessera::local {
 
 struct LocalOptions {
-  std::string manifest;      // the manifest file, handed to every worker
-  std::string worker_bin;    // the tessera-worker executable
-  std::string netns_bin;     // the tessera-netns program (spec.local.network's emulated network)
+  std::string manifest;    // the manifest file, handed to every worker
+  std::string worker_bin;  // the tessera-worker executable
+  std::string netns_bin;   // the tessera-netns program (spec.local.network's emulated network)
   double progress_seconds = 5;
-  std::FILE* out = stdout;   // progress and summary
+  std::FILE* out = stdout;  // progress and summary
   // The controller's /metrics and /targets (the workers' metrics endpoints, for Prometheus'
   // http_sd_configs) on loopback; port 0: a free one. The workers serve theirs on free ports.
   std::string metrics_addr = "127.0.0.1:0";
@@ -43,15 +43,15 @@ struct LocalOptions {
 // One gang restart: the furthest step rank 0 reported before the failure, and where the new gang
 // resumed (the checkpoint it restored; -1 when it failed before reporting).
 struct RestartRecord {
-  std::string reason;        // "worker replica 1 slot 0 (rank 2) was killed by signal 9 (Killed)"
+  std::string reason;  // "worker replica 1 slot 0 (rank 2) was killed by signal 9 (Killed)"
   int64_t failed_at_step = -1;
   int64_t resumed_at_step = -1;
 };
 
 struct LocalResult {
-  std::string phase;         // Succeeded | Failed | Suspended
-  std::string reason;        // Failed: Unschedulable | InvalidConfiguration | BackoffLimitExceeded | DeadlineExceeded |
-                             // Interrupted | StartFailed | NoSummary
+  std::string phase;   // Succeeded | Failed | Suspended
+  std::string reason;  // Failed: Unschedulable | InvalidConfiguration | BackoffLimitExceeded | DeadlineExceeded |
+                       // Interrupted | StartFailed | NoSummary
   std::string message;
   double seconds = 0;
   int restarts = 0;
@@ -60,9 +60,9 @@ struct LocalResult {
   int64_t steps = 0;
   double samples_per_second = 0;
   int64_t switch_step = -1;
-  bool validated = true;     // false: the job has no validation set
+  bool validated = true;  // false: the job has no validation set
   double val_loss = 0, val_metric = 0, baseline_loss = 0, baseline_metric = 0;
-  double val_top5 = -1;  // classifiers of more than 5 classes; -1: none
+  double val_top5 = -1;     // classifiers of more than 5 classes; -1: none
   std::vector<double> iou;  // segmentation: per class
   int exit_code() const { return phase == "Failed" ? 1 : 0; }
 };

@@ -1,6 +1,5 @@
 #include "controller/local/local_pods.h"
 
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -39,7 +38,8 @@ std::vector<pid_t> children_of(pid_t pid) {
 
 }  // namespace
 
-void LocalPods::start(const json& pod, const std::function<std::optional<json>(const std::string&, const std::string&)>& data) {
+void LocalPods::start(const json& pod,
+                      const std::function<std::optional<json>(const std::string&, const std::string&)>& data) {
   const std::string name = pod["metadata"].value("name", "");
   Pod p;
   p.node = pod["spec"].value("nodeName", "");
@@ -50,9 +50,12 @@ void LocalPods::start(const json& pod, const std::function<std::optional<json>(c
   host.pod_dir = (fs::path(o_.work_dir) / "pods" / name).string();
   fs::remove_all(host.pod_dir);  // a pod of an earlier run of the job under the same name
   // The pods' logs side by side, as `kubectl logs` would show them: <workDir>/logs/<pod>.log.
-  host.log_file = [this, name](const std::string&) { return (fs::path(o_.work_dir) / "logs" / (name + ".log")).string(); };
+  host.log_file = [this, name](const std::string&) {
+    return (fs::path(o_.work_dir) / "logs" / (name + ".log")).string();
+  };
   host.resolve_command = [this](const std::string& cmd) {
-    return cmd == "tessera-worker" ? o_.worker_bin : find_command(cmd, {fs::path(o_.worker_bin).parent_path().string()});
+    return cmd == "tessera-worker" ? o_.worker_bin
+                                   : find_command(cmd, {fs::path(o_.worker_bin).parent_path().string()});
   };
   host.data = data;
   // Every pod shares this machine (or its node's namespace): the metrics port is a free one.
@@ -142,7 +145,8 @@ std::vector<LocalPods::Worker> LocalPods::workers() const {
 
 std::string LocalPods::log(const std::string& pod) const {
   auto it = pods_.find(pod);
-  return it == pods_.end() ? (fs::path(o_.work_dir) / "logs" / (pod + ".log")).string() : it->second.containers.front().log;
+  return it == pods_.end() ? (fs::path(o_.work_dir) / "logs" / (pod + ".log")).string()
+                           : it->second.containers.front().log;
 }
 
 }  // namespace tessera::local

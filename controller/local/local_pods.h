@@ -20,10 +20,10 @@
 namespace tessera::local {
 
 struct LocalPodsOptions {
-  std::string work_dir;             // absolute: pods/ goes here, and the workers' relative paths resolve here
-  std::string worker_bin;           // the tessera-worker the pods' command names; other commands are looked
-                                    // up beside it, then on PATH
-  std::string emulated_prefix;      // non-empty: pods of node local-K run in network namespace <prefix>K
+  std::string work_dir;         // absolute: pods/ goes here, and the workers' relative paths resolve here
+  std::string worker_bin;       // the tessera-worker the pods' command names; other commands are looked
+                                // up beside it, then on PATH
+  std::string emulated_prefix;  // non-empty: pods of node local-K run in network namespace <prefix>K
 };
 
 class LocalPods {
@@ -33,7 +33,8 @@ class LocalPods {
 
   // Starts `pod` (the reconcile's object) on its node. The ConfigMaps and Secrets its volumes and
   // environment name come from `data`. Throws PodStartError when it cannot start.
-  void start(const nlohmann::json& pod, const std::function<std::optional<nlohmann::json>(const std::string&, const std::string&)>& data);
+  void start(const nlohmann::json& pod,
+             const std::function<std::optional<nlohmann::json>(const std::string&, const std::string&)>& data);
   // Every pod as the reconcile observes it; `now` marks when a pod is first seen ended.
   std::vector<reconcile::PodInfo> observe(reconcile::Time now);
   // SIGTERM to the named pods, then SIGKILL to what still runs after 3 s; they are forgotten.

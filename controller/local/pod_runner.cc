@@ -19,13 +19,15 @@ std::string last_lines(const std::string& file, size_t max_chars) {
   std::vector<std::string> lines;
   while (std::getline(in, line))
     if (!line.empty()) lines.push_back(line);
-  for (auto it = lines.rbegin(); it != lines.rend() && out.size() < max_chars; ++it) out = *it + (out.empty() ? "" : "\n") + out;
+  for (auto it = lines.rbegin(); it != lines.rend() && out.size() < max_chars; ++it)
+    out = *it + (out.empty() ? "" : "\n") + out;
   return out.size() > max_chars ? out.substr(out.size() - max_chars) : out;
 }
 
 json data_of(const PodHost& host, const std::string& resource, const std::string& name, const std::string& reason) {
   const auto data = host.data(resource, name);
-  if (!data) throw PodStartError(reason, detail::concat(resource == "secrets" ? "secret " : "configmap ", name, " not found"));
+  if (!data)
+    throw PodStartError(reason, detail::concat(resource == "secrets" ? "secret " : "configmap ", name, " not found"));
   return *data;
 }
 
@@ -49,7 +51,8 @@ std::map<std::string, std::string> mount_volumes(const json& pod, const PodHost&
     } else if (v.contains("configMap") || v.contains("secret")) {
       const bool secret = v.contains("secret");
       const json& src = secret ? v["secret"] : v["configMap"];
-      const json data = data_of(host, secret ? "secrets" : "configmaps", src.value(secret ? "secretName" : "name", ""), "FailedMount");
+      const json data = data_of(host, secret ? "secrets" : "configmaps", src.value(secret ? "secretName" : "name", ""),
+                                "FailedMount");
       fs::create_directories(dir);
       std::map<std::string, std::string> items;
       if (src.contains("items"))
@@ -62,7 +65,8 @@ std::map<std::string, std::string> mount_volumes(const json& pod, const PodHost&
       }
       dirs[name] = dir.string();
     } else {
-      throw PodStartError("FailedMount", "volume " + name + ": only hostPath, emptyDir, configMap and secret volumes are mounted here");
+      throw PodStartError(
+          "FailedMount", "volume " + name + ": only hostPath, emptyDir, configMap and secret volumes are mounted here");
     }
   }
   return dirs;
@@ -81,16 +85,20 @@ std::string env_value_of(const json& e, const json& pod, const PodHost& host) {
     if (path == "status.podIP" || path == "status.hostIP") return host.pod_ip;
     const std::string labels = "metadata.labels['";
     if (path.size() > labels.size() + 2 && path.rfind(labels, 0) == 0 && path.substr(path.size() - 2) == "']")
-      return meta.value("labels", json::object()).value(path.substr(labels.size(), path.size() - labels.size() - 2), "");
+      return meta.value("labels", json::object())
+          .value(path.substr(labels.size(), path.size() - labels.size() - 2), "");
     throw PodStartError("CreateContainerConfigError", "fieldRef " + path + " is not supported here");
   }
   const bool secret = f.contains("secretKeyRef");
   if (!secret && !f.contains("configMapKeyRef"))
-    throw PodStartError("CreateContainerConfigError", "env " + e.value("name", "") + ": only value, fieldRef, secretKeyRef and configMapKeyRef");
+    throw PodStartError("CreateContainerConfigError",
+                        "env " + e.value("name", "") + ": only value, fieldRef, secretKeyRef and configMapKeyRef");
   const json& ref = secret ? f["secretKeyRef"] : f["configMapKeyRef"];
-  const json data = data_of(host, secret ? "secrets" : "configmaps", ref.value("name", ""), "CreateContainerConfigError");
+  const json data =
+      data_of(host, secret ? "secrets" : "configmaps", ref.value("name", ""), "CreateContainerConfigError");
   const std::string key = ref.value("key", "");
-  if (!data.contains(key)) throw PodStartError("CreateContainerConfigError", "key " + key + " not found in " + ref.value("name", ""));
+  if (!data.contains(key))
+    throw PodStartError("CreateContainerConfigError", "key " + key + " not found in " + ref.value("name", ""));
   return data[key].get<std::string>();
 }
 
@@ -120,12 +128,14 @@ std::vector<RunningContainer> start_pod(const json& pod, const PodHost& host) {
     std::vector<std::pair<std::string, std::string>> mounts;
     for (const auto& m : c.value("volumeMounts", json::array())) {
       auto it = volume_dirs.find(m.value("name", ""));
-      if (it == volume_dirs.end()) throw PodStartError("CreateContainerConfigError", "volumeMount " + m.value("name", "") + " names no volume");
+      if (it == volume_dirs.end())
+        throw PodStartError("CreateContainerConfigError", "volumeMount " + m.value("name", "") + " names no volume");
       std::string dir = it->second;
       if (m.contains("subPath")) dir = (fs::path(dir) / m.value("subPath", "")).string();
       mounts.push_back({m.value("mountPath", ""), dir});
     }
-    std::sort(mounts.begin(), mounts.end(), [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+    std::sort(mounts.begin(), mounts.end(),
+              [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
     auto rewrite = [&](const std::string& s) {
       for (const auto& [mount, dir] : mounts)
         if (mount != dir && s.rfind(mount, 0) == 0 && (s.size() == mount.size() || s[mount.size()] == '/'))
@@ -135,9 +145,11 @@ std::vector<RunningContainer> start_pod(const json& pod, const PodHost& host) {
     std::vector<std::string> argv;
     for (const auto& a : c.value("command", json::array())) argv.push_back(rewrite(a.get<std::string>()));
     for (const auto& a : c.value("args", json::array())) argv.push_back(rewrite(a.get<std::string>()));
-    if (argv.empty()) throw PodStartError("CreateContainerError", "container " + name + " has no command (images are not run here)");
+    if (argv.empty())
+      throw PodStartError("CreateContainerError", "container " + name + " has no command (images are not run here)");
     const std::string exe = host.resolve_command(argv[0]);
-    if (exe.empty()) throw PodStartError("CreateContainerError", "command '" + argv[0] + "' of container " + name + " is not found");
+    if (exe.empty())
+      throw PodStartError("CreateContainerError", "command '" + argv[0] + "' of container " + name + " is not found");
     argv[0] = exe;
     argv.insert(argv.begin(), host.command_prefix.begin(), host.command_prefix.end());
     // The termination message file: a file of the pod's, wherever the container names it.

@@ -43,10 +43,10 @@ struct PodHost {
   // The data of a ConfigMap or Secret ("configmaps" | "secrets") of the pod's namespace; nothing when
   // it does not exist. May throw to have the start retried.
   std::function<std::optional<nlohmann::json>(const std::string& resource, const std::string& name)> data;
-  std::string pod_ip = "127.0.0.1";          // status.podIP and status.hostIP
-  std::vector<std::string> command_prefix;   // run inside this ("ip netns exec NODE"); empty: none
+  std::string pod_ip = "127.0.0.1";                 // status.podIP and status.hostIP
+  std::vector<std::string> command_prefix;          // run inside this ("ip netns exec NODE"); empty: none
   std::map<std::string, std::string> env_override;  // variables the node sets whatever the pod says
-  std::vector<std::string> extra_env;       // "K=V" the node adds
+  std::vector<std::string> extra_env;               // "K=V" the node adds
 };
 
 struct RunningContainer {

@@ -17,12 +17,11 @@ namespace {
 
 // honor_labels: the series' own job and namespace labels (the TrainingJob's) are kept.
 std::string prometheus_config(const std::string& controller) {
-  return detail::concat("# Written by tessera run.\n",
-                        "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n",
-                        "scrape_configs:\n",
-                        "  - job_name: tessera-controller\n    honor_labels: true\n    static_configs:\n      - targets: ['", controller, "']\n",
-                        "  - job_name: tessera-workers\n    honor_labels: true\n    http_sd_configs:\n",
-                        "      - url: http://", controller, "/targets\n        refresh_interval: 2s\n");
+  return detail::concat(
+      "# Written by tessera run.\n", "global:\n  scrape_interval: 2s\n  evaluation_interval: 2s\n", "scrape_configs:\n",
+      "  - job_name: tessera-controller\n    honor_labels: true\n    static_configs:\n      - targets: ['", controller,
+      "']\n", "  - job_name: tessera-workers\n    honor_labels: true\n    http_sd_configs:\n", "      - url: http://",
+      controller, "/targets\n        refresh_interval: 2s\n");
 }
 
 // Whether GET http://<host:port>/-/ready answers 200.
@@ -57,16 +56,18 @@ LocalPrometheus::LocalPrometheus(const std::string& dir, const std::string& bin,
   fs::create_directories(fs::path(dir) / "data");
   std::ofstream(fs::path(dir) / "prometheus.yml") << prometheus_config(controller);
   const std::string log = (fs::path(dir) / "prometheus.log").string();
-  process_ = std::make_unique<Process>(std::vector<std::string>{bin, "--config.file=" + dir + "/prometheus.yml",
-                                                                "--storage.tsdb.path=" + dir + "/data", "--web.listen-address=" + listen},
-                                       std::vector<std::string>{}, log);
+  process_ = std::make_unique<Process>(
+      std::vector<std::string>{bin, "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
+                               "--web.listen-address=" + listen},
+      std::vector<std::string>{}, log);
   // The job starts once Prometheus serves: a run is never cut short of its own data. (Prometheus
   // applies new scrape targets every 5 s, so a worker's first samples come a few seconds after it starts.)
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (!ready(listen)) {
     if (process_->poll()) throw Error(detail::concat("Prometheus exited at its start; see ", log));
     if (std::chrono::steady_clock::now() > deadline) {
-      say_(detail::concat("Prometheus at http://", listen, " is not ready after 30 s; the job starts anyway (log ", log, ")"));
+      say_(detail::concat("Prometheus at http://", listen, " is not ready after 30 s; the job starts anyway (log ", log,
+                          ")"));
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));

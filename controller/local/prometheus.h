@@ -15,8 +15,8 @@ class LocalPrometheus {
  public:
   // bin: the prometheus command; listen: its address; controller: host:port of /metrics and /targets.
   // say: where it tells what it did.
-  LocalPrometheus(const std::string& dir, const std::string& bin, const std::string& listen, const std::string& controller,
-                  std::function<void(const std::string&)> say);
+  LocalPrometheus(const std::string& dir, const std::string& bin, const std::string& listen,
+                  const std::string& controller, std::function<void(const std::string&)> say);
   ~LocalPrometheus();
 
  private:

@@ -8,8 +8,8 @@
 
 #include <set>
 
-#include "common/buckets.h"
 #include <sstream>
+#include "common/buckets.h"
 
 namespace tessera {
 namespace {
@@ -25,25 +25,49 @@ const char* kPhases[] = {"Pending", "Placing", "Running", "Restarting", "Suspend
 
 ControllerMetrics::ControllerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
-  auto counter = [&](const char* name, const char* help) { return &prometheus::BuildCounter().Name(name).Help(help).Register(r); };
+  auto counter = [&](const char* name, const char* help) {
+    return &prometheus::BuildCounter().Name(name).Help(help).Register(r);
+  };
   created_ = counter("tessera_jobs_created_total", "TrainingJobs the controller took on (their first status write)");
   succeeded_ = counter("tessera_jobs_succeeded_total", "TrainingJobs that reached phase Succeeded");
   failed_ = counter("tessera_jobs_failed_total", "TrainingJobs that reached phase Failed");
-  restarted_ = counter("tessera_jobs_restarted_total", "Gang restarts (each failed gang started again from its checkpoint)");
+  restarted_ =
+      counter("tessera_jobs_restarted_total", "Gang restarts (each failed gang started again from its checkpoint)");
   pods_created_ = counter("tessera_pods_created_total", "Worker pods created");
   pods_deleted_ = counter("tessera_pods_deleted_total", "Worker pods deleted");
   by_phase_ = &prometheus::BuildGauge().Name("tessera_jobs").Help("TrainingJobs by phase").Register(r);
-  job_restarts_ = &prometheus::BuildGauge().Name("tessera_job_restarts").Help("status.restarts of each TrainingJob").Register(r);
-  reconcile_ = &prometheus::BuildHistogram().Name("tessera_reconcile_seconds")
-                    .Help("Time of one reconcile of a job: observe, decide, act").Register(r).Add({}, latency_buckets());
-  placement_ = &prometheus::BuildHistogram().Name("tessera_placement_seconds")
-                    .Help("Time to decide a gang placement (waiting for the placement lock included)").Register(r).Add({}, latency_buckets());
-  queue_depth_ = &prometheus::BuildGauge().Name("tessera_workqueue_depth").Help("Jobs waiting in the work queue").Register(r).Add({});
-  leader_ = &prometheus::BuildGauge().Name("tessera_controller_leader").Help("1 when this controller leads (acts on jobs)").Register(r).Add({});
-  registrations_ = &prometheus::BuildCounter().Name("tessera_rendezvous_registrations_total")
-                        .Help("Worker registrations at the rendezvous").Register(r).Add({});
-  heartbeats_ = &prometheus::BuildCounter().Name("tessera_rendezvous_heartbeats_total")
-                     .Help("Worker heartbeats at the rendezvous (one per rank per step)").Register(r).Add({});
+  job_restarts_ =
+      &prometheus::BuildGauge().Name("tessera_job_restarts").Help("status.restarts of each TrainingJob").Register(r);
+  reconcile_ = &prometheus::BuildHistogram()
+                    .Name("tessera_reconcile_seconds")
+                    .Help("Time of one reconcile of a job: observe, decide, act")
+                    .Register(r)
+                    .Add({}, latency_buckets());
+  placement_ = &prometheus::BuildHistogram()
+                    .Name("tessera_placement_seconds")
+                    .Help("Time to decide a gang placement (waiting for the placement lock included)")
+                    .Register(r)
+                    .Add({}, latency_buckets());
+  queue_depth_ = &prometheus::BuildGauge()
+                      .Name("tessera_workqueue_depth")
+                      .Help("Jobs waiting in the work queue")
+                      .Register(r)
+                      .Add({});
+  leader_ = &prometheus::BuildGauge()
+                 .Name("tessera_controller_leader")
+                 .Help("1 when this controller leads (acts on jobs)")
+                 .Register(r)
+                 .Add({});
+  registrations_ = &prometheus::BuildCounter()
+                        .Name("tessera_rendezvous_registrations_total")
+                        .Help("Worker registrations at the rendezvous")
+                        .Register(r)
+                        .Add({});
+  heartbeats_ = &prometheus::BuildCounter()
+                     .Name("tessera_rendezvous_heartbeats_total")
+                     .Help("Worker heartbeats at the rendezvous (one per rank per step)")
+                     .Register(r)
+                     .Add({});
 }
 
 ControllerMetrics::~ControllerMetrics() = default;

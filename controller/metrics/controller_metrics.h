@@ -54,8 +54,16 @@ class ControllerMetrics {
  private:
   void count(prometheus::Family<prometheus::Counter>* family, const std::string& ns);
   std::shared_ptr<prometheus::Registry> registry_;
-  prometheus::Family<prometheus::Counter> *created_, *succeeded_, *failed_, *restarted_, *pods_created_, *pods_deleted_;
-  prometheus::Family<prometheus::Gauge> *by_phase_, *job_restarts_;
+  using Counters = prometheus::Family<prometheus::Counter>;
+  using Gauges = prometheus::Family<prometheus::Gauge>;
+  Counters* created_ = nullptr;
+  Counters* succeeded_ = nullptr;
+  Counters* failed_ = nullptr;
+  Counters* restarted_ = nullptr;
+  Counters* pods_created_ = nullptr;
+  Counters* pods_deleted_ = nullptr;
+  Gauges* by_phase_ = nullptr;
+  Gauges* job_restarts_ = nullptr;
   prometheus::Histogram *reconcile_, *placement_;
   prometheus::Gauge *queue_depth_, *leader_;
   prometheus::Counter *registrations_, *heartbeats_;

@@ -14,7 +14,9 @@ namespace {
 int capacity(const NodeInfo& n, const Resources& per_pod) {
   int64_t fit = std::numeric_limits<int>::max();
   if (per_pod.gpu > 0) fit = std::min<int64_t>(fit, (n.allocatable.gpu - n.used.gpu) / per_pod.gpu);
-  if (per_pod.cpu > 0) fit = std::min<int64_t>(fit, static_cast<int64_t>(std::floor((n.allocatable.cpu - n.used.cpu) / per_pod.cpu + 1e-9)));
+  if (per_pod.cpu > 0)
+    fit =
+        std::min<int64_t>(fit, static_cast<int64_t>(std::floor((n.allocatable.cpu - n.used.cpu) / per_pod.cpu + 1e-9)));
   if (per_pod.memory > 0) fit = std::min<int64_t>(fit, (n.allocatable.memory - n.used.memory) / per_pod.memory);
   if (fit == std::numeric_limits<int>::max()) fit = 1 << 20;  // a pod that requests nothing
   return static_cast<int>(std::max<int64_t>(0, fit));
@@ -152,11 +154,12 @@ PlacementResult GangPlacer::place(const GangRequest& req, const std::vector<Node
     }
     std::string selector_text;
     for (const auto& [k, v] : req.node_selector) selector_text += (selector_text.empty() ? "" : ",") + k + "=" + v;
-    r.reason = detail::concat("needs ", req.replicas * req.per_pod.gpu, " GPUs (", req.replicas, " pods of ", req.per_pod.gpu,
-                              ") on nodes matching ", selector_text.empty() ? std::string("any labels") : selector_text, "; ",
-                              free_gpus, " free on ", with_free, " nodes, room for ", cap, " pods on ", candidates.size(),
-                              " (excluded: ", not_ready, " not ready, ", selector, " not matching the node selector, ", tainted,
-                              " with untolerated taints, ", full, " without enough free resources)");
+    r.reason =
+        detail::concat("needs ", req.replicas * req.per_pod.gpu, " GPUs (", req.replicas, " pods of ", req.per_pod.gpu,
+                       ") on nodes matching ", selector_text.empty() ? std::string("any labels") : selector_text, "; ",
+                       free_gpus, " free on ", with_free, " nodes, room for ", cap, " pods on ", candidates.size(),
+                       " (excluded: ", not_ready, " not ready, ", selector, " not matching the node selector, ",
+                       tainted, " with untolerated taints, ", full, " without enough free resources)");
     return r;
   }
   pack(candidates, req.replicas, req.topology_keys, 0, r.nodes);

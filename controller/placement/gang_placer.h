@@ -24,8 +24,8 @@ using Toleration = api::Toleration;
 
 struct Resources {
   int gpu = 0;
-  double cpu = 0;          // cores
-  int64_t memory = 0;      // bytes
+  double cpu = 0;      // cores
+  int64_t memory = 0;  // bytes
 };
 
 struct NodeInfo {

@@ -8,7 +8,8 @@
 namespace tessera::placement {
 
 std::vector<RankAssignment> plan_ring(const std::vector<std::string>& pod_nodes, int ranks_per_replica,
-                                      const std::vector<NodeInfo>& nodes, const std::vector<std::string>& topology_keys) {
+                                      const std::vector<NodeInfo>& nodes,
+                                      const std::vector<std::string>& topology_keys) {
   TESSERA_CHECK(ranks_per_replica > 0, "ranks per replica ", ranks_per_replica);
   std::map<std::string, const NodeInfo*> by_name;
   for (const NodeInfo& n : nodes) by_name[n.name] = &n;

@@ -12,15 +12,16 @@
 namespace tessera::placement {
 
 struct RankAssignment {
-  int rank = 0;        // world rank
-  int replica = 0;     // the pod (index in the placement)
-  int slot = 0;        // the process within its pod: 0..ranksPerReplica-1
+  int rank = 0;     // world rank
+  int replica = 0;  // the pod (index in the placement)
+  int slot = 0;     // the process within its pod: 0..ranksPerReplica-1
   std::string node;
   int local_rank = 0;  // index on the node over all of its ranks
 };
 
 // pod_nodes[i]: the node of pod i; nodes: for their labels. Returns one entry per rank, by rank.
 std::vector<RankAssignment> plan_ring(const std::vector<std::string>& pod_nodes, int ranks_per_replica,
-                                      const std::vector<NodeInfo>& nodes, const std::vector<std::string>& topology_keys);
+                                      const std::vector<NodeInfo>& nodes,
+                                      const std::vector<std::string>& topology_keys);
 
 }  // namespace tessera::placement

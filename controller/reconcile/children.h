@@ -36,10 +36,11 @@ json headless_service(const Owner& job);
 // The ring plan as the ConfigMap keeps it: {"attempt": A, "ranks": [{rank, replica, slot, node, localRank}]}.
 json plan_json(int attempt, const std::vector<placement::RankAssignment>& plan);
 // spec: the job's spec as it runs (defaults merged), written as its manifest.
-json job_config_map(const Owner& job, const json& spec, int attempt, const std::vector<placement::RankAssignment>& plan);
+json job_config_map(const Owner& job, const json& spec, int attempt,
+                    const std::vector<placement::RankAssignment>& plan);
 // The pod of replica `replica` of gang `attempt`, bound to `node`: one rank per GPU, its volumes
 // (dataset, checkpoints, SSD cache, on a cluster), least privilege, the metrics ports.
-json worker_pod(const Owner& job, const api::TrainingJobSpec& spec, const ReconcileOptions& options, int attempt, int replica,
-                const std::string& node);
+json worker_pod(const Owner& job, const api::TrainingJobSpec& spec, const ReconcileOptions& options, int attempt,
+                int replica, const std::string& node);
 
 }  // namespace tessera::reconcile

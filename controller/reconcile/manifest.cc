@@ -24,8 +24,7 @@ YAML::Node to_yaml(const json& j) {
       n = YAML::Node(j.get<std::string>());
       n.SetTag("!");  // as a quoted scalar: a string, whatever it spells
       return n;
-    case json::value_t::null:
-      return YAML::Node(YAML::NodeType::Null);
+    case json::value_t::null: return YAML::Node(YAML::NodeType::Null);
     default:  // numbers and booleans, as JSON writes them
       return YAML::Node(j.dump());
   }
@@ -59,8 +58,7 @@ json yaml_to_json(const YAML::Node& n) {
       }
       return v;
     }
-    default:
-      return nullptr;
+    default: return nullptr;
   }
 }
 

@@ -36,8 +36,9 @@ void add_requests(const json& container, placement::Resources* r) {
 // The kubelet's waiting reasons of a container it cannot start: its image cannot be had, or the
 // container cannot be made. (ContainerCreating and PodInitializing are a start under way.)
 static bool cannot_start(const std::string& reason) {
-  static const std::set<std::string> reasons = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
-                                                "CreateContainerConfigError", "CreateContainerError", "RunContainerError"};
+  static const std::set<std::string> reasons = {
+      "ErrImagePull",         "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
+      "CreateContainerError", "RunContainerError"};
   return reasons.count(reason) > 0;
 }
 
@@ -80,7 +81,8 @@ PodInfo pod_info(const json& pod) {
       p.exit_code = code;
       p.reason = pod_reason.empty() ? t.value("reason", "") : pod_reason;
       p.message = pod_message.empty() ? t.value("message", "") : pod_message;
-      if (t.contains("finishedAt") && t["finishedAt"].is_string()) p.finished = parse_time(t["finishedAt"].get<std::string>());
+      if (t.contains("finishedAt") && t["finishedAt"].is_string())
+        p.finished = parse_time(t["finishedAt"].get<std::string>());
       decided = code != 0;
     }
   while (!p.message.empty() && (p.message.back() == '\n' || p.message.back() == ' ')) p.message.pop_back();
@@ -132,7 +134,8 @@ placement::NodeInfo node_info(const json& n) {
     const json& spec = n["spec"];
     info.unschedulable = spec.value("unschedulable", false);
     if (spec.contains("taints"))
-      for (const auto& t : spec["taints"]) info.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "")});
+      for (const auto& t : spec["taints"])
+        info.taints.push_back({t.value("key", ""), t.value("value", ""), t.value("effect", "")});
   }
   if (!n.contains("status")) {
     info.ready = false;
@@ -142,7 +145,8 @@ placement::NodeInfo node_info(const json& n) {
   const char* which = st.contains("allocatable") ? "allocatable" : "capacity";
   if (st.contains(which)) {
     const json& alloc = st[which];
-    if (alloc.contains("nvidia.com/gpu")) info.allocatable.gpu = static_cast<int>(std::llround(quantity(alloc["nvidia.com/gpu"])));
+    if (alloc.contains("nvidia.com/gpu"))
+      info.allocatable.gpu = static_cast<int>(std::llround(quantity(alloc["nvidia.com/gpu"])));
     if (alloc.contains("cpu")) info.allocatable.cpu = quantity(alloc["cpu"]);
     if (alloc.contains("memory")) info.allocatable.memory = std::llround(quantity(alloc["memory"]));
   }

@@ -24,11 +24,11 @@ struct ExchangeDecision {
   int64_t from_step = -1;  // the first step every rank exchanges this way
   std::string sparse;      // the sparse phase's strategy until the switch step; empty: none
   double density = 1;
-  std::string dense;       // the dense strategy (after the switch step, or throughout)
-  std::string reason;      // one sentence: the measured links and the predicted steps
+  std::string dense;                                      // the dense strategy (after the switch step, or throughout)
+  std::string reason;                                     // one sentence: the measured links and the predicted steps
   std::vector<std::pair<std::string, double>> predicted;  // every option and its mean step, seconds, fastest first
-  double inter_bits_per_second = 0;  // the slowest link between nodes as measured; 0: one node
-  double compute_s = 0;              // a step's compute as measured
+  double inter_bits_per_second = 0;                       // the slowest link between nodes as measured; 0: one node
+  double compute_s = 0;                                   // a step's compute as measured
 };
 
 struct Progress {
@@ -36,7 +36,7 @@ struct Progress {
   int64_t first_step = -1;  // rank 0's first reported step since the gang was added: where it resumed
   int epoch = 0;
   double loss = 0, samples_per_second = 0;
-  int64_t switch_step = -1;  // the chosen switch step of a hybrid job; -1 until chosen
+  int64_t switch_step = -1;     // the chosen switch step of a hybrid job; -1 until chosen
   std::vector<int> slow_ranks;  // the gang's stragglers as the ranks measured them; empty: none
   std::string slow_reason;      // why they are slow
   std::vector<RankExit> exits;  // failed ranks of the current round, in the order reported

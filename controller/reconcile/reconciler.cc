@@ -68,9 +68,6 @@ json status_patch(const json& from, const json& to) {
   return patch;
 }
 
-
-
-
 // auto: `exchange` is the controller's choice (none: the gang exchanges densely until it comes).
 std::string training_phase(const api::CommunicationSpec& c, int64_t step, int64_t switch_step,
                            const ExchangeDecision* exchange = nullptr) {
@@ -91,14 +88,14 @@ bool admission_rejected(const PodInfo& p) {
           p.reason == "NodeLost" || p.reason == "NodeSelectorMismatching");
 }
 
-
 std::optional<std::pair<int, std::vector<placement::RankAssignment>>> read_plan(const std::optional<json>& cm) {
   if (!cm || !cm->contains("data") || !(*cm)["data"].contains(kPlanFile)) return std::nullopt;
   const json p = json::parse((*cm)["data"][kPlanFile].get<std::string>(), nullptr, false);
   if (p.is_discarded() || !p.contains("attempt")) return std::nullopt;
   std::vector<placement::RankAssignment> plan;
   for (const auto& r : p["ranks"])
-    plan.push_back({r.value("rank", 0), r.value("replica", 0), r.value("slot", 0), r.value("node", ""), r.value("localRank", 0)});
+    plan.push_back(
+        {r.value("rank", 0), r.value("replica", 0), r.value("slot", 0), r.value("node", ""), r.value("localRank", 0)});
   return std::make_pair(p["attempt"].get<int>(), plan);
 }
 
@@ -127,7 +124,6 @@ void differing(const json& a, const json& b, const std::string& path, std::vecto
     out->push_back(path);
   }
 }
-
 
 // The most of a worker's message that goes into the job's status and Events.
 constexpr size_t kMessageChars = 1024;
@@ -163,8 +159,9 @@ void exchange_policy(const api::TrainingJobSpec& s, RendezvousTarget& t) {
 }
 
 // The gang to serve: none when the job has ended, is suspended, or its plan is not the current attempt's.
-std::optional<RendezvousTarget> target_of(const std::string& token, const json& status, const api::TrainingJobSpec* spec,
-                                          const std::optional<std::pair<int, std::vector<placement::RankAssignment>>>& plan) {
+std::optional<RendezvousTarget> target_of(
+    const std::string& token, const json& status, const api::TrainingJobSpec* spec,
+    const std::optional<std::pair<int, std::vector<placement::RankAssignment>>>& plan) {
   const std::string phase = status.is_object() ? status.value("phase", "") : "";
   if (token.empty() || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
   if (!plan || plan->first != attempt_of(status)) return std::nullopt;
@@ -226,21 +223,26 @@ std::string Action::describe() const {
   singular.pop_back();
   switch (kind) {
     case Kind::kCreate:
-      if (resource == Resource::kPod) return detail::concat("create pod ", name, " on ", object["spec"].value("nodeName", ""));
+      if (resource == Resource::kPod)
+        return detail::concat("create pod ", name, " on ", object["spec"].value("nodeName", ""));
       return detail::concat("create ", singular, " ", name);
     case Kind::kUpdate: return detail::concat("update ", singular, " ", name);
     case Kind::kDelete:
-      return detail::concat("delete ", singular, " ", name, object.is_object() && object.value("gracePeriodSeconds", -1) == 0 ? " now" : "");
+      return detail::concat("delete ", singular, " ", name,
+                            object.is_object() && object.value("gracePeriodSeconds", -1) == 0 ? " now" : "");
     case Kind::kPatchStatus: {
       std::string s = "status";
       for (const char* k : {"phase", "reason", "restarts"})
-        if (object.contains(k) && !object[k].is_null()) s += detail::concat(" ", k, "=", object[k].is_string() ? object[k].get<std::string>() : object[k].dump());
+        if (object.contains(k) && !object[k].is_null())
+          s += detail::concat(" ", k, "=", object[k].is_string() ? object[k].get<std::string>() : object[k].dump());
       return s;
     }
-    case Kind::kEvent: return detail::concat("event ", warning ? "Warning " : "Normal ", tessera::reconcile::name(reason));
+    case Kind::kEvent:
+      return detail::concat("event ", warning ? "Warning " : "Normal ", tessera::reconcile::name(reason));
     case Kind::kDeleteJob: return "delete job";
     case Kind::kServeRendezvous:
-      return detail::concat("serve rendezvous attempt ", rendezvous.attempt, rendezvous.round ? detail::concat(" round ", rendezvous.round) : "");
+      return detail::concat("serve rendezvous attempt ", rendezvous.attempt,
+                            rendezvous.round ? detail::concat(" round ", rendezvous.round) : "");
     case Kind::kStopRendezvous: return "stop rendezvous";
   }
   return "";
@@ -279,7 +281,9 @@ int attempt_of(const json& status) {
   return status.value("restarts", 0) - status.value("restartsInPlace", 0) + status.value("preemptions", 0);
 }
 
-std::string pod_name(const std::string& job, int attempt, int replica) { return detail::concat(job, "-", attempt, "-", replica); }
+std::string pod_name(const std::string& job, int attempt, int replica) {
+  return detail::concat(job, "-", attempt, "-", replica);
+}
 std::string token_secret_name(const std::string& job) { return job + "-token"; }
 
 json apply_status_patch(json status, const json& patch) {
@@ -311,7 +315,8 @@ std::optional<RendezvousTarget> rendezvous_target(const Observed& o) {
   const std::optional<json> frozen = frozen_spec(o.config_map);
   std::optional<api::TrainingJobSpec> spec;
   if (frozen) {
-    const json doc = {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", *frozen}};
+    const json doc = {
+        {"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"metadata", {{"name", "job"}}}, {"spec", *frozen}};
     spec = parse_job(doc).job.spec;
   }
   return target_of(o.token, o.job.contains("status") ? o.job["status"] : json::object(), spec ? &*spec : nullptr,
@@ -337,8 +342,8 @@ class Reconciler {
 
   Decision run() {
     observe();
-    const bool decided = finish() || validate() || (create_base_children(), suspend()) || enforce_deadline() || clear_old_gang() ||
-                         evacuate() || restart() || complete() || place();
+    const bool decided = finish() || validate() || (create_base_children(), suspend()) || enforce_deadline() ||
+                         clear_old_gang() || evacuate() || restart() || complete() || place();
     if (!decided && !starting()) {
       create_pods();
       progress();
@@ -360,7 +365,8 @@ class Reconciler {
       if (!changed.empty()) {
         std::string fields;
         for (const auto& f : changed) fields += (fields.empty() ? "" : ", ") + f;
-        const std::string message = detail::concat(fields, " changed after the job started; only spec.runPolicy can change "
+        const std::string message = detail::concat(fields,
+                                                   " changed after the job started; only spec.runPolicy can change "
                                                    "(suspend included): the change is not applied");
         if (!c || c->value("observedGeneration", int64_t{0}) != status.generation || c->value("status", "") != "True")
           event(true, Reason::kSpecChangeRejected, message);
@@ -410,16 +416,19 @@ class Reconciler {
   bool validate() {
     std::vector<FieldProblem> problems = parsed.problems;
     if (const size_t bytes = spec.dump().size(); bytes > kMaxSpecBytes)
-      problems.insert(problems.begin(), {"spec", detail::concat(bytes, " bytes of JSON, above the limit of ", kMaxSpecBytes,
-                                                                " (the job's ConfigMap carries the spec)")});
+      problems.insert(problems.begin(),
+                      {"spec", detail::concat(bytes, " bytes of JSON, above the limit of ", kMaxSpecBytes,
+                                              " (the job's ConfigMap carries the spec)")});
     if (parsed.ok() && opt.cluster) {
       // What a cluster needs beyond the API's rules: volumes every pod mounts.
       if (!s().checkpoint.path.empty() && !s().checkpoint.volume.given())
-        problems.push_back({"spec.checkpoint.volume", "required on a cluster: the volume every node mounts at spec.checkpoint.path "
-                                                      "(persistentVolumeClaim, nfs, or hostPath of a shared mount)"});
+        problems.push_back({"spec.checkpoint.volume",
+                            "required on a cluster: the volume every node mounts at spec.checkpoint.path "
+                            "(persistentVolumeClaim, nfs, or hostPath of a shared mount)"});
       if (s().dataset.format != "synthetic" && !s().dataset.volume.given() && s().cache.nfs_server.empty())
-        problems.push_back({"spec.dataset.volume", "required on a cluster for an hdf5 dataset (or spec.cache.remote.nfs): "
-                                                   "the volume mounted at spec.dataset.path"});
+        problems.push_back({"spec.dataset.volume",
+                            "required on a cluster for an hdf5 dataset (or spec.cache.remote.nfs): "
+                            "the volume mounted at spec.dataset.path"});
     }
     if (problems.empty()) {
       warn_ineffective_fields();
@@ -429,8 +438,9 @@ class Reconciler {
     for (size_t i = 0; i < std::min(problems.size(), kMaxProblems); ++i)
       message += (i ? "; " : "") + problems[i].field + ": " + last_chars(problems[i].reason, kMessageChars);
     if (problems.size() > kMaxProblems)
-      message += detail::concat("; and ", detail::count(static_cast<int64_t>(problems.size() - kMaxProblems), "more problem"),
-                                " (tessera validate lists them all)");
+      message +=
+          detail::concat("; and ", detail::count(static_cast<int64_t>(problems.size() - kMaxProblems), "more problem"),
+                         " (tessera validate lists them all)");
     fail(Reason::kInvalidSpec, message);
     return true;
   }
@@ -461,7 +471,8 @@ class Reconciler {
       delete_pods(live_pods());
       if (phase != "Suspended") {
         status.set("phase", "Suspended");
-        status.condition("Suspended", true, "Suspended", "spec.runPolicy.suspend is true: the pods are deleted, the checkpoints kept");
+        status.condition("Suspended", true, "Suspended",
+                         "spec.runPolicy.suspend is true: the pods are deleted, the checkpoints kept");
         if (status.find("Running")) status.condition("Running", false, "Suspended", "");
         event(false, Reason::kSuspended, "the job is suspended: its pods are deleted, its checkpoints kept");
       }
@@ -502,7 +513,8 @@ class Reconciler {
     // Once every old pod has ended (its processes have exited, so the checkpoints are final, and it
     // holds no resources), the new gang does not wait for the kubelets to remove them: kubelet 1.20
     // sometimes leaves that to its container garbage collection, once a minute.
-    if (std::all_of(old_pods.begin(), old_pods.end(), [](const PodInfo* p) { return p->phase == "Succeeded" || p->phase == "Failed"; }))
+    if (std::all_of(old_pods.begin(), old_pods.end(),
+                    [](const PodInfo* p) { return p->phase == "Succeeded" || p->phase == "Failed"; }))
       return false;
     requeue(milliseconds(1000));
     return true;
@@ -533,7 +545,8 @@ class Reconciler {
     // Stopped on SIGTERM (someone deleted or evicted a pod): the gang checkpointed and stops as one.
     // A real failure among its pods outranks it.
     if (stopped && !failed) {
-      preempt(stopped->name, stopped->node, "PodStopped", detail::concat("pod ", stopped->name, " on ", stopped->node, " was stopped (SIGTERM)"));
+      preempt(stopped->name, stopped->node, "PodStopped",
+              detail::concat("pod ", stopped->name, " on ", stopped->node, " was stopped (SIGTERM)"));
       return true;
     }
     // A peer that failed because one worker was killed often ends first: wait for the killed one to
@@ -572,7 +585,8 @@ class Reconciler {
     // a pod that stays silent may be on a lost node, which its status says within the node
     // monitor's grace period (then the gang moves as a preemption, evacuate).
     const bool silent_pod = reported.size() < current.size();
-    if (cause->exit_code <= 128 && (o.now - first < kKilledRankWait || (silent_pod && o.now - first < lost_node_wait()))) {
+    if (cause->exit_code <= 128 &&
+        (o.now - first < kKilledRankWait || (silent_pod && o.now - first < lost_node_wait()))) {
       requeue(milliseconds(500));
       return true;
     }
@@ -592,7 +606,8 @@ class Reconciler {
     std::string why;
     for (const PodInfo* p : current)
       if (admission_rejected(*p))
-        why = detail::concat("node ", p->node, " refused pod ", p->name, " (", p->reason, p->message.empty() ? "" : ": " + p->message, ")");
+        why = detail::concat("node ", p->node, " refused pod ", p->name, " (", p->reason,
+                             p->message.empty() ? "" : ": " + p->message, ")");
     status.condition("Placed", false, "AdmissionRejected", why + "; placing the gang again");
     event(true, Reason::kAdmissionRejected, why + "; placing the gang again (not a restart)");
     // The plan of this attempt is void: the next gang is placed afresh once these pods are gone.
@@ -615,19 +630,22 @@ class Reconciler {
     if (!failed.reason.empty()) why += " (" + failed.reason + ")";
     // A pod's message is its termination log (up to 4 KiB, or its last log lines): the status keeps its end.
     if (!failed.message.empty()) why += ": " + last_chars(failed.message, kMessageChars);
-    if (failed.exit_code == kExitConfigError) return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
+    if (failed.exit_code == kExitConfigError)
+      return fail(Reason::kInvalidConfiguration, why + "; a configuration error is not retried");
     // The runtime could not start the container at all (a command missing from the image, say):
     // every new gang would meet the same, so the restarts are not spent on it.
     if (failed.reason == "StartError" || failed.reason == "ContainerCannotRun")
-      return fail(Reason::kStartFailed, why + "; a container that cannot start is not retried (spec.image: " + s().image + ")");
+      return fail(Reason::kStartFailed,
+                  why + "; a container that cannot start is not retried (spec.image: " + s().image + ")");
     if (failed.exit_code == kExitDiverged) {
       const std::string hint = "lower spec.training.optimizer.learningRate or set spec.training.gradClip";
       return fail(Reason::kTrainingDiverged, why + "; a diverged run would diverge again, so it is not retried" +
                                                  (why.find(hint) == std::string::npos ? " (" + hint + ")" : ""));
     }
     if (restarts >= rp.backoff_limit)
-      return fail(Reason::kBackoffLimitExceeded, detail::concat(why, "; the gang was restarted ", restarts,
-                                                                " times (spec.runPolicy.backoffLimit ", rp.backoff_limit, ")"));
+      return fail(Reason::kBackoffLimitExceeded,
+                  detail::concat(why, "; the gang was restarted ", restarts, " times (spec.runPolicy.backoffLimit ",
+                                 rp.backoff_limit, ")"));
     const int64_t at = record_restart(failed.name, failed.node, failed.exit_code, why, false);
     status.set("restarts", restarts + 1);
     if (in_place) {
@@ -637,22 +655,27 @@ class Reconciler {
       status.set("restartsInPlace", status.s.value("restartsInPlace", 0) + 1);
       status.condition("Restarting", true, "RankFailed", why);
       event(true, Reason::kGangRestart,
-            detail::concat(why, " at step ", at, "; restarting the gang in place from its last checkpoint: its pods stay and start "
-                                                 "their processes again (restart ", restarts + 1, " of at most ", rp.backoff_limit, ")"));
+            detail::concat(why, " at step ", at,
+                           "; restarting the gang in place from its last checkpoint: its pods stay and start "
+                           "their processes again (restart ",
+                           restarts + 1, " of at most ", rp.backoff_limit, ")"));
       return;
     }
     status.set("attempt", attempt + 1);
     status.condition("Restarting", true, "PodFailed", why);
-    event(true, Reason::kGangRestart, detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ",
-                                                     restarts + 1, " of at most ", rp.backoff_limit, ")"));
+    event(true, Reason::kGangRestart,
+          detail::concat(why, " at step ", at, "; restarting the gang from its last checkpoint (restart ", restarts + 1,
+                         " of at most ", rp.backoff_limit, ")"));
     delete_pods(current);
   }
 
   // The restart's entry in restartHistory, the phase and the Running condition; the step it failed at.
-  int64_t record_restart(const std::string& pod, const std::string& node, int exit_code, const std::string& why, bool preempted) {
+  int64_t record_restart(const std::string& pod, const std::string& node, int exit_code, const std::string& why,
+                         bool preempted) {
     const int64_t at = o.progress ? o.progress->step : status.s.value("step", int64_t{-1});
     json history = status.s.value("restartHistory", json::array());
-    json entry = {{"reason", why}, {"pod", pod}, {"node", node}, {"time", format_time(o.now)}, {"failedAtStep", at}, {"resumedAtStep", -1}};
+    json entry = {{"reason", why},      {"pod", pod},         {"node", node}, {"time", format_time(o.now)},
+                  {"failedAtStep", at}, {"resumedAtStep", -1}};
     if (exit_code >= 0) entry["exitCode"] = exit_code;
     if (preempted) entry["preempted"] = true;
     history.push_back(entry);
@@ -683,7 +706,8 @@ class Reconciler {
         if (it->second->unschedulable) leaving = node, leaving_why = "was cordoned (a drain)";
         for (const auto& t : it->second->taints)
           if (leaving.empty() && t.effect == "NoExecute" && !placement::tolerates(s().placement.tolerations, t))
-            leaving = node, leaving_why = detail::concat("is tainted ", t.key, t.value.empty() ? "" : "=" + t.value, ":NoExecute");
+            leaving = node,
+            leaving_why = detail::concat("is tainted ", t.key, t.value.empty() ? "" : "=" + t.value, ":NoExecute");
       }
     }
     if (lost.empty() && leaving.empty()) return false;
@@ -746,8 +770,9 @@ class Reconciler {
     } else if (cause == "NodeLost") {
       why += ": its ranks could not checkpoint; the gang resumes from its newest checkpoint";
     } else {
-      why += detail::concat(": the gang did not checkpoint on SIGTERM within spec.runPolicy.terminationGracePeriodSeconds (",
-                            s().run_policy.termination_grace_period_seconds, " s); it resumes from its newest periodic checkpoint");
+      why += detail::concat(
+          ": the gang did not checkpoint on SIGTERM within spec.runPolicy.terminationGracePeriodSeconds (",
+          s().run_policy.termination_grace_period_seconds, " s); it resumes from its newest periodic checkpoint");
     }
     int exit_code = -1;  // the named pod's, if it has ended and is still there
     for (const PodInfo* p : current)
@@ -758,8 +783,9 @@ class Reconciler {
     status.set("attempt", attempt + 1);
     status.condition("Preempted", true, cause, why);
     status.condition("Restarting", true, cause, why);
-    event(true, Reason::kPreempted, detail::concat(why, " (step ", at, "); placing the gang again away from node ", node,
-                                                   " (preemption ", preemptions, ", not counted against backoffLimit)"));
+    event(true, Reason::kPreempted,
+          detail::concat(why, " (step ", at, "); placing the gang again away from node ", node, " (preemption ",
+                         preemptions, ", not counted against backoffLimit)"));
     delete_pods(current, cause == "NodeLost");
   }
 
@@ -770,7 +796,8 @@ class Reconciler {
   bool starting() {
     const PodInfo* stuck = nullptr;
     for (const PodInfo* p : current)
-      if (p->phase == "Pending" && !p->waiting_reason.empty() && (!stuck || (p->created && stuck->created && *p->created < *stuck->created)))
+      if (p->phase == "Pending" && !p->waiting_reason.empty() &&
+          (!stuck || (p->created && stuck->created && *p->created < *stuck->created)))
         stuck = p;
     if (!stuck) {
       if (const json* c = status.find("PodsStarted"); c && c->value("status", "") == "False")
@@ -778,17 +805,21 @@ class Reconciler {
       return false;
     }
     const int64_t limit = s().run_policy.start_timeout_seconds;
-    std::string why = detail::concat("pod ", stuck->name, " on ", stuck->node, ": the kubelet cannot start image ",
-                                     stuck->waiting_image.empty() ? s().image : stuck->waiting_image, " (", stuck->waiting_reason,
-                                     stuck->waiting_message.empty() ? "" : ": " + last_chars(stuck->waiting_message, kMessageChars), ")");
+    std::string why = detail::concat(
+        "pod ", stuck->name, " on ", stuck->node, ": the kubelet cannot start image ",
+        stuck->waiting_image.empty() ? s().image : stuck->waiting_image, " (", stuck->waiting_reason,
+        stuck->waiting_message.empty() ? "" : ": " + last_chars(stuck->waiting_message, kMessageChars), ")");
     const auto waited = stuck->created ? std::chrono::duration_cast<seconds>(o.now - *stuck->created) : seconds(0);
     if (waited.count() >= limit)
-      return fail(Reason::kStartFailed, detail::concat(why, " for ", waited.count(), " s (spec.runPolicy.startTimeoutSeconds ", limit, ")")), true;
+      return fail(Reason::kStartFailed,
+                  detail::concat(why, " for ", waited.count(), " s (spec.runPolicy.startTimeoutSeconds ", limit, ")")),
+             true;
     const json* c = status.find("PodsStarted");
     const bool news = !c || c->value("status", "") != "False" || c->value("reason", "") != stuck->waiting_reason;
     status.condition("PodsStarted", false, stuck->waiting_reason,
                      detail::concat(why, "; waiting up to ", limit, " s for it (spec.runPolicy.startTimeoutSeconds)"));
-    if (news) event(true, Reason::kPodNotStarting, detail::concat(why, "; waiting up to ", limit, " s (not a restart)"));
+    if (news)
+      event(true, Reason::kPodNotStarting, detail::concat(why, "; waiting up to ", limit, " s (not a restart)"));
     requeue(std::min<milliseconds>(seconds(limit) - waited, seconds(5)));
     return false;  // the other pods of the gang are still made, and its progress kept
   }
@@ -813,7 +844,8 @@ class Reconciler {
     status.set("completionTime", format_time(o.now));
     status.set("epoch", s().training.epochs);
     // The training phase the job ended in: its last step's.
-    status.set("trainingPhase", training_phase(s().communication, INT64_MAX, status.s.value("switchStep", int64_t{-1})));
+    status.set("trainingPhase",
+               training_phase(s().communication, INT64_MAX, status.s.value("switchStep", int64_t{-1})));
     status.erase("reason");
     status.erase("message");
     status.condition("Running", false, "Completed", "");
@@ -906,10 +938,10 @@ class Reconciler {
     status.set("placement", placement);
     status.set("replicas", replicas);
     if (replicas < s().replicas) {
-      const std::string why = detail::concat(
-          "room for ", replicas, " of ", s().replicas, " pods (", full_reason, "): training on ", replicas,
-          " from the newest checkpoint, the global batch of ", s().training.batch_size,
-          " kept by accumulating gradients; the gang grows back when room returns");
+      const std::string why =
+          detail::concat("room for ", replicas, " of ", s().replicas, " pods (", full_reason, "): training on ",
+                         replicas, " from the newest checkpoint, the global batch of ", s().training.batch_size,
+                         " kept by accumulating gradients; the gang grows back when room returns");
       status.condition("ScaledDown", true, "NotEnoughRoom", why);
       event(true, Reason::kScaledDown, why);
     } else if (status.is("ScaledDown")) {
@@ -934,7 +966,8 @@ class Reconciler {
     std::map<int, std::string> node_of;
     for (const auto& a : plan->second) node_of[a.replica] = a.node;
     for (const auto& [r, node] : node_of)
-      if (!have.count(r)) create(Resource::kPod, pod_name(name, attempt, r), worker_pod(job_ref(), s(), opt, attempt, r, node));
+      if (!have.count(r))
+        create(Resource::kPod, pod_name(name, attempt, r), worker_pod(job_ref(), s(), opt, attempt, r, node));
   }
 
   // ---- progress: Running, and the workers' progress, written at most every status interval ----
@@ -945,7 +978,8 @@ class Reconciler {
     // After a restart in place the pods run throughout: the gang runs again once its ranks report.
     const json restarted = status.s.value("restartHistory", json::array());
     const bool resuming_in_place = !restarted.empty() && restarted.back().value("inPlace", false) &&
-                                   restarted.back().value("resumedAtStep", int64_t{-1}) < 0 && !(o.progress && o.progress->step >= 0);
+                                   restarted.back().value("resumedAtStep", int64_t{-1}) < 0 &&
+                                   !(o.progress && o.progress->step >= 0);
     if (running == gang_size() && status.phase() != "Running" && !resuming_in_place) {
       status.set("phase", "Running");
       status.condition("Running", true, "GangRunning", detail::concat("all ", gang_size(), " pods are running"));
@@ -963,22 +997,25 @@ class Reconciler {
                                  x.version != status.s.value("exchange", json::object()).value("choice", int64_t{0});
       if (exchange_news) {
         json e = {{"choice", x.version}, {"fromStep", x.from_step}, {"strategy", x.sparse.empty() ? x.dense : x.sparse},
-                  {"dense", x.dense}, {"reason", x.reason}, {"computeSeconds", x.compute_s}};
+                  {"dense", x.dense},    {"reason", x.reason},      {"computeSeconds", x.compute_s}};
         if (!x.sparse.empty()) e["density"] = x.density;
         if (x.inter_bits_per_second > 0) e["interNodeGbps"] = x.inter_bits_per_second / 1e9;
         json predicted = json::array();
-        for (const auto& [name, seconds] : x.predicted) predicted.push_back({{"exchange", name}, {"stepSeconds", seconds}});
+        for (const auto& [name, seconds] : x.predicted)
+          predicted.push_back({{"exchange", name}, {"stepSeconds", seconds}});
         e["predicted"] = predicted;
         status.set("exchange", e);
         event(false, Reason::kExchangeChosen,
-              detail::concat(x.sparse.empty() ? x.dense : detail::concat(x.sparse, " at density ", x.density, ", then ", x.dense),
-                             " from step ", x.from_step, ": ", x.reason));
+              detail::concat(
+                  x.sparse.empty() ? x.dense : detail::concat(x.sparse, " at density ", x.density, ", then ", x.dense),
+                  " from step ", x.from_step, ": ", x.reason));
       }
       if (switch_news) {
         status.set("switchStep", p.switch_step);
         const bool chosen = sp.communication.strategy == "auto";
-        event(false, Reason::kPhaseSwitch, detail::concat("the gang switches from ", chosen ? x.sparse : sp.communication.sparse, " to ",
-                                                          chosen ? x.dense : sp.communication.dense, " at step ", p.switch_step));
+        event(false, Reason::kPhaseSwitch,
+              detail::concat("the gang switches from ", chosen ? x.sparse : sp.communication.sparse, " to ",
+                             chosen ? x.dense : sp.communication.dense, " at step ", p.switch_step));
       }
       // Stragglers: news when the ranks that rank 0 reports as slow change; the figures of the same
       // ranks are refreshed with the rest of the progress.
@@ -1005,8 +1042,8 @@ class Reconciler {
         status.set("epoch", p.epoch + 1);  // 1-based, as the logs count: the epoch under way
         status.set("loss", p.loss);
         status.set("samplesPerSecond", p.samples_per_second);
-        status.set("trainingPhase",
-                   training_phase(sp.communication, p.step, p.switch_step >= 0 ? p.switch_step : known_switch, &p.exchange));
+        status.set("trainingPhase", training_phase(sp.communication, p.step,
+                                                   p.switch_step >= 0 ? p.switch_step : known_switch, &p.exchange));
         status.set("lastProgressTime", format_time(o.now));
       } else {
         requeue(duration_cast<milliseconds>(opt.status_interval - (o.now - *last)) + milliseconds(10));
@@ -1034,8 +1071,9 @@ class Reconciler {
         }
     const placement::PlacementResult all = placement::GangPlacer().place(request, freed);
     if (!all.placed) return;
-    const std::string why = detail::concat("room for all ", s().replicas, " pods again: the gang of ", gang_size(),
-                                           " stops at a checkpoint, every rank at the same step, and is placed again whole");
+    const std::string why =
+        detail::concat("room for all ", s().replicas, " pods again: the gang of ", gang_size(),
+                       " stops at a checkpoint, every rank at the same step, and is placed again whole");
     status.set("attempt", attempt + 1);
     status.set("phase", "Restarting");
     status.condition("Restarting", true, "ScalingUp", why);
@@ -1076,8 +1114,9 @@ class Reconciler {
       Action a;
       a.kind = Action::Kind::kServeRendezvous;
       a.rendezvous = *target;
-      auto first_pod = std::find_if(d.actions.begin(), d.actions.end(),
-                                    [](const Action& x) { return x.kind == Action::Kind::kCreate && x.resource == Resource::kPod; });
+      auto first_pod = std::find_if(d.actions.begin(), d.actions.end(), [](const Action& x) {
+        return x.kind == Action::Kind::kCreate && x.resource == Resource::kPod;
+      });
       d.actions.insert(first_pod, a);
     } else if (!target && o.served_attempt) {
       Action a;
@@ -1111,8 +1150,12 @@ class Reconciler {
     a.object = std::move(object);
     d.actions.push_back(std::move(a));
   }
-  void create(Resource r, const std::string& child_name, json object) { child(Action::Kind::kCreate, r, child_name, std::move(object)); }
-  void update(Resource r, const std::string& child_name, json object) { child(Action::Kind::kUpdate, r, child_name, std::move(object)); }
+  void create(Resource r, const std::string& child_name, json object) {
+    child(Action::Kind::kCreate, r, child_name, std::move(object));
+  }
+  void update(Resource r, const std::string& child_name, json object) {
+    child(Action::Kind::kUpdate, r, child_name, std::move(object));
+  }
   void requeue(milliseconds after) {
     if (after.count() <= 0) after = milliseconds(1);
     if (d.requeue_after.count() == 0 || after < d.requeue_after) d.requeue_after = after;
@@ -1168,8 +1211,8 @@ class Reconciler {
   json spec;                   // the spec to run
   api::ParsedJob parsed;
   std::optional<std::pair<int, std::vector<placement::RankAssignment>>> plan;  // the ring plan, if placed
-  int attempt = 0;   // of the current gang's pods (attempt_of)
-  int restarts = 0;  // gang restarts after failures, counted against backoffLimit
+  int attempt = 0;                                // of the current gang's pods (attempt_of)
+  int restarts = 0;                               // gang restarts after failures, counted against backoffLimit
   std::vector<const PodInfo*> current, old_pods;  // pods of this attempt, and of earlier ones
 };
 
@@ -1179,8 +1222,6 @@ Decision reconcile(const Observed& o, const ReconcileOptions& opt) {
   if (o.job["metadata"].contains("deletionTimestamp")) return {};  // the garbage collector removes the children
   return Reconciler(o, opt).run();
 }
-
-
 
 json validation_status(const json& summary) {
   if (!summary.value("validated", true))

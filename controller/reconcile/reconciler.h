@@ -14,15 +14,14 @@
 // restart. A rank that fails while its pod and node stay healthy is reported by its pod's
 // supervisor: with runPolicy.restartInPlace the gang restarts in place (a new rendezvous round: the
 // supervisors start their ranks again, which resume from the newest checkpoint; no pod is replaced),
-// else its pods are replaced; either counts against backoffLimit. A preemption is not a failure either: a gang whose node is leaving (cordoned, drained,
-// tainted NoExecute) is stopped there, checkpoints the step its ranks agree on (worker exit status 4)
-// and is placed again on other nodes; a gang whose node is lost (NotReady, deleted) is placed again
-// at once, from its newest checkpoint; neither counts against backoffLimit (status.preemptions).
-// A new gang avoids the nodes of the ranks the last one reported slow when other room exists. An
-// elastic job (spec.elastic.minReplicas) that does not fit whole is placed on the most pods that fit,
-// down to its minimum (ScaledDown), and stops and is placed whole again once room returns (ScaledUp).
-// A job needs every node observed while it is elastic and short of pods (needs_all_nodes).
-// Thread-compatible.
+// else its pods are replaced; either counts against backoffLimit. A preemption is not a failure either: a gang whose
+// node is leaving (cordoned, drained, tainted NoExecute) is stopped there, checkpoints the step its ranks agree on
+// (worker exit status 4) and is placed again on other nodes; a gang whose node is lost (NotReady, deleted) is placed
+// again at once, from its newest checkpoint; neither counts against backoffLimit (status.preemptions). A new gang
+// avoids the nodes of the ranks the last one reported slow when other room exists. An elastic job
+// (spec.elastic.minReplicas) that does not fit whole is placed on the most pods that fit, down to its minimum
+// (ScaledDown), and stops and is placed whole again once room returns (ScaledUp). A job needs every node observed while
+// it is elastic and short of pods (needs_all_nodes). Thread-compatible.
 #pragma once
 
 #include <chrono>
@@ -49,10 +48,10 @@ inline constexpr const char* kAttemptLabel = "tessera.dev/attempt";
 struct PodInfo {
   std::string name, node;
   int replica = -1, attempt = -1;
-  std::string phase;            // Pending | Running | Succeeded | Failed | Unknown
-  bool terminating = false;     // deletionTimestamp set
-  int exit_code = -1;           // the worker container's, once terminated
-  std::string reason, message;  // status.reason (admission: OutOfnvidia.com/gpu, ...) or the container's
+  std::string phase;             // Pending | Running | Succeeded | Failed | Unknown
+  bool terminating = false;      // deletionTimestamp set
+  int exit_code = -1;            // the worker container's, once terminated
+  std::string reason, message;   // status.reason (admission: OutOfnvidia.com/gpu, ...) or the container's
   std::optional<Time> finished;  // when the failed container ended
   std::optional<Time> created;   // metadata.creationTimestamp
   // A container (or init container) the kubelet cannot start yet: its waiting reason (ErrImagePull,
@@ -60,32 +59,31 @@ struct PodInfo {
   std::string waiting_reason, waiting_message, waiting_image;
 };
 
-
 // The gang the rendezvous must serve for the job: the ring plan and attempt of its current gang.
 struct RendezvousTarget {
   std::string token;
   int attempt = 0;
-  int64_t round = 0;                   // status.restartsInPlace: the gang's round in its current pods
+  int64_t round = 0;  // status.restartsInPlace: the gang's round in its current pods
   std::vector<placement::RankAssignment> plan;
-  int switch_at_epoch = -1;            // hybrid jobs; auto: the latest epoch a sparse phase may reach
-  int64_t switch_step = -1;            // already chosen (kept in the status)
-  bool auto_exchange = false;          // communication.strategy auto: the rendezvous chooses the exchange
+  int switch_at_epoch = -1;    // hybrid jobs; auto: the latest epoch a sparse phase may reach
+  int64_t switch_step = -1;    // already chosen (kept in the status)
+  bool auto_exchange = false;  // communication.strategy auto: the rendezvous chooses the exchange
   int epochs = 1;
-  double density = 0.01;               // auto: the sparse phase's density
+  double density = 0.01;  // auto: the sparse phase's density
 };
 
 struct Observed {
-  json job;                          // the TrainingJob as stored: metadata, spec, status
-  std::vector<PodInfo> pods;         // pods labelled with the job
-  std::string token;                 // the job's rendezvous token, from the backend (derived from the job's uid
-                                     // on a cluster, random per run locally); its Secret hands it to the pods
-  bool has_secret = false;           // the job's token Secret exists (as the backend knows: it created it)
+  json job;                   // the TrainingJob as stored: metadata, spec, status
+  std::vector<PodInfo> pods;  // pods labelled with the job
+  std::string token;          // the job's rendezvous token, from the backend (derived from the job's uid
+                              // on a cluster, random per run locally); its Secret hands it to the pods
+  bool has_secret = false;    // the job's token Secret exists (as the backend knows: it created it)
   bool has_service = false;
-  std::optional<json> config_map;    // the job's ConfigMap
+  std::optional<json> config_map;          // the job's ConfigMap
   std::vector<placement::NodeInfo> nodes;  // used: requests of all pods bound there that hold resources
-  std::optional<Progress> progress;  // for the current attempt
+  std::optional<Progress> progress;        // for the current attempt
   std::optional<int> served_attempt;  // the attempt of the job's gang the backend's rendezvous serves; none: not served
-  int64_t served_round = 0;          // and its round
+  int64_t served_round = 0;           // and its round
   Time now;
 };
 
@@ -95,28 +93,51 @@ const char* plural(Resource r);  // "secrets", "services", "configmaps", "pods"
 
 // Why an Event is recorded (its reason), and why a job failed (status.reason).
 enum class Reason {
-  kPlaced, kUnschedulable, kAdmissionRejected, kGangRestart, kCompleted, kPhaseSwitch, kStraggler, kStragglerGone,
-  kSuspended, kResumed, kSpecChangeRejected, kSpecWarning, kTTLExpired, kFailedCreate, kPodNotStarting, kPreempted,
-  kScaledDown, kScaledUp, kExchangeChosen,
+  kPlaced,
+  kUnschedulable,
+  kAdmissionRejected,
+  kGangRestart,
+  kCompleted,
+  kPhaseSwitch,
+  kStraggler,
+  kStragglerGone,
+  kSuspended,
+  kResumed,
+  kSpecChangeRejected,
+  kSpecWarning,
+  kTTLExpired,
+  kFailedCreate,
+  kPodNotStarting,
+  kPreempted,
+  kScaledDown,
+  kScaledUp,
+  kExchangeChosen,
   // the job failed:
-  kInvalidSpec, kInvalidConfiguration, kTrainingDiverged, kBackoffLimitExceeded, kDeadlineExceeded, kStartFailed,
+  kInvalidSpec,
+  kInvalidConfiguration,
+  kTrainingDiverged,
+  kBackoffLimitExceeded,
+  kDeadlineExceeded,
+  kStartFailed,
 };
 const char* name(Reason r);  // "Placed", "GangRestart", ...
 
 struct Action {
   enum class Kind {
-    kCreate, kUpdate, kDelete,  // a child: resource, name, object (a delete's: its DeleteOptions, if any)
-    kPatchStatus,               // object: the merge patch of the job's status
-    kEvent,                     // warning, reason, message
-    kDeleteJob,                 // ttlSecondsAfterFinished
-    kServeRendezvous,           // rendezvous: the gang the backend's rendezvous serves from now on
-    kStopRendezvous,            // the job has no gang to serve any more
+    kCreate,
+    kUpdate,
+    kDelete,           // a child: resource, name, object (a delete's: its DeleteOptions, if any)
+    kPatchStatus,      // object: the merge patch of the job's status
+    kEvent,            // warning, reason, message
+    kDeleteJob,        // ttlSecondsAfterFinished
+    kServeRendezvous,  // rendezvous: the gang the backend's rendezvous serves from now on
+    kStopRendezvous,   // the job has no gang to serve any more
   };
   Kind kind = Kind::kCreate;
   Resource resource = Resource::kPod;
   std::string name;
   json object;
-  bool warning = false;          // event: Warning, else Normal
+  bool warning = false;  // event: Warning, else Normal
   Reason reason = Reason::kPlaced;
   std::string message;
   RendezvousTarget rendezvous;
@@ -133,19 +154,19 @@ struct Decision {
 };
 
 struct ReconcileOptions {
-  std::string rendezvous_address;      // host:port the workers reach the controller at
-  std::string worker_image;            // used when spec.image is the API default
+  std::string rendezvous_address;                   // host:port the workers reach the controller at
+  std::string worker_image;                         // used when spec.image is the API default
   std::chrono::milliseconds status_interval{5000};  // progress is written at most this often
-  json spec_defaults = json::object();  // spec fields of every job that leaves them unset
-                                       // (tessera-controller --job-defaults: node pools, topology keys, SSD path)
-  int metrics_port = 9400;             // slot S of a pod serves /metrics on this port + S (declared as the
-                                       // pod's ports metrics-S); 0: the workers serve no metrics
-  bool cluster = true;                 // Kubernetes: a job needs volumes every node mounts. false (tessera
-                                       // run): paths are this machine's, every rank takes one GPU slot of
-                                       // its virtual node, and nodes have no CPU to account
-  int threads_per_rank = 0;            // > 0: every rank's --threads, unless spec.training.threads is set
-                                       // (tessera run: the machine's cores over the job's ranks); 0: from
-                                       // spec.resources.cpu
+  json spec_defaults = json::object();              // spec fields of every job that leaves them unset
+                                        // (tessera-controller --job-defaults: node pools, topology keys, SSD path)
+  int metrics_port = 9400;   // slot S of a pod serves /metrics on this port + S (declared as the
+                             // pod's ports metrics-S); 0: the workers serve no metrics
+  bool cluster = true;       // Kubernetes: a job needs volumes every node mounts. false (tessera
+                             // run): paths are this machine's, every rank takes one GPU slot of
+                             // its virtual node, and nodes have no CPU to account
+  int threads_per_rank = 0;  // > 0: every rank's --threads, unless spec.training.threads is set
+                             // (tessera run: the machine's cores over the job's ranks); 0: from
+                             // spec.resources.cpu
 };
 
 Decision reconcile(const Observed& observed, const ReconcileOptions& options);

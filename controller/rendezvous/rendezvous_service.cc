@@ -14,9 +14,9 @@
 #include <random>
 #include <set>
 
-#include "tessera.grpc.pb.h"
 #include "common/error.h"
 #include "common/exchange_choice.h"
+#include "tessera.grpc.pb.h"
 
 namespace tessera {
 namespace {
@@ -29,13 +29,13 @@ struct JobState {
   std::string token;
   std::vector<placement::RankAssignment> plan;
   std::map<std::string, std::string> kv;
-  size_t kv_bytes = 0;                                 // keys and values
-  std::map<int, int64_t> registrations;                // rank -> times registered
-  std::map<int, std::string> metrics;                  // rank -> "host:port" of its /metrics
-  std::map<std::string, std::set<int>> barriers;       // name -> ranks arrived
-  std::map<std::string, int64_t> barrier_generation;   // completed rounds per name
+  size_t kv_bytes = 0;                                // keys and values
+  std::map<int, int64_t> registrations;               // rank -> times registered
+  std::map<int, std::string> metrics;                 // rank -> "host:port" of its /metrics
+  std::map<std::string, std::set<int>> barriers;      // name -> ranks arrived
+  std::map<std::string, int64_t> barrier_generation;  // completed rounds per name
   RendezvousService::JobPolicy policy;
-  RendezvousService::Progress progress;                // of rank 0; the failed ranks' exits
+  RendezvousService::Progress progress;  // of rank 0; the failed ranks' exits
   int64_t furthest_step = -1;
 };
 
@@ -86,18 +86,24 @@ std::string peer_host(std::string peer) {
 // A calibration's figures: finite, not negative; the gang's shape; buckets and selections paired.
 Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
   if (c.nodes() < 1 || c.ranks_per_node() < 1 || static_cast<size_t>(c.nodes()) * c.ranks_per_node() != world)
-    return invalid("calibration.nodes", detail::concat(c.nodes(), " nodes x ", c.ranks_per_node(), " ranks is not the job's ", world));
-  const std::pair<const char*, double> figures[] = {
-      {"alpha_inter_s", c.alpha_inter_s()}, {"wire_inter_s_per_byte", c.wire_inter_s_per_byte()},
-      {"cpu_inter_s_per_byte", c.cpu_inter_s_per_byte()}, {"alpha_intra_s", c.alpha_intra_s()},
-      {"cpu_intra_s_per_byte", c.cpu_intra_s_per_byte()}, {"pass_s_per_float", c.pass_s_per_float()},
-      {"add_s_per_pair", c.add_s_per_pair()}, {"compute_s", c.compute_s()}};
+    return invalid("calibration.nodes",
+                   detail::concat(c.nodes(), " nodes x ", c.ranks_per_node(), " ranks is not the job's ", world));
+  const std::pair<const char*, double> figures[] = {{"alpha_inter_s", c.alpha_inter_s()},
+                                                    {"wire_inter_s_per_byte", c.wire_inter_s_per_byte()},
+                                                    {"cpu_inter_s_per_byte", c.cpu_inter_s_per_byte()},
+                                                    {"alpha_intra_s", c.alpha_intra_s()},
+                                                    {"cpu_intra_s_per_byte", c.cpu_intra_s_per_byte()},
+                                                    {"pass_s_per_float", c.pass_s_per_float()},
+                                                    {"add_s_per_pair", c.add_s_per_pair()},
+                                                    {"compute_s", c.compute_s()}};
   for (const auto& [name, v] : figures)
-    if (!std::isfinite(v) || v < 0) return invalid(std::string("calibration.") + name, "is not a finite number of at least 0");
+    if (!std::isfinite(v) || v < 0)
+      return invalid(std::string("calibration.") + name, "is not a finite number of at least 0");
   if (c.shared_cores() < 0) return invalid("calibration.shared_cores", "is negative");
   if (c.bucket_floats_size() == 0 || c.bucket_floats_size() != c.bucket_ready_size() || c.bucket_floats_size() > 100000)
-    return invalid("calibration.bucket_floats", detail::concat(c.bucket_floats_size(), " buckets with ", c.bucket_ready_size(),
-                                                               " readiness figures (1 to 100000 of each, as many)"));
+    return invalid("calibration.bucket_floats",
+                   detail::concat(c.bucket_floats_size(), " buckets with ", c.bucket_ready_size(),
+                                  " readiness figures (1 to 100000 of each, as many)"));
   if (c.selection_density_size() != c.selection_s_per_float_size() || c.selection_density_size() > 64)
     return invalid("calibration.selection_density", "not paired with selection_s_per_float (at most 64)");
   for (int i = 0; i < c.bucket_floats_size(); ++i)
@@ -106,7 +112,8 @@ Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
   for (int i = 0; i < c.selection_density_size(); ++i)
     if (!(c.selection_density(i) > 0 && c.selection_density(i) <= 1) || !std::isfinite(c.selection_s_per_float(i)) ||
         c.selection_s_per_float(i) < 0)
-      return invalid("calibration.selection_density", detail::concat("entry ", i, " is not a density in (0, 1] and a time"));
+      return invalid("calibration.selection_density",
+                     detail::concat("entry ", i, " is not a density in (0, 1] and a time"));
   return Status::OK;
 }
 
@@ -115,10 +122,12 @@ cost::Calibration calibration_of(const v1::ExchangeCalibration& c) {
   cost::Calibration out;
   out.nodes = c.nodes(), out.local = c.ranks_per_node();
   cost::Machine& mc = out.machine;
-  mc.alpha_inter = c.alpha_inter_s(), mc.wire_inter = c.wire_inter_s_per_byte(), mc.cpu_inter = c.cpu_inter_s_per_byte();
+  mc.alpha_inter = c.alpha_inter_s(), mc.wire_inter = c.wire_inter_s_per_byte(),
+  mc.cpu_inter = c.cpu_inter_s_per_byte();
   mc.alpha_intra = c.alpha_intra_s(), mc.cpu_intra = c.cpu_intra_s_per_byte();
   mc.cores = c.shared_cores();
-  for (int i = 0; i < c.selection_density_size(); ++i) mc.selection.push_back({c.selection_density(i), c.selection_s_per_float(i)});
+  for (int i = 0; i < c.selection_density_size(); ++i)
+    mc.selection.push_back({c.selection_density(i), c.selection_s_per_float(i)});
   mc.pass = c.pass_s_per_float(), mc.add = c.add_s_per_pair();
   mc.hidden = 1.0;
   out.compute_s = c.compute_s();
@@ -131,9 +140,11 @@ cost::Calibration calibration_of(const v1::ExchangeCalibration& c) {
 // a sparse phase for at most the steps before the switch step (policy.switch_at_epoch, or the one
 // already chosen) out of the job's remaining steps.
 reconcile::ExchangeDecision decide_exchange(const v1::ExchangeCalibration& c, const RendezvousJobPolicy& policy,
-                                           int64_t switch_step, int64_t steps_per_epoch, int64_t from, int64_t version) {
+                                            int64_t switch_step, int64_t steps_per_epoch, int64_t from,
+                                            int64_t version) {
   const int64_t total = std::max<int64_t>(1, static_cast<int64_t>(policy.epochs) * steps_per_epoch);
-  const int64_t sparse_end = switch_step >= 0 ? switch_step : static_cast<int64_t>(policy.switch_at_epoch) * steps_per_epoch;
+  const int64_t sparse_end =
+      switch_step >= 0 ? switch_step : static_cast<int64_t>(policy.switch_at_epoch) * steps_per_epoch;
   const cost::ExchangeChoice choice =
       cost::choose_for(calibration_of(c), from, sparse_end, total, policy.densities, policy.sparse_margin);
   reconcile::ExchangeDecision d;
@@ -214,8 +225,9 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
         return Status(StatusCode::RESOURCE_EXHAUSTED, detail::concat("rendezvous: job '", req->auth().job(), "' has ",
                                                                      lim.keys, " keys, the most a job may store"));
       if (bytes > lim.store_bytes)
-        return Status(StatusCode::RESOURCE_EXHAUSTED, detail::concat("rendezvous: job '", req->auth().job(), "' would store ", bytes,
-                                                                     " bytes, above the limit of ", lim.store_bytes));
+        return Status(StatusCode::RESOURCE_EXHAUSTED,
+                      detail::concat("rendezvous: job '", req->auth().job(), "' would store ", bytes,
+                                     " bytes, above the limit of ", lim.store_bytes));
       job->kv[req->key()] = req->value();
       job->kv_bytes = bytes;
     }
@@ -226,7 +238,8 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
   Status Get(ServerContext* ctx, const v1::GetRequest* req, v1::GetResponse* resp) override {
     if (Status s = check_name("key", req->key(), limits); !s.ok()) return s;
     if (Status s = check_timeout(req->timeout_ms(), limits); !s.ok()) return s;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
       JobState* job = nullptr;
@@ -252,14 +265,16 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     if (Status s = check_rank("rank", req->rank(), job->plan.size()); !s.ok()) return s;
     if (req->step() < 0) return invalid("step", detail::concat(req->step(), " is negative"));
     if (req->epoch() < 0) return invalid("epoch", detail::concat(req->epoch(), " is negative"));
-    if (req->steps_per_epoch() < 0) return invalid("steps_per_epoch", detail::concat(req->steps_per_epoch(), " is negative"));
+    if (req->steps_per_epoch() < 0)
+      return invalid("steps_per_epoch", detail::concat(req->steps_per_epoch(), " is negative"));
     if (!std::isfinite(req->loss())) return invalid("loss", "is not a finite number");
     if (!std::isfinite(req->samples_per_second()) || req->samples_per_second() < 0)
       return invalid("samples_per_second", "is not a finite number of at least 0");
     for (int r : req->slow_ranks())
       if (Status s = check_rank("slow_ranks", r, job->plan.size()); !s.ok()) return s;
     if (req->slow_reason().size() > limits.key_bytes)
-      return invalid("slow_reason", detail::concat(req->slow_reason().size(), " bytes, above the limit of ", limits.key_bytes));
+      return invalid("slow_reason",
+                     detail::concat(req->slow_reason().size(), " bytes, above the limit of ", limits.key_bytes));
     job->furthest_step = std::max(job->furthest_step, req->step());
     if (req->rank() == 0) {
       job->progress.slow_ranks.assign(req->slow_ranks().begin(), req->slow_ranks().end());
@@ -281,8 +296,8 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
       if (Status s = check_calibration(req->calibration(), job->plan.size()); !s.ok()) return s;
       // Every rank hears of the choice before it reaches `from`, as of the switch step.
       const int64_t from = std::max(req->step(), job->furthest_step) + 2;
-      job->progress.exchange = decide_exchange(req->calibration(), job->policy, job->progress.switch_step, req->steps_per_epoch(),
-                                               from, job->progress.exchange.version + 1);
+      job->progress.exchange = decide_exchange(req->calibration(), job->policy, job->progress.switch_step,
+                                               req->steps_per_epoch(), from, job->progress.exchange.version + 1);
     }
     resp->set_switch_step(job->progress.switch_step);
     const auto& x = job->progress.exchange;
@@ -301,11 +316,12 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
     bool known = false;
     for (const auto& a : job->plan) known = known || (a.replica == req->replica() && a.slot == req->slot());
     if (!known)
-      return invalid("replica", detail::concat("job '", req->auth().job(), "' has no worker (replica ", req->replica(), ", slot ",
-                                               req->slot(), ")"));
+      return invalid("replica", detail::concat("job '", req->auth().job(), "' has no worker (replica ", req->replica(),
+                                               ", slot ", req->slot(), ")"));
     if (req->exit_code() == 0) return invalid("exit_code", "0 is not a failure");
     if (req->message().size() > kMaxExitMessageBytes)
-      return invalid("message", detail::concat(req->message().size(), " bytes, above the limit of ", kMaxExitMessageBytes));
+      return invalid("message",
+                     detail::concat(req->message().size(), " bytes, above the limit of ", kMaxExitMessageBytes));
     if (req->round() != job->policy.round) return Status::OK;  // an earlier round's: that gang is gone
     auto& exits = job->progress.exits;
     for (const auto& e : exits)
@@ -331,7 +347,8 @@ struct RendezvousService::Impl final : public v1::Rendezvous::Service {
   }
 
   Status Barrier(ServerContext* ctx, const v1::BarrierRequest* req, v1::BarrierResponse*) override {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->timeout_ms()));
     std::unique_lock<std::mutex> lock(mu);
     JobState* job = nullptr;
     if (Status s = find(req->auth(), &job); !s.ok()) return s;
@@ -404,8 +421,8 @@ RendezvousService::~RendezvousService() {
 int RendezvousService::port() const { return impl_->port; }
 std::string RendezvousService::target() const { return "127.0.0.1:" + std::to_string(impl_->port); }
 
-void RendezvousService::add_job(const std::string& job, const std::string& token, std::vector<placement::RankAssignment> plan,
-                                JobPolicy policy) {
+void RendezvousService::add_job(const std::string& job, const std::string& token,
+                                std::vector<placement::RankAssignment> plan, JobPolicy policy) {
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     JobState state;

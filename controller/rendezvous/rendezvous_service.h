@@ -57,12 +57,12 @@ struct RendezvousCounters {
 // the field, RESOURCE_EXHAUSTED for the store's totals); messages above message_bytes are refused by
 // gRPC on either side.
 struct RendezvousLimits {
-  size_t key_bytes = 1024;               // a store key or barrier name; a heartbeat's slow_reason
-  size_t value_bytes = size_t{1} << 20;  // one stored value
-  size_t keys = 65536;                   // keys per job
-  size_t store_bytes = size_t{64} << 20; // keys and values per job
+  size_t key_bytes = 1024;                // a store key or barrier name; a heartbeat's slow_reason
+  size_t value_bytes = size_t{1} << 20;   // one stored value
+  size_t keys = 65536;                    // keys per job
+  size_t store_bytes = size_t{64} << 20;  // keys and values per job
   size_t message_bytes = size_t{2} << 20;
-  int64_t timeout_ms = 24 * 3600 * 1000; // the longest wait a Get or Barrier may ask for
+  int64_t timeout_ms = 24 * 3600 * 1000;  // the longest wait a Get or Barrier may ask for
 };
 
 // A new random job token (128 bits, hex).

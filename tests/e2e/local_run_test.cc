@@ -28,14 +28,26 @@ std::string manifest(const std::string& dir, int epochs, int every_steps, int ba
   return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: e2e}\nspec:\n"
          "  replicas: 2\n  ranksPerReplica: 2\n"
          "  model: {name: cosmoflow, inputSize: 16, baseChannels: 8, hidden: [32]}\n"
-         "  dataset: {format: hdf5, path: " + dir + "/data/train, validationPath: " + dir + "/data/val}\n"
-         "  training: {epochs: " + std::to_string(epochs) + ", batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}\n"
+         "  dataset: {format: hdf5, path: " +
+         dir + "/data/train, validationPath: " + dir +
+         "/data/val}\n"
+         "  training: {epochs: " +
+         std::to_string(epochs) +
+         ", batchSize: 4, optimizer: {name: adam, learningRate: 0.001}}\n"
          "  parallelism: {spatial: {d: 2}}\n"
-         "  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2, timeoutSeconds: 30}\n"
-         "  cache: {memory: 64Mi, localSSD: {path: " + dir + "/state/ssd, sizeLimit: 256Mi}}\n"
-         "  checkpoint: {path: " + dir + "/state/ckpt, everySteps: " + std::to_string(every_steps) + "}\n"
-         "  runPolicy: {backoffLimit: " + std::to_string(backoff_limit) + "}\n"
-         "  local: {nodes: 2, gpusPerNode: 2, workDir: " + dir + "/state}\n";
+         "  communication: {strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2, "
+         "timeoutSeconds: 30}\n"
+         "  cache: {memory: 64Mi, localSSD: {path: " +
+         dir +
+         "/state/ssd, sizeLimit: 256Mi}}\n"
+         "  checkpoint: {path: " +
+         dir + "/state/ckpt, everySteps: " + std::to_string(every_steps) +
+         "}\n"
+         "  runPolicy: {backoffLimit: " +
+         std::to_string(backoff_limit) +
+         "}\n"
+         "  local: {nodes: 2, gpusPerNode: 2, workDir: " +
+         dir + "/state}\n";
 }
 
 std::string prepare(const std::string& tag, int epochs, int every_steps, int backoff_limit = 1) {
@@ -58,7 +70,8 @@ json status_of(const std::string& dir) {
 
 TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   const std::string dir = prepare("tessera-e2e-ok", 3, 8);
-  const int rc = wait_exit(spawn({kCli, "run", dir + "/job.yaml", "--progress", "1"}, dir + "/run.log"), std::chrono::seconds(300));
+  const int rc = wait_exit(spawn({kCli, "run", dir + "/job.yaml", "--progress", "1"}, dir + "/run.log"),
+                           std::chrono::seconds(300));
   const std::string out = read_file(dir + "/run.log");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("e2e Succeeded"), std::string::npos) << out;
@@ -66,8 +79,8 @@ TEST(LocalRunTest, JobSucceedsOnVirtualNodes) {
   const json s = status_of(dir);
   EXPECT_EQ(s["phase"], "Succeeded");
   EXPECT_EQ(s["restarts"], 0);
-  EXPECT_EQ(s["step"], 48);          // 3 epochs x 64 samples / batch 4
-  EXPECT_EQ(s["switchStep"], 32);    // the controller's choice: epoch 2 x 16 steps
+  EXPECT_EQ(s["step"], 48);        // 3 epochs x 64 samples / batch 4
+  EXPECT_EQ(s["switchStep"], 32);  // the controller's choice: epoch 2 x 16 steps
   EXPECT_EQ(s["trainingPhase"], "dense");
   ASSERT_EQ(s["placement"].size(), 2u);  // one replica per virtual node, its ranks consecutive
   EXPECT_EQ(s["placement"][0]["ranks"], json::array({0, 1}));
@@ -179,10 +192,10 @@ Shell sh(const std::string& command, const std::string& dir) {
 TEST(CliTest, EveryCommandExplainsItselfOnStandardOutput) {
   const std::string dir = make_temp_dir("tessera-cli-help");
   const std::string bin = std::filesystem::path(kCli).parent_path().string();
-  for (const std::string cmd : {"tessera --help", "tessera -h", "tessera validate --help", "tessera run -h",
-                                "tessera run job.yaml --help", "tessera data generate --help", "tessera data verify -h",
-                                "tessera-worker --help", "tessera-worker -h", "tessera-bench --help", "tessera-bench -h",
-                                "tessera-bench train --help", "tessera-controller --help"}) {
+  for (const std::string cmd :
+       {"tessera --help", "tessera -h", "tessera validate --help", "tessera run -h", "tessera run job.yaml --help",
+        "tessera data generate --help", "tessera data verify -h", "tessera-worker --help", "tessera-worker -h",
+        "tessera-bench --help", "tessera-bench -h", "tessera-bench train --help", "tessera-controller --help"}) {
     const Shell r = sh(bin + "/" + cmd, dir);
     EXPECT_EQ(r.rc, 0) << cmd << ": " << r.err;
     EXPECT_NE(r.out.find("usage"), std::string::npos) << cmd << " printed: " << r.out;
@@ -193,7 +206,8 @@ TEST(CliTest, EveryCommandExplainsItselfOnStandardOutput) {
 
 TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
   const std::string dir = make_temp_dir("tessera-cli-args");
-  std::ofstream(dir + "/a.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec: {dataset: {format: synthetic}}\n";
+  std::ofstream(dir + "/a.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec: "
+                                    "{dataset: {format: synthetic}}\n";
   auto expect_error = [&](const std::string& args, const std::string& message) {
     const Shell r = sh(kCli + " " + args, dir);
     EXPECT_EQ(r.rc, 2) << args << ": " << r.err;
@@ -207,22 +221,26 @@ TEST(CliTest, BadArgumentsAreNamedWithStatus2) {
   std::ofstream(dir + "/huge.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: huge}\n"
                                        "spec: {model: {name: cosmoflow, inputSize: 512, hidden: [1048576, 1048576]}, "
                                        "dataset: {format: synthetic}}\n";
-  const Shell huge = sh("ulimit -v 1000000; " + kCli + " validate " + dir + "/huge.yaml", dir);  // 1 GB of address space
+  const Shell huge =
+      sh("ulimit -v 1000000; " + kCli + " validate " + dir + "/huge.yaml", dir);  // 1 GB of address space
   EXPECT_EQ(huge.rc, 0) << huge.out << huge.err;
   EXPECT_NE(huge.out.find("cosmoflow (1.1T parameters)"), std::string::npos) << huge.out;
   expect_error("validate " + dir, dir + ": is a directory, not a manifest file");
   expect_error("validate " + dir + "/missing.yaml", "no such file");
-  expect_error("run " + dir + "/a.yaml " + dir + "/b.yaml", dir + "/b.yaml: unexpected argument (tessera run takes one manifest)");
+  expect_error("run " + dir + "/a.yaml " + dir + "/b.yaml",
+               dir + "/b.yaml: unexpected argument (tessera run takes one manifest)");
   expect_error("run " + dir + "/a.yaml --nodes", "--nodes: needs a value");
   expect_error("run " + dir + "/a.yaml --bogus", "--bogus: unknown flag (tessera run --help lists them)");
-  expect_error("data generate --kind unet --samples 1 --size 15 --out " + dir + "/u", "--size: 15: unet3d needs a multiple of 4");
+  expect_error("data generate --kind unet --samples 1 --size 15 --out " + dir + "/u",
+               "--size: 15: unet3d needs a multiple of 4");
   expect_error("data verify", "tessera data verify DIR");
   expect_error("frobnicate", "frobnicate: unknown command");
   // Validation runs the model's own rules: this split fails when the ranks meet, so it is refused here.
-  std::ofstream(dir + "/unet.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: u}\nspec:\n"
-                                       "  ranksPerReplica: 4\n  model: {name: unet3d, inputSize: 8}\n"
-                                       "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
-                                       "  parallelism: {spatial: {d: 4}}\n";
+  std::ofstream(dir + "/unet.yaml")
+      << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: u}\nspec:\n"
+         "  ranksPerReplica: 4\n  model: {name: unet3d, inputSize: 8}\n"
+         "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
+         "  parallelism: {spatial: {d: 4}}\n";
   expect_error("validate " + dir + "/unet.yaml",
                "spec.parallelism.spatial.d: 4 parts, but unet3d with inputSize 8 splits volumes down to 2^3 "
                "(model.layers.bottom.conv1): at most 2 parts in each dimension");
@@ -235,7 +253,8 @@ TEST(CliTest, GenerateRefusesANonEmptyDirectoryUnlessToldToReplaceTheDataset) {
   ASSERT_EQ(sh(gen + "3", dir).rc, 0);
   Shell again = sh(gen + "2", dir);
   EXPECT_EQ(again.rc, 2);
-  EXPECT_NE(again.err.find("is not empty (4 files); choose a new directory, or pass --replace"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("is not empty (4 files); choose a new directory, or pass --replace"), std::string::npos)
+      << again.err;
   ASSERT_EQ(sh(gen + "2 --replace", dir).rc, 0);
   int samples = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir + "/d")) samples += e.path().extension() == ".h5";
@@ -264,7 +283,8 @@ TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
   const Shell first = sh(run, dir);
   ASSERT_EQ(first.rc, 0) << first.out << first.err;
   bool checkpoint = false;
-  for (const auto& e : std::filesystem::directory_iterator(dir + "/wd/ckpt")) checkpoint |= e.path().extension() == ".bin";
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/wd/ckpt"))
+    checkpoint |= e.path().extension() == ".bin";
   EXPECT_TRUE(checkpoint) << "no checkpoint under the work directory";
   EXPECT_FALSE(std::filesystem::exists(dir + "/ckpt")) << "the checkpoint went to the current directory";
   const Shell second = sh(run, dir);
@@ -274,7 +294,8 @@ TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
       << second.out;
   const Shell fresh = sh(run + " --fresh", dir);
   ASSERT_EQ(fresh.rc, 0) << fresh.out << fresh.err;
-  EXPECT_NE(fresh.out.find("--fresh: removed 1 checkpoint file from " + dir + "/wd/ckpt"), std::string::npos) << fresh.out;
+  EXPECT_NE(fresh.out.find("--fresh: removed 1 checkpoint file from " + dir + "/wd/ckpt"), std::string::npos)
+      << fresh.out;
   EXPECT_EQ(fresh.out.find("already finished"), std::string::npos) << fresh.out;
   EXPECT_EQ(json::parse(read_file(dir + "/wd/status.json"))["status"]["step"], 4);
   // A longer job on the same work directory goes on from that checkpoint, and says so as it starts.
@@ -292,11 +313,12 @@ TEST(CliTest, WorkDirHoldsTheRunsStateAndFreshStartsOver) {
 // A run whose loss diverges fails at once with its own reason; it is not restarted to diverge again.
 TEST(CliTest, ADivergedRunFailsAtOnceWithoutRestarts) {
   const std::string dir = make_temp_dir("tessera-cli-nan");
-  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: nan}\nspec:\n"
-                                      "  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
-                                      "  dataset: {format: synthetic, samples: 64, validationSamples: 4}\n"
-                                      "  training: {epochs: 4, batchSize: 2, optimizer: {name: sgd, learningRate: 1000000}}\n"
-                                      "  runPolicy: {backoffLimit: 3}\n";
+  std::ofstream(dir + "/job.yaml")
+      << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: nan}\nspec:\n"
+         "  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+         "  dataset: {format: synthetic, samples: 64, validationSamples: 4}\n"
+         "  training: {epochs: 4, batchSize: 2, optimizer: {name: sgd, learningRate: 1000000}}\n"
+         "  runPolicy: {backoffLimit: 3}\n";
   const Shell r = sh(kCli + " run " + dir + "/job.yaml --work-dir " + dir + "/wd", dir);
   EXPECT_NE(r.rc, 0) << r.out << r.err;
   const json s = json::parse(read_file(dir + "/wd/status.json"))["status"];
@@ -341,13 +363,15 @@ TEST(CliTest, ValidationIsOptionalOrASplitOfTheTrainingFiles) {
 // A gang the virtual nodes cannot hold fails at once, naming the flags that sized them and what would fit.
 TEST(CliTest, AGangThatDoesNotFitSaysWhatWould) {
   const std::string dir = make_temp_dir("tessera-cli-fit");
-  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: fit}\nspec:\n"
-                                      "  replicas: 2\n  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
-                                      "  dataset: {format: synthetic, samples: 16, validationSamples: 4}\n";
+  std::ofstream(dir + "/job.yaml")
+      << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: fit}\nspec:\n"
+         "  replicas: 2\n  model: {name: cosmoflow, inputSize: 8, baseChannels: 4, hidden: [8]}\n"
+         "  dataset: {format: synthetic, samples: 16, validationSamples: 4}\n";
   const Shell r = sh(kCli + " run " + dir + "/job.yaml --nodes 1 --work-dir " + dir + "/wd", dir);
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
-  EXPECT_NE((r.out + r.err).find("the gang of 2 replicas x 1 rank does not fit 1 virtual node of 1 GPU slot "
-                                 "(--nodes 1 --gpus-per-node 1); it needs 2 nodes of 1 GPU slot (--nodes 2)"),
+  EXPECT_NE((r.out + r.err)
+                .find("the gang of 2 replicas x 1 rank does not fit 1 virtual node of 1 GPU slot "
+                      "(--nodes 1 --gpus-per-node 1); it needs 2 nodes of 1 GPU slot (--nodes 2)"),
             std::string::npos)
       << r.out << r.err;
   std::filesystem::remove_all(dir);
@@ -357,10 +381,11 @@ TEST(CliTest, AGangThatDoesNotFitSaysWhatWould) {
 // of each class.
 TEST(CliTest, SegmentationReportsTheMajorityClassAndPerClassIoU) {
   const std::string dir = make_temp_dir("tessera-cli-unet");
-  std::ofstream(dir + "/job.yaml") << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: seg}\nspec:\n"
-                                      "  model: {name: unet3d, inputSize: 8, baseChannels: 4}\n"
-                                      "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
-                                      "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.001}}\n";
+  std::ofstream(dir + "/job.yaml")
+      << "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: seg}\nspec:\n"
+         "  model: {name: unet3d, inputSize: 8, baseChannels: 4}\n"
+         "  dataset: {format: synthetic, samples: 8, validationSamples: 4}\n"
+         "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.001}}\n";
   const Shell r = sh(kCli + " run " + dir + "/job.yaml --work-dir " + dir + "/wd", dir);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("(the most frequent class alone: "), std::string::npos) << r.out;
@@ -369,7 +394,7 @@ TEST(CliTest, SegmentationReportsTheMajorityClassAndPerClassIoU) {
   EXPECT_GT(v["baselineMetric"].get<double>(), 0.0) << v;
   EXPECT_LE(v["baselineMetric"].get<double>(), 1.0) << v;
   EXPECT_FALSE(v.contains("top5")) << v;  // a segmentation's accuracy is per voxel: no top-5
-  ASSERT_EQ(v["iou"].size(), 3u) << v;  // unet3d's default 3 classes
+  ASSERT_EQ(v["iou"].size(), 3u) << v;    // unet3d's default 3 classes
   for (const auto& x : v["iou"]) {
     EXPECT_GE(x.get<double>(), 0.0);
     EXPECT_LE(x.get<double>(), 1.0);

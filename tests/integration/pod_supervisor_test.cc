@@ -13,8 +13,8 @@
 
 #include "common/error.h"
 #include "controller/rendezvous/rendezvous_service.h"
-#include "testing/process.h"
 #include "testing/fork_ranks.h"
+#include "testing/process.h"
 
 namespace tessera {
 namespace {
@@ -48,7 +48,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 TEST(PodSupervisorTest, RanksThatSucceedEndThePodWithZero) {
   const std::string dir = testing::make_temp_dir("tessera-pod");
-  EXPECT_EQ(supervise_pod(shell_pod(dir, {"touch $DIR/done-$SLOT", "touch $DIR/done-$SLOT", "touch $DIR/done-$SLOT"})), 0);
+  EXPECT_EQ(supervise_pod(shell_pod(dir, {"touch $DIR/done-$SLOT", "touch $DIR/done-$SLOT", "touch $DIR/done-$SLOT"})),
+            0);
   for (int s = 0; s < 3; ++s) EXPECT_TRUE(std::filesystem::exists(dir + "/done-" + std::to_string(s)));
   EXPECT_FALSE(std::filesystem::exists(dir + "/termination-log"));
   std::filesystem::remove_all(dir);
@@ -57,7 +58,8 @@ TEST(PodSupervisorTest, RanksThatSucceedEndThePodWithZero) {
 TEST(PodSupervisorTest, AFailedRankEndsTheOthersWithItsStatusAndReason) {
   const std::string dir = testing::make_temp_dir("tessera-pod");
   const auto t0 = std::chrono::steady_clock::now();
-  const int status = supervise_pod(shell_pod(dir, {"exec sleep 60", "sleep 0.2; echo 'the data is gone' >&3; exit 7", "exec sleep 60"}));
+  const int status = supervise_pod(
+      shell_pod(dir, {"exec sleep 60", "sleep 0.2; echo 'the data is gone' >&3; exit 7", "exec sleep 60"}));
   EXPECT_EQ(status, 7);
   EXPECT_LT(seconds_since(t0), 10.0) << "the other ranks were not ended";
   EXPECT_EQ(read_file(dir + "/termination-log"), "slot 1: the data is gone\n");
@@ -73,7 +75,8 @@ TEST(PodSupervisorTest, ARankKilledBySignalIsDescribedWhenItWroteNothing) {
 
 TEST(PodSupervisorTest, SigtermIsForwardedAndTheRanksStop) {
   const std::string dir = testing::make_temp_dir("tessera-pod");
-  const std::string rank = "trap 'touch $DIR/stopped-$SLOT; exit 4' TERM; touch $DIR/up-$SLOT; while :; do sleep 0.05; done";
+  const std::string rank =
+      "trap 'touch $DIR/stopped-$SLOT; exit 4' TERM; touch $DIR/up-$SLOT; while :; do sleep 0.05; done";
   auto pod = std::async(std::launch::async, [&] { return supervise_pod(shell_pod(dir, {rank, rank})); });
   ASSERT_TRUE(appears(dir + "/up-0") && appears(dir + "/up-1"));
   kill(getpid(), SIGTERM);  // the supervisor's handler takes it while it runs
@@ -137,7 +140,8 @@ TEST(PodSupervisorTest, AFailedRankIsReportedAndThePodRestartsInPlaceInTheNextRo
   auto pod = std::async(std::launch::async, [&] { return supervise_pod(o); });
   // The controller sees the failure of round 0, and begins round 1.
   std::vector<reconcile::RankExit> exits;
-  for (int i = 0; i < 500 && exits.empty(); ++i, std::this_thread::sleep_for(20ms)) exits = service.progress("ns/job").exits;
+  for (int i = 0; i < 500 && exits.empty(); ++i, std::this_thread::sleep_for(20ms))
+    exits = service.progress("ns/job").exits;
   ASSERT_EQ(exits.size(), 1u);
   EXPECT_EQ(exits[0].slot, 1);
   EXPECT_EQ(exits[0].exit_code, 1);

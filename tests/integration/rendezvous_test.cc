@@ -8,13 +8,13 @@
 #include <functional>
 #include <thread>
 
+#include "common/error.h"
 #include "controller/placement/ring_planner.h"
 #include "controller/rendezvous/rendezvous_service.h"
 #include "tessera.grpc.pb.h"
 #include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
-#include "common/error.h"
 
 namespace tessera {
 namespace {
@@ -72,7 +72,7 @@ TEST(RendezvousTest, SupervisorsReportFailedRanksAndFollowTheRounds) {
   GrpcStore s(service.target(), "job", "t");
   EXPECT_EQ(s.await_round(-1, Millis(5000)), 0);
   EXPECT_TRUE(s.report_exit(1, 0, 137, "killed", 0, Millis(5000)));
-  EXPECT_TRUE(s.report_exit(1, 0, 1, "again", 0, Millis(5000)));  // one per rank: the first kept
+  EXPECT_TRUE(s.report_exit(1, 0, 1, "again", 0, Millis(5000)));      // one per rank: the first kept
   EXPECT_TRUE(s.report_exit(0, 1, 1, "peer gone", 5, Millis(5000)));  // another round's: ignored
   const auto exits = service.progress("job").exits;
   ASSERT_EQ(exits.size(), 1u);
@@ -231,7 +231,9 @@ TEST(RendezvousTest, TheExchangeIsChosenFromRankZerosCalibration) {
   EXPECT_EQ(other.exchange_sparse(), "hitopk");
   const auto x = service.progress("job").exchange;
   EXPECT_EQ(x.version, 1);
-  EXPECT_NE(x.reason.find("inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted"), std::string::npos) << x.reason;
+  EXPECT_NE(x.reason.find("inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted"),
+            std::string::npos)
+      << x.reason;
   EXPECT_EQ(x.predicted.size(), 4u);  // dense, torus, and each sparse strategy at the one density
   EXPECT_DOUBLE_EQ(x.inter_bits_per_second, 100e6);
   // the sparse phase ends at the policy's epoch, every rank told before it
@@ -299,9 +301,12 @@ TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
          "rendezvous: rank: 99 is not a rank of the job's 4 (0..3)");
   expect(heartbeat([](auto& r) { r.set_step(-3); }), grpc::StatusCode::INVALID_ARGUMENT, "step: -3 is negative");
   expect(heartbeat([](auto& r) { r.set_epoch(-1); }), grpc::StatusCode::INVALID_ARGUMENT, "epoch: -1 is negative");
-  expect(heartbeat([](auto& r) { r.set_loss(std::nan("")); }), grpc::StatusCode::INVALID_ARGUMENT, "loss: is not a finite number");
-  expect(heartbeat([](auto& r) { r.set_samples_per_second(-1); }), grpc::StatusCode::INVALID_ARGUMENT, "samples_per_second");
-  expect(heartbeat([](auto& r) { r.mutable_auth()->set_token("T"); }), grpc::StatusCode::PERMISSION_DENIED, "wrong token");
+  expect(heartbeat([](auto& r) { r.set_loss(std::nan("")); }), grpc::StatusCode::INVALID_ARGUMENT,
+         "loss: is not a finite number");
+  expect(heartbeat([](auto& r) { r.set_samples_per_second(-1); }), grpc::StatusCode::INVALID_ARGUMENT,
+         "samples_per_second");
+  expect(heartbeat([](auto& r) { r.mutable_auth()->set_token("T"); }), grpc::StatusCode::PERMISSION_DENIED,
+         "wrong token");
   expect(heartbeat([](auto& r) { r.add_slow_ranks(4); }), grpc::StatusCode::INVALID_ARGUMENT,
          "slow_ranks: 4 is not a rank of the job's 4 (0..3)");
   expect(heartbeat([](auto& r) { r.set_slow_reason(std::string(65, 'x')); }), grpc::StatusCode::INVALID_ARGUMENT,
@@ -310,7 +315,8 @@ TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
                 r.set_rank(0);
                 r.add_slow_ranks(3);
                 r.set_slow_reason("node n1 (rank 3) has a slow network");
-              }).ok());
+              })
+                  .ok());
   EXPECT_EQ(service.progress("job").slow_ranks, std::vector<int>{3});
   EXPECT_EQ(service.progress("job").slow_reason, "node n1 (rank 3) has a slow network");
 
@@ -325,7 +331,8 @@ TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
     grpc::ClientContext ctx;
     return stub->Barrier(&ctx, req, &resp);
   };
-  expect(barrier(0, -1, 100), grpc::StatusCode::INVALID_ARGUMENT, "count: -1 ranks, but a barrier waits for all the job's 4");
+  expect(barrier(0, -1, 100), grpc::StatusCode::INVALID_ARGUMENT,
+         "count: -1 ranks, but a barrier waits for all the job's 4");
   expect(barrier(0, 2, 100), grpc::StatusCode::INVALID_ARGUMENT, "count: 2 ranks");
   expect(barrier(4, 4, 100), grpc::StatusCode::INVALID_ARGUMENT, "rank: 4 is not a rank");
   expect(barrier(0, 4, -5), grpc::StatusCode::INVALID_ARGUMENT, "timeout_ms: -5 is outside");
@@ -365,7 +372,8 @@ TEST(RendezvousTest, EveryFieldIsCheckedAndTheStoreIsBounded) {
   reg.set_metrics_port(70000);
   v1::RegisterResponse assigned;
   grpc::ClientContext rctx;
-  expect(stub->Register(&rctx, reg, &assigned), grpc::StatusCode::INVALID_ARGUMENT, "metrics_port: 70000 is not a port");
+  expect(stub->Register(&rctx, reg, &assigned), grpc::StatusCode::INVALID_ARGUMENT,
+         "metrics_port: 70000 is not a port");
 }
 
 }  // namespace

@@ -15,12 +15,12 @@
 #include <tuple>
 
 #include "common/error.h"
+#include "controller/rendezvous/rendezvous_service.h"
 #include "testing/fork_ranks.h"
 #include "testing/process.h"
-#include "controller/rendezvous/rendezvous_service.h"
-#include "worker/train/checkpoint.h"
 #include "worker/data/filesystem.h"
 #include "worker/data/tokens.h"
+#include "worker/train/checkpoint.h"
 
 namespace tessera {
 namespace {
@@ -51,11 +51,11 @@ Gang start(const std::string& dir, const std::string& config, int world, int loc
   Gang run{dir, {}};
   const std::string rdv = dir + "/rendezvous-" + tag;
   for (int r = 0; r < world; ++r) {
-    run.pids.push_back(spawn({kWorker, "--config", config, "--rank", std::to_string(r), "--world-size",
-                              std::to_string(world), "--node", "node" + std::to_string(r / local), "--local-rank",
-                              std::to_string(r % local), "--rendezvous", rdv, "--threads", "1", "--metrics",
-                              dir + "/metrics-" + tag + "-" + std::to_string(r) + ".jsonl"},
-                             dir + "/log-" + tag + "-" + std::to_string(r) + ".txt"));
+    run.pids.push_back(
+        spawn({kWorker, "--config", config, "--rank", std::to_string(r), "--world-size", std::to_string(world),
+               "--node", "node" + std::to_string(r / local), "--local-rank", std::to_string(r % local), "--rendezvous",
+               rdv, "--threads", "1", "--metrics", dir + "/metrics-" + tag + "-" + std::to_string(r) + ".jsonl"},
+              dir + "/log-" + tag + "-" + std::to_string(r) + ".txt"));
   }
   return run;
 }
@@ -63,7 +63,8 @@ Gang start(const std::string& dir, const std::string& config, int world, int loc
 void expect_success(const Gang& run, const std::string& tag, std::chrono::seconds timeout) {
   for (size_t r = 0; r < run.pids.size(); ++r) {
     int code = wait_exit(run.pids[r], timeout);
-    EXPECT_EQ(code, 0) << "rank " << r << " log:\n" << read_file(run.dir + "/log-" + tag + "-" + std::to_string(r) + ".txt");
+    EXPECT_EQ(code, 0) << "rank " << r << " log:\n"
+                       << read_file(run.dir + "/log-" + tag + "-" + std::to_string(r) + ".txt");
   }
 }
 
@@ -81,26 +82,37 @@ std::vector<json> records(const std::string& file, const std::string& type) {
 
 // A small CosmoFlow (16^3 fields, two conv blocks) for the multi-process tests: `replicas` pods of
 // `ranks` processes.
-std::string small_job(int replicas, int ranks, const std::string& communication, const std::string& extra, int epochs = 1) {
+std::string small_job(int replicas, int ranks, const std::string& communication, const std::string& extra,
+                      int epochs = 1) {
   return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n"
-         "  replicas: " + std::to_string(replicas) + "\n  ranksPerReplica: " + std::to_string(ranks) + "\n"
+         "  replicas: " +
+         std::to_string(replicas) + "\n  ranksPerReplica: " + std::to_string(ranks) +
+         "\n"
          "  model: {name: cosmoflow, inputSize: 16, baseChannels: 8, hidden: [32]}\n"
          "  dataset: {synthetic: cosmo, samples: 80, validationSamples: 16, seed: 3}\n"
-         "  training:\n    epochs: " + std::to_string(epochs) + "\n    batchSize: 8\n"
+         "  training:\n    epochs: " +
+         std::to_string(epochs) +
+         "\n    batchSize: 8\n"
          "    optimizer: {name: sgd, learningRate: 0.002, momentum: 0.9}\n    logEverySeconds: 100\n"
-         "  communication: " + communication + "\n" + extra;
+         "  communication: " +
+         communication + "\n" + extra;
 }
 
 // A small Transformer (context 16, width 16, 2 blocks of 2 heads) on the byte tokens in `tokens`
 // (generate_text_tokens): 80 windows an epoch, batch 8.
 std::string small_transformer_job(int replicas, int ranks, const std::string& tokens, const std::string& extra) {
   return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: t}\nspec:\n"
-         "  replicas: " + std::to_string(replicas) + "\n  ranksPerReplica: " + std::to_string(ranks) + "\n"
+         "  replicas: " +
+         std::to_string(replicas) + "\n  ranksPerReplica: " + std::to_string(ranks) +
+         "\n"
          "  model: {name: transformer, context: 16, width: 16, depth: 2, heads: 2}\n"
-         "  dataset: {format: tokens, path: " + tokens + ", vocabSize: 256, samples: 80, validationSamples: 16}\n"
+         "  dataset: {format: tokens, path: " +
+         tokens +
+         ", vocabSize: 256, samples: 80, validationSamples: 16}\n"
          "  training:\n    epochs: 1\n    batchSize: 8\n"
          "    optimizer: {name: adamw, learningRate: 0.003, weightDecay: 0.1}\n    logEverySeconds: 100\n"
-         "  communication: {strategy: dense}\n" + extra;
+         "  communication: {strategy: dense}\n" +
+         extra;
 }
 
 TEST(TrainingTest, CosmoFlowLearnsBelowHalfThePredictTheMeanError) {
@@ -127,14 +139,20 @@ TEST(TrainingTest, EveryModelLearnsWithTheDefaults) {
   struct Case {
     std::string model, synthetic;
   };
-  for (const Case& c : {Case{"{name: cosmoflow, inputSize: 16, hidden: [16]}", "cosmo"},
-                        Case{"{name: unet3d, inputSize: 16}", "shapes"}, Case{"{name: cnn2d, inputSize: 16}", "images"}}) {
+  for (const Case& c :
+       {Case{"{name: cosmoflow, inputSize: 16, hidden: [16]}", "cosmo"},
+        Case{"{name: unet3d, inputSize: 16}", "shapes"}, Case{"{name: cnn2d, inputSize: 16}", "images"}}) {
     SCOPED_TRACE(c.model);
     const std::string tag = c.synthetic;
-    auto config = write_config(dir, "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: d}\nspec:\n"
-                                    "  model: " + c.model + "\n"
-                                    "  dataset: {synthetic: " + c.synthetic + ", samples: 128, validationSamples: 32}\n"
-                                    "  training: {epochs: 4, batchSize: 2, logEverySeconds: 100}\n");
+    auto config = write_config(dir,
+                               "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: d}\nspec:\n"
+                               "  model: " +
+                                   c.model +
+                                   "\n"
+                                   "  dataset: {synthetic: " +
+                                   c.synthetic +
+                                   ", samples: 128, validationSamples: 32}\n"
+                                   "  training: {epochs: 4, batchSize: 2, logEverySeconds: 100}\n");
     Gang run = start(dir, config, 1, 1, tag);
     expect_success(run, tag, std::chrono::seconds(180));
     auto epochs = records(dir + "/metrics-" + tag + "-0.jsonl", "epoch");
@@ -144,7 +162,8 @@ TEST(TrainingTest, EveryModelLearnsWithTheDefaults) {
       // Batches of 2 at a constant rate make the last epoch noisy: the best one must beat the mean.
       double best = INFINITY;
       for (const json& e : epochs) best = std::min(best, e["val_loss"].get<double>());
-      std::printf("cosmoflow: best validation MSE %.4f vs predict-the-mean %.4f\n", best, last["baseline_loss"].get<double>());
+      std::printf("cosmoflow: best validation MSE %.4f vs predict-the-mean %.4f\n", best,
+                  last["baseline_loss"].get<double>());
       EXPECT_LT(best, 0.9 * last["baseline_loss"].get<double>());
     } else {
       std::printf("%s: validation accuracy %.4f vs the most frequent class %.4f\n", tag.c_str(),
@@ -176,7 +195,8 @@ TEST(TrainingTest, FourReplicasEqualOneProcessWithTheGlobalBatch) {
     std::filesystem::create_directories(four);
     auto job = [&](int replicas, int ranks, const std::string& at) {
       const std::string ckpt = "  checkpoint: {path: " + at + "/ckpt}\n";
-      return model == "cosmoflow" ? small_job(replicas, ranks, "{strategy: dense}", ckpt) : small_transformer_job(replicas, ranks, tokens, ckpt);
+      return model == "cosmoflow" ? small_job(replicas, ranks, "{strategy: dense}", ckpt)
+                                  : small_transformer_job(replicas, ranks, tokens, ckpt);
     };
     auto c1 = write_config(one, job(1, 1, one));
     auto c4 = write_config(four, job(2, 2, four));
@@ -190,7 +210,8 @@ TEST(TrainingTest, FourReplicasEqualOneProcessWithTheGlobalBatch) {
     ASSERT_EQ(la.size(), 10u);
     ASSERT_EQ(lb.size(), 10u);
     for (size_t i = 0; i < la.size(); ++i)
-      EXPECT_NEAR(la[i]["loss"].get<double>(), lb[i]["loss"].get<double>(), 1e-5 * std::fabs(la[i]["loss"].get<double>()))
+      EXPECT_NEAR(la[i]["loss"].get<double>(), lb[i]["loss"].get<double>(),
+                  1e-5 * std::fabs(la[i]["loss"].get<double>()))
           << "step " << i;
     // Same weights after 10 steps: relative L2 difference per parameter below 1e-4 (summation order
     // differs between one batch of 8 and four all-reduced batches of 2).
@@ -224,13 +245,18 @@ TEST(TrainingTest, SpatialParallelismFollowsTheSingleRankTrajectory) {
   const std::string dir = make_temp_dir("tessera-spatial");
   auto job = [](const std::string& parallelism, int workers) {
     return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: spatial}\nspec:\n"
-           "  replicas: " + std::to_string(workers) + "\n  model: {name: cosmoflow, inputSize: 64, baseChannels: 4, hidden: [32]}\n"
+           "  replicas: " +
+           std::to_string(workers) +
+           "\n  model: {name: cosmoflow, inputSize: 64, baseChannels: 4, hidden: [32]}\n"
            "  dataset: {synthetic: cosmo, samples: 16, validationSamples: 4, seed: 5}\n"
-           "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.0005}, logEverySeconds: 100}\n"
-           "  parallelism: " + parallelism + "\n";
+           "  training: {epochs: 1, batchSize: 2, optimizer: {name: adam, learningRate: 0.0005}, logEverySeconds: "
+           "100}\n"
+           "  parallelism: " +
+           parallelism + "\n";
   };
-  const std::map<std::string, std::pair<std::string, int>> runs = {
-      {"single", {"{spatial: {d: 1}}", 1}}, {"d2", {"{spatial: {d: 2}}", 2}}, {"d2x2", {"{spatial: {d: 2}, data: 2}", 4}}};
+  const std::map<std::string, std::pair<std::string, int>> runs = {{"single", {"{spatial: {d: 1}}", 1}},
+                                                                   {"d2", {"{spatial: {d: 2}}", 2}},
+                                                                   {"d2x2", {"{spatial: {d: 2}, data: 2}", 4}}};
   for (const auto& [tag, spec] : runs) {
     const std::string sub = dir + "/" + tag;
     std::filesystem::create_directories(sub);
@@ -258,10 +284,12 @@ TEST(TrainingTest, AWorldSizeThatIsNotTheJobsFailsAtOnce) {
   const std::string dir = make_temp_dir("tessera-world");
   auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", ""));
   const auto t0 = std::chrono::steady_clock::now();
-  pid_t p = spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "3", "--rendezvous", dir + "/rdv"}, dir + "/log.txt");
+  pid_t p = spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "3", "--rendezvous", dir + "/rdv"},
+                  dir + "/log.txt");
   EXPECT_EQ(wait_exit(p, std::chrono::seconds(60)), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30) * testing::kSlowdown);
-  EXPECT_NE(read_file(dir + "/log.txt").find("--world-size: 3 ranks but the job has 2 workers (spec.replicas x spec.ranksPerReplica)"),
+  EXPECT_NE(read_file(dir + "/log.txt")
+                .find("--world-size: 3 ranks but the job has 2 workers (spec.replicas x spec.ranksPerReplica)"),
             std::string::npos)
       << read_file(dir + "/log.txt");
   std::filesystem::remove_all(dir);
@@ -273,7 +301,8 @@ TEST(TrainingTest, AStaleRendezvousDirectoryFailsAtOnce) {
   const std::string dir = make_temp_dir("tessera-stale");
   auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", ""));
   auto rank0 = [&](const std::string& log) {
-    return spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "2", "--rendezvous", dir + "/rdv"}, dir + "/" + log);
+    return spawn({kWorker, "--config", cfg, "--rank", "0", "--world-size", "2", "--rendezvous", dir + "/rdv"},
+                 dir + "/" + log);
   };
   pid_t earlier = rank0("earlier.txt");  // waits for a rank 1 that never comes: killed, as a crashed run would be
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30) * testing::kSlowdown;
@@ -287,7 +316,8 @@ TEST(TrainingTest, AStaleRendezvousDirectoryFailsAtOnce) {
   EXPECT_EQ(wait_exit(rank0("later.txt"), std::chrono::seconds(60)), 2);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30) * testing::kSlowdown);
   const std::string log = read_file(dir + "/later.txt");
-  EXPECT_NE(log.find("--rendezvous: '" + dir + "/rdv' holds the rendezvous of an earlier run (rank 0 was process "), std::string::npos)
+  EXPECT_NE(log.find("--rendezvous: '" + dir + "/rdv' holds the rendezvous of an earlier run (rank 0 was process "),
+            std::string::npos)
       << log;
   EXPECT_NE(log.find("give each run a new directory, or empty this one"), std::string::npos) << log;
   std::filesystem::remove_all(dir);
@@ -319,11 +349,13 @@ std::vector<pid_t> start_served(const RendezvousService& service, const std::str
 TEST(TrainingTest, WorkersRendezvousThroughTheControllerService) {
   const std::string dir = make_temp_dir("tessera-grpc");
   RendezvousService service;
-  service.add_job("grpc-job", "s3cret", placement::plan_ring({"node-b", "node-a"}, 1, nodes_ab(), {"kubernetes.io/hostname"}));
+  service.add_job("grpc-job", "s3cret",
+                  placement::plan_ring({"node-b", "node-a"}, 1, nodes_ab(), {"kubernetes.io/hostname"}));
   auto cfg = write_config(dir, small_job(2, 1, "{strategy: topk, density: 0.2}", ""));
   const std::vector<pid_t> pids = start_served(service, "grpc-job", "s3cret", cfg, dir, 2, 1);
   for (int replica = 0; replica < 2; ++replica)
-    EXPECT_EQ(wait_exit(pids[replica], std::chrono::seconds(120)), 0) << read_file(dir + "/log-" + std::to_string(replica) + ".txt");
+    EXPECT_EQ(wait_exit(pids[replica], std::chrono::seconds(120)), 0)
+        << read_file(dir + "/log-" + std::to_string(replica) + ".txt");
   // Pod 1 runs on node-a, first in the ring: rank 0.
   auto m1 = records(dir + "/metrics-1.jsonl", "step");
   ASSERT_EQ(m1.size(), 10u);
@@ -345,10 +377,12 @@ TEST(TrainingTest, ControllerChoosesTheSwitchStep) {
   service.add_job("hy", "t", placement::plan_ring({"node-a", "node-b"}, 2, nodes_ab(), {"kubernetes.io/hostname"}),
                   RendezvousService::JobPolicy{1});
   // The worker's own switchAtEpoch (2) is not what decides: the controller's policy (1) is.
-  auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
+  auto cfg = write_config(
+      dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 2}", "", 3));
   const std::vector<pid_t> pids = start_served(service, "hy", "t", cfg, dir, 2, 2);
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0)
+        << read_file(dir + "/log-" + std::to_string(i) + ".txt");
   EXPECT_EQ(service.progress("hy").switch_step, 10);
   EXPECT_EQ(service.progress("hy").step, 29);
   for (int i = 0; i < 4; ++i) {
@@ -389,24 +423,28 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   const auto first = service.progress("auto").exchange;
   EXPECT_EQ(first.version, 1);
   EXPECT_TRUE(first.sparse == "topk" || first.sparse == "hitopk") << first.sparse;  // the faster as predicted
-  EXPECT_TRUE(first.dense == "dense" || first.dense == "torus") << first.dense;  // the faster as predicted
+  EXPECT_TRUE(first.dense == "dense" || first.dense == "torus") << first.dense;     // the faster as predicted
   EXPECT_DOUBLE_EQ(first.density, 0.05);
   EXPECT_GE(first.from_step, 5);  // after the steps that time the compute
   EXPECT_NE(first.reason.find("inter-node links measured at"), std::string::npos) << first.reason;
   EXPECT_GT(first.compute_s, 0);
   kill(pids[0], SIGTERM);
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(60)), kExitStopped) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(60)), kExitStopped)
+        << read_file(dir + "/log-" + std::to_string(i) + ".txt");
   const int64_t stopped = records(dir + "/metrics-0.jsonl", "step").back()["step"].get<int64_t>() + 1;
   ASSERT_LT(stopped, 24) << "the stop came too late for the next gang's sparse phase";
 
   // The next gang: a new round of the same plan.
   policy.round = 1;
   service.add_job("auto", "t", plan, policy);
-  for (int i = 0; i < 4; ++i) std::filesystem::rename(dir + "/metrics-" + std::to_string(i) + ".jsonl", dir + "/first-" + std::to_string(i) + ".jsonl");
+  for (int i = 0; i < 4; ++i)
+    std::filesystem::rename(dir + "/metrics-" + std::to_string(i) + ".jsonl",
+                            dir + "/first-" + std::to_string(i) + ".jsonl");
   pids = start_served(service, "auto", "t", cfg, dir, 2, 2);
   for (int i = 0; i < 4; ++i)
-    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0) << read_file(dir + "/log-" + std::to_string(i) + ".txt");
+    EXPECT_EQ(wait_exit(pids[i], std::chrono::seconds(180)), 0)
+        << read_file(dir + "/log-" + std::to_string(i) + ".txt");
   const auto second = service.progress("auto").exchange;
   EXPECT_EQ(second.version, 2);
   EXPECT_GE(second.from_step, stopped + 5);
@@ -433,15 +471,17 @@ TEST(TrainingTest, ControllerChoosesTheExchangeAndEveryRankTakesItAtOneStep) {
   std::string logs;  // rank 0 says what it measured and when the choice takes effect
   for (int i = 0; i < 4; ++i) logs += read_file(dir + "/log-" + std::to_string(i) + ".txt");
   EXPECT_NE(logs.find("calibrated the exchange: links between nodes"), std::string::npos) << logs;
-  EXPECT_NE(logs.find("exchange from step " + std::to_string(second.from_step) + ": " + second.sparse + " at density 0.05"),
-            std::string::npos)
+  EXPECT_NE(
+      logs.find("exchange from step " + std::to_string(second.from_step) + ": " + second.sparse + " at density 0.05"),
+      std::string::npos)
       << logs;
   std::filesystem::remove_all(dir);
 }
 
 TEST(TrainingTest, HybridSwitchesEveryRankAtTheSameStep) {
   const std::string dir = make_temp_dir("tessera-hybrid");
-  auto cfg = write_config(dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));
+  auto cfg = write_config(
+      dir, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1}", "", 2));
   Gang run = start(dir, cfg, 4, 2, "hy");
   expect_success(run, "hy", std::chrono::seconds(240));
   for (int r = 0; r < 4; ++r) {
@@ -493,15 +533,19 @@ TEST(TrainingTest, OverlappedExchangeTrainsBitwiseLikeTheSequentialOne) {
     const std::string sub = dir + "/" + tag;
     std::filesystem::create_directories(sub);
     // 8 KiB buckets: the small CosmoFlow's gradients fill several, so several are in flight at once.
-    auto cfg = write_config(sub, small_job(2, 2, "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1, "
-                                                 "bucketSize: 8Ki, overlap: " + std::string(tag == "on" ? "true" : "false") + "}",
-                                           "  checkpoint: {path: " + sub + "/ckpt}\n", 2));
+    auto cfg =
+        write_config(sub, small_job(2, 2,
+                                    "{strategy: hybrid, sparse: hitopk, dense: torus, density: 0.05, switchAtEpoch: 1, "
+                                    "bucketSize: 8Ki, overlap: " +
+                                        std::string(tag == "on" ? "true" : "false") + "}",
+                                    "  checkpoint: {path: " + sub + "/ckpt}\n", 2));
     Gang g = start(sub, cfg, 4, 2, tag);
     expect_success(g, tag, std::chrono::seconds(240));
   }
   for (int r = 0; r < 4; ++r) {
     const std::string rank = std::to_string(r);
-    auto on = records(dir + "/on/metrics-on-" + rank + ".jsonl", "step"), off = records(dir + "/off/metrics-off-" + rank + ".jsonl", "step");
+    auto on = records(dir + "/on/metrics-on-" + rank + ".jsonl", "step"),
+         off = records(dir + "/off/metrics-off-" + rank + ".jsonl", "step");
     ASSERT_EQ(on.size(), 20u);
     ASSERT_EQ(off.size(), 20u);
     for (size_t i = 0; i < on.size(); ++i) {
@@ -509,7 +553,8 @@ TEST(TrainingTest, OverlappedExchangeTrainsBitwiseLikeTheSequentialOne) {
       EXPECT_EQ(on[i]["bytes_inter"], off[i]["bytes_inter"]) << "rank " << r << " step " << i;
       EXPECT_GT(on[i]["comm_total_s"].get<double>(), 0.0);
     }
-    CheckpointData a = read_checkpoint(posix, checkpoint_file(dir + "/on/ckpt", 20, r)), b = read_checkpoint(posix, checkpoint_file(dir + "/off/ckpt", 20, r));
+    CheckpointData a = read_checkpoint(posix, checkpoint_file(dir + "/on/ckpt", 20, r)),
+                   b = read_checkpoint(posix, checkpoint_file(dir + "/off/ckpt", 20, r));
     ASSERT_EQ(a.arrays.size(), b.arrays.size());
     for (const auto& [name, va] : a.arrays) {
       const auto& vb = b.arrays.at(name);
@@ -539,13 +584,16 @@ TEST(TrainingTest, MomentumCorrectionAtDensityOneIsSgdWithoutMomentum) {
     return "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: spatial}\nspec:\n"
            "  replicas: 4\n  model: {name: cosmoflow, inputSize: 64, baseChannels: 4, hidden: [32]}\n"
            "  dataset: {synthetic: cosmo, samples: 16, validationSamples: 4, seed: 5}\n"
-           "  training: {epochs: 1, batchSize: 2, " + sgd + momentum + ", weightDecay: 0.05}, logEverySeconds: 100}\n"
-           "  parallelism: {spatial: {d: 2}, data: 2}\n  communication: " + comm + "\n";
+           "  training: {epochs: 1, batchSize: 2, " +
+           sgd + momentum +
+           ", weightDecay: 0.05}, logEverySeconds: 100}\n"
+           "  parallelism: {spatial: {d: 2}, data: 2}\n  communication: " +
+           comm + "\n";
   };
   // (tag, manifest, ranks, ranks per node)
   using Job = std::function<std::string(const std::string&, const std::string&)>;
-  for (const auto& [tag, job, world, local] : std::vector<std::tuple<std::string, Job, int, int>>{
-           {"data", data_parallel, 2, 1}, {"spatial", spatial, 4, 4}}) {
+  for (const auto& [tag, job, world, local] :
+       std::vector<std::tuple<std::string, Job, int, int>>{{"data", data_parallel, 2, 1}, {"spatial", spatial, 4, 4}}) {
     SCOPED_TRACE(tag);
     const std::string corrected = dir + "/" + tag + "-corrected", plain = dir + "/" + tag + "-plain";
     std::filesystem::create_directories(corrected);
@@ -554,12 +602,14 @@ TEST(TrainingTest, MomentumCorrectionAtDensityOneIsSgdWithoutMomentum) {
     expect_success(a, "c", std::chrono::seconds(180));
     Gang b = start(plain, write_config(plain, job("{strategy: dense}", "0")), world, local, "p");
     expect_success(b, "p", std::chrono::seconds(180));
-    EXPECT_NE(read_file(corrected + "/log-c-0.txt").find("momentum correction: each rank keeps SGD's velocity"), std::string::npos);
+    EXPECT_NE(read_file(corrected + "/log-c-0.txt").find("momentum correction: each rank keeps SGD's velocity"),
+              std::string::npos);
     const auto c = records(corrected + "/metrics-c-0.jsonl", "step"), p = records(plain + "/metrics-p-0.jsonl", "step");
     ASSERT_GE(c.size(), 8u);
     ASSERT_EQ(c.size(), p.size());
     for (size_t i = 0; i < c.size(); ++i)
-      EXPECT_NEAR(c[i]["loss"].get<double>(), p[i]["loss"].get<double>(), 1e-5 * std::fabs(p[i]["loss"].get<double>())) << "step " << i;
+      EXPECT_NEAR(c[i]["loss"].get<double>(), p[i]["loss"].get<double>(), 1e-5 * std::fabs(p[i]["loss"].get<double>()))
+          << "step " << i;
     // and the losses moved: the comparison is not of two untrained runs
     EXPECT_NE(c.front()["loss"].get<double>(), c.back()["loss"].get<double>());
   }
@@ -581,15 +631,21 @@ TEST(TrainingTest, ResumedResidualsMustFitTheBuckets) {
   };
   EXPECT_EQ(run("a", "8Ki", 1), std::vector<int>(4, 0)) << read_file(dir + "/log-a-0.txt");
   EXPECT_EQ(run("b", "8Ki", 2), std::vector<int>(4, 0)) << read_file(dir + "/log-b-0.txt");
-  EXPECT_NE(read_file(dir + "/log-b-0.txt").find("resuming at step 10"), std::string::npos) << read_file(dir + "/log-b-0.txt");
+  EXPECT_NE(read_file(dir + "/log-b-0.txt").find("resuming at step 10"), std::string::npos)
+      << read_file(dir + "/log-b-0.txt");
   // The convolutions now share one bucket: a configuration error, which a restart would not fix.
   for (int code : run("c", "64Ki", 3)) EXPECT_EQ(code, 2);
   const std::string log = read_file(dir + "/log-c-0.txt");
-  EXPECT_NE(log.find("spec.checkpoint.path: '" + dir + "/ckpt/ckpt-0000000020-rank0.bin' was written by another configuration"),
-            std::string::npos) << log;
-  EXPECT_NE(log.find("does not fit this job's gradient buckets (was spec.communication.bucketSize changed?). To start afresh, "
-                     "remove the job's checkpoints (`tessera run --fresh`)"),
-            std::string::npos) << log;
+  EXPECT_NE(log.find("spec.checkpoint.path: '" + dir +
+                     "/ckpt/ckpt-0000000020-rank0.bin' was written by another configuration"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(
+      log.find(
+          "does not fit this job's gradient buckets (was spec.communication.bucketSize changed?). To start afresh, "
+          "remove the job's checkpoints (`tessera run --fresh`)"),
+      std::string::npos)
+      << log;
   std::filesystem::remove_all(dir);
 }
 
@@ -598,7 +654,8 @@ TEST(TrainingTest, ResumedResidualsMustFitTheBuckets) {
 TEST(TrainingTest, CorruptNewestCheckpointFallsBackToTheOneBefore) {
   const std::string dir = make_temp_dir("tessera-corrupt-ckpt");
   auto run = [&](const std::string& tag, int epochs) {
-    auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense}", "  checkpoint: {path: " + dir + "/ckpt, everySteps: 4}\n", epochs));
+    auto cfg = write_config(
+        dir, small_job(2, 1, "{strategy: dense}", "  checkpoint: {path: " + dir + "/ckpt, everySteps: 4}\n", epochs));
     Gang g = start(dir, cfg, 2, 1, tag);
     std::vector<int> codes;
     for (pid_t p : g.pids) codes.push_back(wait_exit(p, std::chrono::seconds(120)));
@@ -616,11 +673,14 @@ TEST(TrainingTest, CorruptNewestCheckpointFallsBackToTheOneBefore) {
   }
   ASSERT_EQ(run("b", 2), std::vector<int>(2, 0)) << read_file(dir + "/log-b-1.txt");
   const std::string log1 = read_file(dir + "/log-b-1.txt");
-  EXPECT_NE(log1.find("checkpoint '" + victim + "': checksum mismatch (corrupt): rank 1 resumes from an older checkpoint"),
-            std::string::npos) << log1;
+  EXPECT_NE(
+      log1.find("checkpoint '" + victim + "': checksum mismatch (corrupt): rank 1 resumes from an older checkpoint"),
+      std::string::npos)
+      << log1;
   for (int r = 0; r < 2; ++r)
-    EXPECT_NE(read_file(dir + "/log-b-" + std::to_string(r) + ".txt").find("resuming at step " + std::to_string(before)),
-              std::string::npos)
+    EXPECT_NE(
+        read_file(dir + "/log-b-" + std::to_string(r) + ".txt").find("resuming at step " + std::to_string(before)),
+        std::string::npos)
         << read_file(dir + "/log-b-" + std::to_string(r) + ".txt");
   std::filesystem::remove_all(dir);
 }
@@ -631,8 +691,10 @@ TEST(TrainingTest, KilledGangResumesOnTheUninterruptedTrajectory) {
   std::filesystem::create_directories(straight);
   std::filesystem::create_directories(killed);
   const std::string comm = "{strategy: topk, density: 0.1, timeoutSeconds: 10}";
-  auto cs = write_config(straight, small_job(2, 1, comm, "  checkpoint: {path: " + straight + "/ckpt, everySteps: 4}\n", 4));
-  auto ck = write_config(killed, small_job(2, 1, comm, "  checkpoint: {path: " + killed + "/ckpt, everySteps: 4}\n", 4));
+  auto cs =
+      write_config(straight, small_job(2, 1, comm, "  checkpoint: {path: " + straight + "/ckpt, everySteps: 4}\n", 4));
+  auto ck =
+      write_config(killed, small_job(2, 1, comm, "  checkpoint: {path: " + killed + "/ckpt, everySteps: 4}\n", 4));
   Gang a = start(straight, cs, 2, 1, "s");
   expect_success(a, "s", std::chrono::seconds(180));
 
@@ -689,7 +751,8 @@ TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
   ASSERT_GE(records(m1, "step").size(), 5u);
   kill(b.pids[1], SIGTERM);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_exit(b.pids[r], std::chrono::seconds(60)), kExitStopped) << read_file(stopped + "/log-t1-" + std::to_string(r) + ".txt");
+    EXPECT_EQ(wait_exit(b.pids[r], std::chrono::seconds(60)), kExitStopped)
+        << read_file(stopped + "/log-t1-" + std::to_string(r) + ".txt");
   const auto last0 = records(stopped + "/metrics-t1-0.jsonl", "step"), last1 = records(m1, "step");
   ASSERT_FALSE(last0.empty());
   ASSERT_FALSE(last1.empty());
@@ -699,8 +762,11 @@ TEST(TrainingTest, SigtermCheckpointsTheStepTheGangAgreesOnAndLosesNoStep) {
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(checkpoint_steps(stopped + "/ckpt", r), std::vector<int64_t>{at}) << "rank " << r;
     const std::string log = read_file(stopped + "/log-t1-" + std::to_string(r) + ".txt");
-    EXPECT_NE(log.find("stopped at step " + std::to_string(at) + " on SIGTERM, every rank at the same step; the checkpoint of step " +
-                       std::to_string(at) + " is written"), std::string::npos) << log;
+    EXPECT_NE(log.find("stopped at step " + std::to_string(at) +
+                       " on SIGTERM, every rank at the same step; the checkpoint of step " + std::to_string(at) +
+                       " is written"),
+              std::string::npos)
+        << log;
   }
 
   Gang c = start(stopped, ck, 2, 1, "t2");
@@ -726,7 +792,8 @@ TEST(TrainingTest, SigtermStopsAGangWhoseControllerNoLongerServesIt) {
   const std::string dir = make_temp_dir("tessera-unserved");
   RendezvousService service;
   service.add_job("gone", "t", placement::plan_ring({"node-a", "node-b"}, 1, nodes_ab(), {"kubernetes.io/hostname"}));
-  auto cfg = write_config(dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", "  checkpoint: {path: " + dir + "/ckpt}\n", 20));
+  auto cfg = write_config(
+      dir, small_job(2, 1, "{strategy: dense, timeoutSeconds: 120}", "  checkpoint: {path: " + dir + "/ckpt}\n", 20));
   const std::vector<pid_t> pids = start_served(service, "gone", "t", cfg, dir, 2, 1);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120) * testing::kSlowdown;
   while (std::chrono::steady_clock::now() < deadline && records(dir + "/metrics-0.jsonl", "step").size() < 3)
@@ -736,7 +803,8 @@ TEST(TrainingTest, SigtermStopsAGangWhoseControllerNoLongerServesIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both ranks now wait for an answer
   for (pid_t pid : pids) kill(pid, SIGTERM);
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_exit(pids[r], std::chrono::seconds(20)), kExitStopped) << read_file(dir + "/log-" + std::to_string(r) + ".txt");
+    EXPECT_EQ(wait_exit(pids[r], std::chrono::seconds(20)), kExitStopped)
+        << read_file(dir + "/log-" + std::to_string(r) + ".txt");
   const auto last0 = records(dir + "/metrics-0.jsonl", "step"), last1 = records(dir + "/metrics-1.jsonl", "step");
   ASSERT_FALSE(last0.empty());
   ASSERT_FALSE(last1.empty());
@@ -761,7 +829,8 @@ TEST(TrainingTest, AnElasticGangOnFewerReplicasFollowsTheFullGangsTrajectory) {
     std::filesystem::create_directories(elastic);
     const std::string comm = "{strategy: " + strategy + ", density: 0.1, timeoutSeconds: 10}";
     auto cs = write_config(straight, small_job(4, 1, comm, "  checkpoint: {path: " + straight + "/ckpt}\n", 2));
-    auto ce = write_config(elastic, small_job(4, 1, comm, "  checkpoint: {path: " + elastic + "/ckpt}\n  elastic: {minReplicas: 2}\n", 2));
+    auto ce = write_config(
+        elastic, small_job(4, 1, comm, "  checkpoint: {path: " + elastic + "/ckpt}\n  elastic: {minReplicas: 2}\n", 2));
     Gang a = start(straight, cs, 4, 1, "s");
     expect_success(a, "s", std::chrono::seconds(180));
     // Runs `world` ranks from the newest checkpoint; stops them (SIGTERM to the last rank) once that
@@ -788,11 +857,13 @@ TEST(TrainingTest, AnElasticGangOnFewerReplicasFollowsTheFullGangsTrajectory) {
     const std::string ckpt = elastic + "/ckpt";
     ASSERT_FALSE(checkpoint_steps(ckpt, 3).empty());
     const int64_t whole = checkpoint_steps(ckpt, 3).back();
-    for (int r = 0; r < 3; ++r) std::filesystem::copy_file(checkpoint_file(ckpt, whole, r), checkpoint_file(ckpt, whole + 1, r));
+    for (int r = 0; r < 3; ++r)
+      std::filesystem::copy_file(checkpoint_file(ckpt, whole, r), checkpoint_file(ckpt, whole + 1, r));
     const int64_t shrunk = run("e2", 3, 3);
     EXPECT_EQ(shrunk, whole);
-    EXPECT_NE(read_file(elastic + "/log-e2-0.txt").find("rank3.bin' is missing: the gang of 4 ranks that wrote step " + std::to_string(whole + 1) +
-                                                        " did not finish it"),
+    EXPECT_NE(read_file(elastic + "/log-e2-0.txt")
+                  .find("rank3.bin' is missing: the gang of 4 ranks that wrote step " + std::to_string(whole + 1) +
+                        " did not finish it"),
               std::string::npos)
         << read_file(elastic + "/log-e2-0.txt");
     const int64_t grown = run("e3", 4, 0);
@@ -817,13 +888,17 @@ TEST(TrainingTest, AnElasticGangOnFewerReplicasFollowsTheFullGangsTrajectory) {
         ++compared;
       }
     EXPECT_EQ(compared, 20u) << "every step trained once";
-    std::printf("%s: stopped at step %lld on 4 ranks, at %lld on 3; largest relative loss difference from the uninterrupted run %.2e\n",
-                strategy.c_str(), static_cast<long long>(shrunk), static_cast<long long>(grown), worst);
+    std::printf(
+        "%s: stopped at step %lld on 4 ranks, at %lld on 3; largest relative loss difference from the uninterrupted "
+        "run %.2e\n",
+        strategy.c_str(), static_cast<long long>(shrunk), static_cast<long long>(grown), worst);
     EXPECT_LT(worst, strategy == "dense" ? 1e-4 : 0.05) << "the losses leave the uninterrupted trajectory";
     if (strategy == "topk") {
       const std::string log0 = read_file(elastic + "/log-e2-0.txt");
-      EXPECT_NE(log0.find("was written by a gang of 4 ranks; this one has 3: its error-feedback residuals are re-sharded"),
-                std::string::npos) << log0;
+      EXPECT_NE(
+          log0.find("was written by a gang of 4 ranks; this one has 3: its error-feedback residuals are re-sharded"),
+          std::string::npos)
+          << log0;
     }
     std::filesystem::remove_all(dir);
   }

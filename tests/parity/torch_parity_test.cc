@@ -57,8 +57,9 @@ void expect_parity(const std::string& dir, const ModelConfig& c, const nlohmann:
   m->backward(loss.grad);
   const double logit_error = rel_error(logits, npy(dir + "/logits.npy"));
   const double loss_error = std::fabs(loss.loss - cfg["loss"].get<double>()) / cfg["loss"].get<double>();
-  std::printf("PyTorch %s, %s: logits rel. error %.2e, loss %.6f vs %.6f (rel. %.2e)\n", cfg["torch"].get<std::string>().c_str(),
-              c.name.c_str(), logit_error, loss.loss, cfg["loss"].get<double>(), loss_error);
+  std::printf("PyTorch %s, %s: logits rel. error %.2e, loss %.6f vs %.6f (rel. %.2e)\n",
+              cfg["torch"].get<std::string>().c_str(), c.name.c_str(), logit_error, loss.loss,
+              cfg["loss"].get<double>(), loss_error);
   EXPECT_LE(logit_error, 1e-4);
   EXPECT_LE(loss_error, 1e-4);
   double worst = 0;
@@ -71,7 +72,8 @@ void expect_parity(const std::string& dir, const ModelConfig& c, const nlohmann:
       worst_name = p->name;
     }
   }
-  std::printf("largest gradient rel. error over %zu parameters: %.2e (%s)\n", m->params().size(), worst, worst_name.c_str());
+  std::printf("largest gradient rel. error over %zu parameters: %.2e (%s)\n", m->params().size(), worst,
+              worst_name.c_str());
 }
 
 nlohmann::json config_of(const std::string& dir) {

@@ -62,11 +62,13 @@ TEST(BucketExchangeTest, ABucketLeavesAsSoonAsItsGradientsAreFinal) {
   BucketExchange x(f.params(), 800, true);
   std::vector<int> order;
   std::atomic<int> sent{0};
-  x.begin([&](int b, std::span<float> data) {
-    order.push_back(b);
-    for (float& v : data) v *= 3.0f;  // the "sum over ranks"
-    ++sent;
-  }, 0.5f);
+  x.begin(
+      [&](int b, std::span<float> data) {
+        order.push_back(b);
+        for (float& v : data) v *= 3.0f;  // the "sum over ranks"
+        ++sent;
+      },
+      0.5f);
   ASSERT_NE(x.hook(), nullptr);
   (*x.hook())(f.c);  // the backward pass has finished c: bucket 0 is complete
   EXPECT_TRUE(eventually([&] { return sent == 1; })) << "bucket 0 was not sent during the backward pass";
@@ -99,10 +101,12 @@ TEST(BucketExchangeTest, AFailedSendIsReportedAndTheRestOfTheStepIsNotSent) {
     Fixture f;
     BucketExchange x(f.params(), 800, overlap);
     int calls = 0;
-    x.begin([&](int b, std::span<float>) {
-      ++calls;
-      if (b == 0) throw std::runtime_error("peer gone");
-    }, 1.0f);
+    x.begin(
+        [&](int b, std::span<float>) {
+          ++calls;
+          if (b == 0) throw std::runtime_error("peer gone");
+        },
+        1.0f);
     EXPECT_THROW(x.finish(), std::runtime_error) << "overlap " << overlap;
     EXPECT_EQ(calls, 1) << "overlap " << overlap;
     // The next step starts clean.

@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "testing/fork_ranks.h"
 #include "common/error.h"
+#include "testing/fork_ranks.h"
 #include "worker/data/filesystem.h"
 
 namespace tessera {
@@ -43,8 +43,10 @@ TEST(CheckpointTest, SummedResidualsPlaceEachRanksShareInItsBucket) {
     summed_bucket_arrays(posix, dir, 7, 3, {3, 3});
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("ckpt-0000000007-rank1.bin': the residual of bucket 0 (2 entries at 2) does not fit its 3"),
-              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "ckpt-0000000007-rank1.bin': the residual of bucket 0 (2 entries at 2) does not fit its 3"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(summed_bucket_arrays(posix, dir, 7, 3, {4}), ConfigError);  // no bucket 1
   EXPECT_THROW(summed_bucket_arrays(posix, dir, 7, 4, {4, 3}), Error);     // rank 3 wrote nothing
@@ -137,7 +139,10 @@ TEST(CheckpointTest, AFailedWriteKeepsThePreviousCheckpoint) {
       _exit(10);
     } catch (const Error& e) {
       const std::string m = e.what();
-      _exit(m.find("'" + checkpoint_file(dir, 8, 0) + ".tmp.") != std::string::npos && m.find("cannot write") != std::string::npos ? 0 : 11);
+      _exit(m.find("'" + checkpoint_file(dir, 8, 0) + ".tmp.") != std::string::npos &&
+                    m.find("cannot write") != std::string::npos
+                ? 0
+                : 11);
     }
   }
   int status = 0;

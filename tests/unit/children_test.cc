@@ -15,7 +15,8 @@ const Owner kJob{"cosmo", "ml", "uid-1"};
 // The spec of a manifest whose spec is `spec_yaml` (every problem fails the test).
 api::TrainingJobSpec spec_of(const std::string& spec_yaml) {
   const std::string doc =
-      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: cosmo, namespace: ml}\nspec:\n" + spec_yaml;
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: cosmo, namespace: ml}\nspec:\n" +
+      spec_yaml;
   const api::ParsedJob p = api::parse_training_job(ConfigNode::load_string(doc, "job"));
   for (const auto& problem : p.problems) ADD_FAILURE() << problem.field << ": " << problem.reason;
   return p.job.spec;
@@ -41,7 +42,8 @@ const json* volume(const json& pod, const std::string& name) {
 }
 
 TEST(ChildrenTest, AWorkerPodRunsTheSupervisorOfItsReplicasRanksOnItsNode) {
-  const api::TrainingJobSpec sp = spec_of("  replicas: 2\n  ranksPerReplica: 4\n  resources: {gpu: 4, cpu: 8}\n  dataset: {format: synthetic}\n");
+  const api::TrainingJobSpec sp =
+      spec_of("  replicas: 2\n  ranksPerReplica: 4\n  resources: {gpu: 4, cpu: 8}\n  dataset: {format: synthetic}\n");
   const json p = worker_pod(kJob, sp, cluster(), 3, 1, "gpu-b");
   EXPECT_EQ(p["metadata"]["name"], pod_name("cosmo", 3, 1));
   EXPECT_EQ(p["metadata"]["namespace"], "ml");
@@ -99,7 +101,8 @@ TEST(ChildrenTest, HostPathCheckpointsAndCacheAreGivenToTheWorkersUserFirst) {
   EXPECT_EQ(init["command"], (json{"chown"}));
   EXPECT_EQ(init["args"][0], "65532:65532");
   EXPECT_NE(std::find(init["args"].begin(), init["args"].end(), "/ckpt"), init["args"].end()) << init.dump();
-  EXPECT_EQ(p["spec"]["tolerations"], (json::array({{{"key", "gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}})));
+  EXPECT_EQ(p["spec"]["tolerations"],
+            (json::array({{{"key", "gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}})));
 }
 
 TEST(ChildrenTest, TheConfigMapCarriesTheManifestAndTheRingPlan) {

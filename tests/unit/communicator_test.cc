@@ -7,8 +7,8 @@
 #include <chrono>
 #include <numeric>
 
-#include "testing/rank_threads.h"
 #include "common/error.h"
+#include "testing/rank_threads.h"
 
 namespace tessera {
 namespace {

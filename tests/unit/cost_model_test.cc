@@ -26,8 +26,8 @@ TEST(CostModelTest, DenseIsAWorldRing) {
   const double S = 1e6;
   EXPECT_DOUBLE_EQ(exchange_cost(Strategy::kDense, S, 1, 2, 1, machine()).seconds, 2 * (kAi + 4 * S / 2 * kBi));
   // 4 nodes x 2 ranks: 14 steps of S/8 across each node's link; the node's other rank sends through loopback
-  EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 4, 2, machine()).seconds, 14 * (kAi + 4 * S / 8 * kBi) + 14 * 4 * S / 8 * kCl / 2,
-              1e-12);
+  EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 4, 2, machine()).seconds,
+              14 * (kAi + 4 * S / 8 * kBi) + 14 * 4 * S / 8 * kCl / 2, 1e-12);
   EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 1, 2, machine()).seconds, 2 * (kAl + 4 * S / 2 * kCl), 1e-12);
 }
 
@@ -39,7 +39,8 @@ TEST(CostModelTest, TorusRingsShareTheNodeLink) {
   // one rank per node: the ring across nodes alone, dense's world ring
   Machine mc = machine();
   mc.cpu_inter = 1e-9, mc.pass = 1e-9;
-  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, 4, 1, mc).seconds, exchange_cost(Strategy::kDense, S, 1, 4, 1, mc).seconds, 1e-12);
+  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, 4, 1, mc).seconds,
+              exchange_cost(Strategy::kDense, S, 1, 4, 1, mc).seconds, 1e-12);
 }
 
 // Rings side by side that fill each other's gaps on the link: 4 rings at 0.9 take 3.6 times one
@@ -53,12 +54,13 @@ TEST(CostModelTest, RingsSharingALinkTakeItsSharingFactor) {
               2 * (n - 1) * (kAl + 4 * S / n * kCl) + 2 * (m - 1) * (kAi + 0.9 * 4 * S / m * kBi), 1e-12);
   const double ks = std::ceil(0.01 * S / n);
   EXPECT_NEAR(exchange_cost(Strategy::kHitopk, S, 0.01, m, n, mc).seconds,
-              (n - 1) * (kAl + 4 * S / n * kCl) + (kAi + 0.9 * 8 * ks * n * kBi) + (n - 1) * (kAl + 8 * m * ks * kCl), 1e-12);
+              (n - 1) * (kAl + 4 * S / n * kCl) + (kAi + 0.9 * 8 * ks * n * kBi) + (n - 1) * (kAl + 8 * m * ks * kCl),
+              1e-12);
   mc.link_sharing = 0.1;
   EXPECT_DOUBLE_EQ(mc.shared_wire(n), 1.0);
   EXPECT_DOUBLE_EQ(mc.shared_wire(1), 1.0);
-  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, 4, 1, mc).seconds, exchange_cost(Strategy::kTorus, S, 1, 4, 1, machine()).seconds,
-              1e-15);
+  EXPECT_NEAR(exchange_cost(Strategy::kTorus, S, 1, 4, 1, mc).seconds,
+              exchange_cost(Strategy::kTorus, S, 1, 4, 1, machine()).seconds, 1e-15);
 }
 
 // sparse_work scales the sparse strategies' CPU work besides the selection (loopback copies, the
@@ -77,13 +79,15 @@ TEST(CostModelTest, SparseWorkScalesTheSparseExchangesWorkBesidesTheSelection) {
     EXPECT_GT(scaled.seconds, base.seconds) << strategy_name(s);
   }
   for (Strategy s : {Strategy::kDense, Strategy::kTorus})
-    EXPECT_NEAR(exchange_cost(s, S, 1, 2, 2, more).seconds, exchange_cost(s, S, 1, 2, 2, mc).seconds, 1e-15) << strategy_name(s);
+    EXPECT_NEAR(exchange_cost(s, S, 1, 2, 2, more).seconds, exchange_cost(s, S, 1, 2, 2, mc).seconds, 1e-15)
+        << strategy_name(s);
   // hitopk on 2 x 2: one loopback step of 4S/2 bytes, then after the selection zeroing the bucket
   // and scatter-adding every pair, all 1.5 times (nothing shared, nothing hidden: the times add up)
   const double ks = std::ceil(d * S / 2);
   const ExchangeCost h = exchange_cost(Strategy::kHitopk, S, d, 2, 2, more);
   EXPECT_NEAR(h.busy - h.select,
-              1.5 * (4 * S / 2 * kCl + 8 * ks * mc.cpu_inter + 8 * 2 * ks * kCl + S * mc.pass + 4 * ks * mc.add), 1e-12);
+              1.5 * (4 * S / 2 * kCl + 8 * ks * mc.cpu_inter + 8 * 2 * ks * kCl + S * mc.pass + 4 * ks * mc.add),
+              1e-12);
 }
 
 TEST(CostModelTest, HitopkSendsPairsAndTheSelectionComesFirst) {

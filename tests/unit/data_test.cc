@@ -3,9 +3,9 @@
 // entries, a full disk, torn writes, restarts); the prefetching loader; errors naming files.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <cmath>
 #include <set>
 
 #include "testing/fork_ranks.h"
@@ -199,7 +199,9 @@ TEST(TieredCacheTest, FullDiskAndFailingReadsFallBackToRemote) {
   faulty.capacity = 500;
   int calls = 0;
   TieredCache cache({0, dir, 1 << 20}, faulty);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(*cache.get("k" + std::to_string(i), source(std::string(200, 'a' + i), &calls)), std::string(200, 'a' + i));
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(*cache.get("k" + std::to_string(i), source(std::string(200, 'a' + i), &calls)),
+              std::string(200, 'a' + i));
   EXPECT_GT(cache.counters().ssd_write_failures, 0u);  // the disk filled up
   EXPECT_EQ(cache.ssd_entries(), 2u);
   faulty.fail_reads = 1;

@@ -69,8 +69,8 @@ TEST(ExchangeChoiceTest, ChoosesTheFastestOverATableOfLinksAndCompute) {
   };
   for (const Row& r : table) {
     const ExchangeChoice c = choose_exchange(input(r.bits, r.nodes, r.local, r.compute_s));
-    EXPECT_EQ(c.chosen.name(), r.chosen) << r.bits << " bit/s, " << r.nodes << " x " << r.local << ", compute " << r.compute_s
-                                         << " s: " << c.reason;
+    EXPECT_EQ(c.chosen.name(), r.chosen) << r.bits << " bit/s, " << r.nodes << " x " << r.local << ", compute "
+                                         << r.compute_s << " s: " << c.reason;
     // every candidate, fastest first, and the chosen one among the fastest (the margin aside)
     ASSERT_EQ(c.options.size(), 6u);
     for (size_t i = 1; i < c.options.size(); ++i) EXPECT_LE(c.options[i - 1].mean_step, c.options[i].mean_step);

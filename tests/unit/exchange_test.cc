@@ -8,9 +8,9 @@
 #include <map>
 #include <mutex>
 
+#include "common/error.h"
 #include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
-#include "common/error.h"
 
 namespace tessera {
 namespace {
@@ -70,7 +70,8 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
               ASSERT_EQ(st.select_seconds, 0.0) << s;
             }
             std::lock_guard<std::mutex> lock(mu);
-            auto key = std::string(s) + "/" + std::to_string(density) + "/" + std::to_string(d) + "/" + std::to_string(step);
+            auto key =
+                std::string(s) + "/" + std::to_string(density) + "/" + std::to_string(d) + "/" + std::to_string(step);
             auto [it, inserted] = first_result.emplace(key, grad);
             if (!inserted) {
               ASSERT_EQ(it->second, grad) << "ranks disagree on " << key;
@@ -81,7 +82,8 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
           ex->add_residual(bucket, residual);
           g.world->allreduce(std::span<float>(residual));
           for (size_t i = 0; i < d; ++i)
-            ASSERT_EQ(total_out[i] + residual[i], total_in[i]) << s << " density " << density << " d=" << d << " i=" << i;
+            ASSERT_EQ(total_out[i] + residual[i], total_in[i])
+                << s << " density " << density << " d=" << d << " i=" << i;
         }
       }
     }

@@ -24,7 +24,8 @@ struct Parsed {
 };
 
 Flags declare(Parsed* p) {
-  Flags f("prog", "usage: prog FILE [--nodes N] [--seed S] [--progress SECONDS] [--name X] [--fresh] [--prometheus[=ADDR]]\n");
+  Flags f("prog",
+          "usage: prog FILE [--nodes N] [--seed S] [--progress SECONDS] [--name X] [--fresh] [--prometheus[=ADDR]]\n");
   f.integer("--nodes", &p->nodes, 1, 4096, "TEST_FLAGS_NODES")
       .integer("--seed", &p->seed, 0, std::numeric_limits<int64_t>::max())
       .real("--progress", &p->progress, Interval{0, 86400, true, false})
@@ -51,7 +52,16 @@ std::string error_of(std::vector<std::string> args) {
 }
 
 TEST(FlagsTest, GoodValuesAreTaken) {
-  std::vector<std::string> args = {"prog", "job.yaml", "--nodes", "4", "--seed=0", "--progress", "0.5", "--name", "-x", "--fresh",
+  std::vector<std::string> args = {"prog",
+                                   "job.yaml",
+                                   "--nodes",
+                                   "4",
+                                   "--seed=0",
+                                   "--progress",
+                                   "0.5",
+                                   "--name",
+                                   "-x",
+                                   "--fresh",
                                    "--prometheus=127.0.0.1:1"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -93,7 +103,8 @@ TEST(FlagsTest, EveryBadValueNamesTheFlagTheValueAndTheRange) {
   };
   for (const auto& [args, message] : cases) {
     const std::string got = error_of(args);
-    EXPECT_NE(got.find(message), std::string::npos) << "args ending " << (args.empty() ? "" : args.back()) << ": " << got;
+    EXPECT_NE(got.find(message), std::string::npos)
+        << "args ending " << (args.empty() ? "" : args.back()) << ": " << got;
   }
 }
 

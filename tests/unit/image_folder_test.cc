@@ -55,11 +55,13 @@ TEST(JpegTest, DecodesWhatItEncodedAndNamesDamagedFiles) {
   EXPECT_EQ(checked.width, 67);
   EXPECT_EQ(checked.height, 45);
 
-  EXPECT_NE(error_of([&] { jpeg_decode("not an image", "notes.jpg"); }).find("'notes.jpg': not a JPEG libjpeg can decode"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { jpeg_decode("not an image", "notes.jpg"); }).find("'notes.jpg': not a JPEG libjpeg can decode"),
+      std::string::npos);
   // Cut short: the header reads, the data does not; both the check and the decode refuse it.
   const std::string cut = bytes.substr(0, bytes.size() / 2);
-  for (const std::string& e : {error_of([&] { jpeg_decode(cut, "cut.jpg"); }), error_of([&] { jpeg_check(cut, "cut.jpg"); })})
+  for (const std::string& e :
+       {error_of([&] { jpeg_decode(cut, "cut.jpg"); }), error_of([&] { jpeg_check(cut, "cut.jpg"); })})
     EXPECT_NE(e.find("'cut.jpg': damaged JPEG data"), std::string::npos) << e;
 }
 
@@ -126,18 +128,23 @@ TEST(ImageCacheTest, KeepsDecodedPixelsWhenTheyFitTheMemoryTierElseJpegBytes) {
   co.memory_bytes = 2'000'000;
   const ImageCacheChoice fits = choose_image_cache(x, co);
   EXPECT_TRUE(fits.decoded);
-  EXPECT_NE(fits.reason.find("the decoded images (1.1 MB) fit the memory tier (2 MB)"), std::string::npos) << fits.reason;
+  EXPECT_NE(fits.reason.find("the decoded images (1.1 MB) fit the memory tier (2 MB)"), std::string::npos)
+      << fits.reason;
   co.memory_bytes = 1'000'000;
   co.ssd_dir = "/ssd";
   const ImageCacheChoice not_fit = choose_image_cache(x, co);
   EXPECT_FALSE(not_fit.decoded);
-  EXPECT_NE(not_fit.reason.find("do not fit the memory tier (1 MB); their JPEG bytes (0.2 MB, 7.2x smaller) are kept instead, all in memory"),
-            std::string::npos)
+  EXPECT_NE(
+      not_fit.reason.find(
+          "do not fit the memory tier (1 MB); their JPEG bytes (0.2 MB, 7.2x smaller) are kept instead, all in memory"),
+      std::string::npos)
       << not_fit.reason;
   co.memory_bytes = 100'000;
   const ImageCacheChoice part = choose_image_cache(x, co);
   EXPECT_FALSE(part.decoded);
-  EXPECT_NE(part.reason.find("are kept instead, as many as fit in memory and the rest on the local SSD"), std::string::npos) << part.reason;
+  EXPECT_NE(part.reason.find("are kept instead, as many as fit in memory and the rest on the local SSD"),
+            std::string::npos)
+      << part.reason;
   co.memory_bytes = 0;
   EXPECT_FALSE(choose_image_cache(x, co).decoded);
 }
@@ -180,7 +187,8 @@ TEST(ImageFolderTest, SamplesAreTheSameOnEveryRankAndWhateverTheCacheKeeps) {
       ASSERT_EQ(a.input.shape(), (Shape{3, 32, 32}));
       EXPECT_EQ(a.target[0], static_cast<float>(x.train[i].label));
       for (const Sample& b : {decoded.get(i), decoded.get(i), jpeg.get(i)})
-        for (int64_t k = 0; k < a.input.numel(); ++k) ASSERT_EQ(a.input[k], b.input[k]) << "epoch " << epoch << " sample " << i;
+        for (int64_t k = 0; k < a.input.numel(); ++k)
+          ASSERT_EQ(a.input[k], b.input[k]) << "epoch " << epoch << " sample " << i;
     }
   }
   EXPECT_EQ(decoded_cache.counters().hits[TieredCache::kMemory], 18u);  // all but the first read of each image
@@ -210,7 +218,8 @@ TEST(ImageFolderTest, AChangedImageOrManifestIsNamed) {
   ImageFolderDataset d(dir, x, ImageFolderDataset::Split::kTrain, 32, 5, fs, nullptr, false);
   const std::string e = error_of([&] { d.get(1); });
   EXPECT_NE(e.find("train/ants/1.jpg' changed since it was indexed"), std::string::npos) << e;
-  EXPECT_NE(error_of([&] { verify_image_folder(dir); }).find("train/ants/1.jpg' changed since it was indexed"), std::string::npos);
+  EXPECT_NE(error_of([&] { verify_image_folder(dir); }).find("train/ants/1.jpg' changed since it was indexed"),
+            std::string::npos);
 
   std::string manifest;
   {
@@ -221,7 +230,8 @@ TEST(ImageFolderTest, AChangedImageOrManifestIsNamed) {
   const std::string m = error_of([&] { read_image_folder_index(dir); });
   EXPECT_NE(m.find("manifest.tsv' line 10: the manifest ends early; re-index"), std::string::npos) << m;
   std::ofstream(dir + "/manifest.tsv") << "# tessera-dataset v2\nlayout=cosmo\n";
-  EXPECT_NE(error_of([&] { read_image_folder_index(dir); }).find("does not index an ImageFolder dataset"), std::string::npos);
+  EXPECT_NE(error_of([&] { read_image_folder_index(dir); }).find("does not index an ImageFolder dataset"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -51,10 +51,13 @@ TEST(KernelsTest, LeakyReluMatchesOneDnnEltwise) {
     auto& eng = dnnl_util::engine();
     const memory::desc md = dnnl_util::plain_desc(s);
     dnnl::eltwise_forward::primitive_desc fpd(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, md, slope, 0.0f), eng);
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, md, slope, 0.0f),
+        eng);
     Tensor y_ref(s), dx_ref(s);
-    dnnl::eltwise_forward(fpd).execute(dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(x)}, {DNNL_ARG_DST, dnnl_util::memory_of(y_ref)}});
-    dnnl::eltwise_backward::primitive_desc bpd(dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, md, md, slope, 0.0f), eng, fpd);
+    dnnl::eltwise_forward(fpd).execute(
+        dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(x)}, {DNNL_ARG_DST, dnnl_util::memory_of(y_ref)}});
+    dnnl::eltwise_backward::primitive_desc bpd(
+        dnnl::eltwise_backward::desc(dnnl::algorithm::eltwise_relu, md, md, slope, 0.0f), eng, fpd);
     dnnl::eltwise_backward(bpd).execute(dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(x)},
                                                               {DNNL_ARG_DIFF_DST, dnnl_util::memory_of(dy)},
                                                               {DNNL_ARG_DIFF_SRC, dnnl_util::memory_of(dx_ref)}});
@@ -76,10 +79,12 @@ TEST(KernelsTest, SoftmaxCrossEntropyMatchesOneDnnSoftmax) {
   Tensor p(logits.shape()), logp(logits.shape());
   dnnl::softmax_forward(dnnl::softmax_forward::primitive_desc(
                             dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), eng))
-      .execute(dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(logits)}, {DNNL_ARG_DST, dnnl_util::memory_of(p)}});
+      .execute(dnnl_util::stream(),
+               {{DNNL_ARG_SRC, dnnl_util::memory_of(logits)}, {DNNL_ARG_DST, dnnl_util::memory_of(p)}});
   dnnl::logsoftmax_forward(dnnl::logsoftmax_forward::primitive_desc(
                                dnnl::logsoftmax_forward::desc(dnnl::prop_kind::forward_inference, md, 1), eng))
-      .execute(dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(logits)}, {DNNL_ARG_DST, dnnl_util::memory_of(logp)}});
+      .execute(dnnl_util::stream(),
+               {{DNNL_ARG_SRC, dnnl_util::memory_of(logits)}, {DNNL_ARG_DST, dnnl_util::memory_of(logp)}});
   dnnl_util::stream().wait();
   double loss = 0;
   Tensor grad(logits.shape());
@@ -125,15 +130,16 @@ TEST(KernelsTest, BatchNormMatchesOneDnnBatchNormalization) {
                                                                        {DNNL_ARG_DST, dnnl_util::memory_of(y_ref)}});
   dnnl::batch_normalization_backward::primitive_desc bpd(
       dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, md, md, 1e-5f, flags), eng, fpd);
-  dnnl::batch_normalization_backward(bpd).execute(dnnl_util::stream(), {{DNNL_ARG_SRC, dnnl_util::memory_of(x)},
-                                                                        {DNNL_ARG_MEAN, dnnl_util::memory_of(mean)},
-                                                                        {DNNL_ARG_VARIANCE, dnnl_util::memory_of(var)},
-                                                                        {DNNL_ARG_DIFF_DST, dnnl_util::memory_of(dy)},
-                                                                        {DNNL_ARG_SCALE, dnnl_util::memory_of(gamma)},
-                                                                        {DNNL_ARG_SHIFT, dnnl_util::memory_of(beta)},
-                                                                        {DNNL_ARG_DIFF_SRC, dnnl_util::memory_of(dx_ref)},
-                                                                        {DNNL_ARG_DIFF_SCALE, dnnl_util::memory_of(dgamma)},
-                                                                        {DNNL_ARG_DIFF_SHIFT, dnnl_util::memory_of(dbeta)}});
+  dnnl::batch_normalization_backward(bpd).execute(dnnl_util::stream(),
+                                                  {{DNNL_ARG_SRC, dnnl_util::memory_of(x)},
+                                                   {DNNL_ARG_MEAN, dnnl_util::memory_of(mean)},
+                                                   {DNNL_ARG_VARIANCE, dnnl_util::memory_of(var)},
+                                                   {DNNL_ARG_DIFF_DST, dnnl_util::memory_of(dy)},
+                                                   {DNNL_ARG_SCALE, dnnl_util::memory_of(gamma)},
+                                                   {DNNL_ARG_SHIFT, dnnl_util::memory_of(beta)},
+                                                   {DNNL_ARG_DIFF_SRC, dnnl_util::memory_of(dx_ref)},
+                                                   {DNNL_ARG_DIFF_SCALE, dnnl_util::memory_of(dgamma)},
+                                                   {DNNL_ARG_DIFF_SHIFT, dnnl_util::memory_of(dbeta)}});
   dnnl_util::stream().wait();
   expect_close(y, y_ref, 1e-4, "batchnorm forward");
   expect_close(dx, dx_ref, 1e-3, "batchnorm input gradient");
@@ -153,7 +159,8 @@ TEST(KernelsTest, MseMatchesItsDefinition) {
   double loss = 0;
   for (int64_t i = 0; i < y.numel(); ++i) loss += (double(y[i]) - t[i]) * (double(y[i]) - t[i]) / y.numel();
   EXPECT_NEAR(r.loss, loss, 1e-9);
-  for (int64_t i = 0; i < y.numel(); ++i) EXPECT_FLOAT_EQ(r.grad[i], static_cast<float>(2.0 * (double(y[i]) - t[i]) / y.numel()));
+  for (int64_t i = 0; i < y.numel(); ++i)
+    EXPECT_FLOAT_EQ(r.grad[i], static_cast<float>(2.0 * (double(y[i]) - t[i]) / y.numel()));
 }
 
 TEST(KernelsTest, DropoutMasksAreCounterBased) {

@@ -10,7 +10,8 @@
 namespace tessera::reconcile {
 namespace {
 
-const char* kHead = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: cosmo, namespace: ml}\nspec:\n";
+const char* kHead =
+    "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: cosmo, namespace: ml}\nspec:\n";
 
 std::string problems(const api::ParsedJob& p) {
   std::string out;
@@ -51,8 +52,9 @@ TEST(ManifestTest, AStringWhereANumberBelongsIsNamedAsInTheText) {
 }
 
 TEST(ManifestTest, NullAndBooleansKeepTheirMeaning) {
-  const auto [text, stored] = both("  replicas: 2\n  model: {name: cosmoflow}\n  dataset: {format: synthetic}\n"
-                                   "  elastic: null\n  runPolicy: {suspend: true, restartInPlace: \"yes\"}\n");
+  const auto [text, stored] = both(
+      "  replicas: 2\n  model: {name: cosmoflow}\n  dataset: {format: synthetic}\n"
+      "  elastic: null\n  runPolicy: {suspend: true, restartInPlace: \"yes\"}\n");
   EXPECT_EQ(problems(stored), problems(text));
   EXPECT_TRUE(stored.job.spec.run_policy.suspend);
 }

@@ -2,16 +2,16 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
-#include <nlohmann/json.hpp>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <regex>
 #include <string>
 
-#include "controller/metrics/controller_metrics.h"
 #include "common/error.h"
 #include "common/http_server.h"
+#include "controller/metrics/controller_metrics.h"
 #include "worker/metrics/worker_metrics.h"
 #include "worker/train/trainer.h"
 
@@ -72,13 +72,28 @@ TEST(WorkerMetricsTest, StepsAccumulateWithTheRanksLabels) {
   EXPECT_EQ(value_of(t, "tessera_step{" + who + "}"), 11);
   EXPECT_EQ(value_of(t, "tessera_training_phase{" + who + "}"), 1);
   EXPECT_EQ(value_of(t, "tessera_exchange_density{" + who + "}"), 1);
-  EXPECT_EQ(value_of(t, "tessera_comm_bytes_total{" + std::string("job=\"cosmo\",link=\"intra\",namespace=\"team-a\",node=\"node-1\",rank=\"3\",strategy=\"hitopk\"}")), 2000);
-  EXPECT_EQ(value_of(t, "tessera_comm_bytes_total{" + std::string("job=\"cosmo\",link=\"inter\",namespace=\"team-a\",node=\"node-1\",rank=\"3\",strategy=\"torus\"}")), 10);
+  EXPECT_EQ(
+      value_of(
+          t,
+          "tessera_comm_bytes_total{" +
+              std::string(
+                  "job=\"cosmo\",link=\"intra\",namespace=\"team-a\",node=\"node-1\",rank=\"3\",strategy=\"hitopk\"}")),
+      2000);
+  EXPECT_EQ(
+      value_of(
+          t,
+          "tessera_comm_bytes_total{" +
+              std::string(
+                  "job=\"cosmo\",link=\"inter\",namespace=\"team-a\",node=\"node-1\",rank=\"3\",strategy=\"torus\"}")),
+      10);
   EXPECT_EQ(value_of(t, "tessera_step_seconds_count{" + who + ",stage=\"forward\"}"), 3);
   EXPECT_EQ(value_of(t, "tessera_checkpoint_seconds_count{" + who + "}"), 1);
   EXPECT_EQ(value_of(t, "tessera_cache_hits_total{" + who + ",tier=\"memory\"}"), 7);
   EXPECT_EQ(value_of(t, "tessera_cache_bytes{" + who + ",tier=\"ssd\"}"), 8192);
-  EXPECT_EQ(value_of(t, "tessera_worker_info{job=\"cosmo\",namespace=\"team-a\",node=\"node-1\",pod=\"cosmo-0-1\",rank=\"3\"}"), 1);
+  EXPECT_EQ(
+      value_of(t,
+               "tessera_worker_info{job=\"cosmo\",namespace=\"team-a\",node=\"node-1\",pod=\"cosmo-0-1\",rank=\"3\"}"),
+      1);
   // The cache's totals are turned into increments: observing the same totals again adds nothing.
   m.observe_cache(c, 4096, 8192);
   EXPECT_EQ(value_of(m.text(), "tessera_cache_hits_total{" + who + ",tier=\"memory\"}"), 7);

@@ -289,7 +289,8 @@ TEST(ModelsTest, SpatialGridsAreCheckedWithoutBuildingTheModel) {
   };
   EXPECT_EQ(problem("unet3d", 8, {2, 1, 1}), "fits");
   EXPECT_EQ(problem("unet3d", 8, {4, 1, 1}),
-            "parallelism.spatial.d: 4 parts, but unet3d with inputSize 8 splits volumes down to 2^3 (model.layers.bottom.conv1): "
+            "parallelism.spatial.d: 4 parts, but unet3d with inputSize 8 splits volumes down to 2^3 "
+            "(model.layers.bottom.conv1): "
             "at most 2 parts in each dimension");
   EXPECT_EQ(problem("cosmoflow", 64, {2, 2, 4}), "fits");
   EXPECT_EQ(problem("cosmoflow", 64, {1, 1, 8}).substr(0, 24), "parallelism.spatial.w: 8");

@@ -9,9 +9,10 @@
 #include <random>
 
 #include "common/error.h"
-#include "worker/core/device.h"
 #include "testing/rank_threads.h"
+#include "testing/tensors.h"
 #include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/core/device.h"
 #include "worker/data/loader.h"
 #include "worker/data/sample_cache.h"
 #include "worker/models/model.h"
@@ -25,7 +26,6 @@
 #include "worker/nn/pool.h"
 #include "worker/nn/transformer.h"
 #include "worker/spatial/halo.h"
-#include "testing/tensors.h"
 
 namespace tessera {
 namespace {
@@ -71,7 +71,8 @@ void compare_layer(const std::function<std::unique_ptr<Layer>()>& make, const Sh
   EXPECT_LE(rel_error(dxd, dx), 1e-4) << "backward-data";
   const auto pc = cpu->params(), pd = dev->params();
   ASSERT_EQ(pc.size(), pd.size());
-  for (size_t i = 0; i < pc.size(); ++i) EXPECT_LE(rel_error(pd[i]->grad, pc[i]->grad), 1e-4) << "gradient of " << pc[i]->name;
+  for (size_t i = 0; i < pc.size(); ++i)
+    EXPECT_LE(rel_error(pd[i]->grad, pc[i]->grad), 1e-4) << "gradient of " << pc[i]->name;
 }
 
 TEST_F(NnCudaTest, ConvolutionsMatchOneDnn) {
@@ -82,7 +83,8 @@ TEST_F(NnCudaTest, ConvolutionsMatchOneDnn) {
     o.kernel = k;
     o.stride = k == 3 ? 1 : 2;
     o.padding = k == 3 ? 1 : 0;
-    compare_layer([&] { return std::make_unique<Conv>("conv", o); }, {2, 4, 8, 8, 8}, k == 3 ? "conv3d k3" : "conv3d k2 s2");
+    compare_layer([&] { return std::make_unique<Conv>("conv", o); }, {2, 4, 8, 8, 8},
+                  k == 3 ? "conv3d k3" : "conv3d k2 s2");
     o.activation = true;
     o.activation_slope = 0.3f;
     compare_layer([&] { return std::make_unique<Conv>("conv", o); }, {2, 4, 8, 8, 8}, "conv3d + leaky relu");
@@ -282,7 +284,8 @@ TEST_F(NnCudaTest, SpatialCosmoFlowOnTheGpuEqualsTheCpu) {
       Tensor d({o_dev.dim(0), out.dim(1)});
       for (size_t i = 0; i < held.size(); ++i)
         for (int64_t k = 0; k < out.dim(1); ++k) {
-          EXPECT_NEAR(o_host[i * out.dim(1) + k], out[held[i] * out.dim(1) + k], 1e-4 * (1 + std::fabs(out[held[i] * out.dim(1) + k])));
+          EXPECT_NEAR(o_host[i * out.dim(1) + k], out[held[i] * out.dim(1) + k],
+                      1e-4 * (1 + std::fabs(out[held[i] * out.dim(1) + k])));
           d[i * out.dim(1) + k] = dout[held[i] * out.dim(1) + k];
         }
       for (Param* q : m->params()) q->grad.zero();

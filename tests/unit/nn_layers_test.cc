@@ -37,7 +37,8 @@ Tensor distinct_tensor(Shape s, uint32_t seed) {
   std::vector<int64_t> order(t.numel());
   std::iota(order.begin(), order.end(), 0);
   std::shuffle(order.begin(), order.end(), std::mt19937(seed));
-  for (int64_t i = 0; i < t.numel(); ++i) t[i] = 0.05f * static_cast<float>(order[i] - t.numel() / 2) + 0.025f;  // never 0 (ReLU kink)
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t[i] = 0.05f * static_cast<float>(order[i] - t.numel() / 2) + 0.025f;  // never 0 (ReLU kink)
   return t;
 }
 
@@ -137,7 +138,8 @@ Tensor naive_deconv(const Tensor& x, const Tensor& w, const Tensor& b, int s, in
                     int64_t od = id * s - p + a, oh = ih * s - p + bb, ow = iw * s - p + cc;
                     if (od < 0 || od >= OD || oh < 0 || oh >= OH || ow < 0 || ow >= OW) continue;
                     acc[(((b0 * co + o) * OD + od) * OH + oh) * OW + ow] +=
-                        double(x[(((b0 * ci + c) * D + id) * H + ih) * W + iw]) * w[(((o * ci + c) * k + a) * k + bb) * k + cc];
+                        double(x[(((b0 * ci + c) * D + id) * H + ih) * W + iw]) *
+                        w[(((o * ci + c) * k + a) * k + bb) * k + cc];
                   }
   Tensor y({n, co, OD, OH, OW});
   for (int64_t i = 0; i < y.numel(); ++i) y[i] = static_cast<float>(acc[i] + b[(i / (OD * OH * OW)) % co]);
@@ -173,7 +175,8 @@ Tensor naive_pool3d(const Tensor& x, int k, int s, int p, bool max) {
 void expect_close(const Tensor& a, const Tensor& b, double tol) {
   ASSERT_EQ(a.shape(), b.shape());
   double worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(b[i])));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::fabs(double(a[i]) - b[i]) / (1.0 + std::fabs(b[i])));
   EXPECT_LT(worst, tol);
 }
 
@@ -334,8 +337,10 @@ TEST(NnBackward, FlattenAndConcat) {
   EXPECT_EQ(c[1 * 32 + 3 * 4 + 1], b[1 * 20 + 0 * 4 + 1]);
   Tensor da, db;
   split_channels(c, 3, da, db);
-  EXPECT_EQ(std::vector<float>(da.span().begin(), da.span().end()), std::vector<float>(a.span().begin(), a.span().end()));
-  EXPECT_EQ(std::vector<float>(db.span().begin(), db.span().end()), std::vector<float>(b.span().begin(), b.span().end()));
+  EXPECT_EQ(std::vector<float>(da.span().begin(), da.span().end()),
+            std::vector<float>(a.span().begin(), a.span().end()));
+  EXPECT_EQ(std::vector<float>(db.span().begin(), db.span().end()),
+            std::vector<float>(b.span().begin(), b.span().end()));
 }
 
 // ---- layouts: channels-last activations between layers that take them ----
@@ -463,8 +468,8 @@ TEST(NnLoss, GradientsMatchFiniteDifferences) {
   // Top-k accuracy: the label among the k highest logits (ties go to the lower class, as the arg-max).
   Tensor scores({2, 5});
   for (int k = 0; k < 5; ++k) {
-    scores[k] = static_cast<float>(k);       // ranks 4 3 2 1 0
-    scores[5 + k] = 1.0f;                    // all tied: class 0 first
+    scores[k] = static_cast<float>(k);  // ranks 4 3 2 1 0
+    scores[5 + k] = 1.0f;               // all tied: class 0 first
   }
   Tensor truth({2});
   truth[0] = 2;  // third highest
@@ -488,7 +493,8 @@ Tensor naive_attention(const Tensor& qkv, int64_t t, int64_t d, int64_t heads) {
         double mx = -1e300, z = 0;
         for (int64_t j = 0; j <= i; ++j) {
           double dot = 0;
-          for (int64_t k = 0; k < dh; ++k) dot += double(qkv[(b * t + i) * 3 * d + h * dh + k]) * qkv[(b * t + j) * 3 * d + d + h * dh + k];
+          for (int64_t k = 0; k < dh; ++k)
+            dot += double(qkv[(b * t + i) * 3 * d + h * dh + k]) * qkv[(b * t + j) * 3 * d + d + h * dh + k];
           w[j] = dot / std::sqrt(double(dh));
           mx = std::max(mx, w[j]);
         }
@@ -519,7 +525,7 @@ TEST(NnForward, CausalAttentionMatchesItsDefinitionAndSeesNoLaterPosition) {
       }
     }
   EXPECT_NE(y[4 * 6], y2[4 * 6]);
-  EXPECT_THROW(attn.output_shape({7, 18}), ConfigError);  // not whole sequences of 5
+  EXPECT_THROW(attn.output_shape({7, 18}), ConfigError);     // not whole sequences of 5
   EXPECT_THROW(CausalAttention("a", 4, 6, 4), ConfigError);  // 4 heads do not divide 6
 }
 
@@ -565,7 +571,8 @@ TEST(NnBackward, TransformerLayers) {
   ConvOptions c1{3, 4, 1, 1, 0, 2, false, 11}, c2{4, 4, 3, 2, 1, 2, false, 12}, cs{3, 4, 1, 2, 0, 2, false, 13};
   bottleneck.body().add(std::make_unique<Conv>("bottleneck.conv1", c1));
   bottleneck.body().add(std::make_unique<BatchNorm>("bottleneck.bn1", 4));
-  bottleneck.body().add(std::make_unique<GELU>("bottleneck.act"));  // smooth: a ReLU kink would make the differences noisy
+  bottleneck.body().add(
+      std::make_unique<GELU>("bottleneck.act"));  // smooth: a ReLU kink would make the differences noisy
   bottleneck.body().add(std::make_unique<Conv>("bottleneck.conv2", c2));
   bottleneck.body().add(std::make_unique<BatchNorm>("bottleneck.bn2", 4));
   bottleneck.shortcut().add(std::make_unique<Conv>("bottleneck.downsample.0", cs));
@@ -610,7 +617,8 @@ TEST(NnBackward, TransformerLayers) {
   } catch (const ConfigError& err) {
     EXPECT_EQ(err.field(), "dataset.vocabSize");
     EXPECT_NE(std::string(err.what()).find("token id 7 at position 1 of sequence 1 is not below the vocabulary size 7"),
-              std::string::npos) << err.what();
+              std::string::npos)
+        << err.what();
   }
 }
 

@@ -11,7 +11,8 @@
 namespace tessera::placement {
 namespace {
 
-NodeInfo node(const std::string& name, int gpus, int used = 0, const std::string& zone = "z1", const std::string& rack = "r1") {
+NodeInfo node(const std::string& name, int gpus, int used = 0, const std::string& zone = "z1",
+              const std::string& rack = "r1") {
   NodeInfo n;
   n.name = name;
   n.labels = {{"topology.kubernetes.io/zone", zone}, {"example.com/rack", rack}, {"kubernetes.io/hostname", name}};
@@ -43,8 +44,10 @@ TEST(GangPlacerTest, AllOrNothing) {
   auto no = p.place(gang(4, 4), nodes);
   EXPECT_FALSE(no.placed);
   EXPECT_TRUE(no.nodes.empty());
-  EXPECT_NE(no.reason.find("needs 16 GPUs (4 pods of 4) on nodes matching any labels; 12 free on 2 nodes, room for 3 pods"),
-            std::string::npos) << no.reason;
+  EXPECT_NE(
+      no.reason.find("needs 16 GPUs (4 pods of 4) on nodes matching any labels; 12 free on 2 nodes, room for 3 pods"),
+      std::string::npos)
+      << no.reason;
 }
 
 TEST(GangPlacerTest, FragmentedGpusDoNotFit) {
@@ -91,7 +94,7 @@ TEST(GangPlacerTest, PrefersFewestNodesAndClosestTopology) {
   GangPlacer p;
   std::vector<NodeInfo> nodes = {
       node("z1-r1-a", 8, 4, "z1", "r1"), node("z1-r1-b", 8, 4, "z1", "r1"),  // 4 free each
-      node("z1-r2-a", 8, 0, "z1", "r2"),                                      // 8 free
+      node("z1-r2-a", 8, 0, "z1", "r2"),                                     // 8 free
       node("z2-r1-a", 8, 0, "z2", "r1"), node("z2-r1-b", 8, 0, "z2", "r1"),  // 16 free in one rack
   };
   // 8 GPUs: one whole node beats two half nodes.

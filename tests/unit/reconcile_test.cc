@@ -4,9 +4,9 @@
 
 #include <algorithm>
 
+#include "common/config_node.h"
 #include "controller/reconcile/observe.h"
 #include "controller/reconcile/reconciler.h"
-#include "common/config_node.h"
 
 namespace tessera::reconcile {
 namespace {
@@ -16,14 +16,15 @@ using std::chrono::seconds;
 const Time kNow = std::chrono::system_clock::from_time_t(1'800'000'000);
 
 json job(json spec_patch = json::object(), json status = json()) {
-  json spec = {{"replicas", 2},
-               {"ranksPerReplica", 2},
-               {"resources", {{"gpu", 2}}},
-               {"model", {{"name", "cosmoflow"}, {"inputSize", 16}}},
-               {"dataset", {{"synthetic", "cosmo"}}},
-               {"training", {{"epochs", 2}, {"batchSize", 4}}},
-               {"communication", {{"strategy", "hybrid"}, {"sparse", "topk"}, {"dense", "dense"}, {"switchAtEpoch", 1}}},
-               {"runPolicy", {{"backoffLimit", 2}}}};
+  json spec = {
+      {"replicas", 2},
+      {"ranksPerReplica", 2},
+      {"resources", {{"gpu", 2}}},
+      {"model", {{"name", "cosmoflow"}, {"inputSize", 16}}},
+      {"dataset", {{"synthetic", "cosmo"}}},
+      {"training", {{"epochs", 2}, {"batchSize", 4}}},
+      {"communication", {{"strategy", "hybrid"}, {"sparse", "topk"}, {"dense", "dense"}, {"switchAtEpoch", 1}}},
+      {"runPolicy", {{"backoffLimit", 2}}}};
   spec.merge_patch(spec_patch);
   json j = {{"apiVersion", "tessera.dev/v1alpha1"},
             {"kind", "TrainingJob"},
@@ -61,7 +62,10 @@ json config_map(const json& j, int attempt) {
                                       {{"rank", 1}, {"replica", 0}, {"slot", 1}, {"node", "n0"}, {"localRank", 1}},
                                       {{"rank", 2}, {"replica", 1}, {"slot", 0}, {"node", "n1"}, {"localRank", 0}},
                                       {{"rank", 3}, {"replica", 1}, {"slot", 1}, {"node", "n1"}, {"localRank", 1}}})}};
-  json manifest = {{"apiVersion", "tessera.dev/v1alpha1"}, {"kind", "TrainingJob"}, {"metadata", j["metadata"]}, {"spec", j["spec"]}};
+  json manifest = {{"apiVersion", "tessera.dev/v1alpha1"},
+                   {"kind", "TrainingJob"},
+                   {"metadata", j["metadata"]},
+                   {"spec", j["spec"]}};
   return {{"metadata", {{"name", "j-config"}, {"namespace", "ml"}, {"resourceVersion", "7"}}},
           {"data", {{"job.yaml", manifest.dump()}, {"plan.json", plan.dump()}}}};
 }
@@ -69,7 +73,10 @@ json config_map(const json& j, int attempt) {
 // A running job of `attempt` with its children in place.
 Observed running(int attempt = 0, json spec_patch = json::object()) {
   Observed o;
-  json status = {{"phase", "Running"}, {"restarts", attempt}, {"attempt", attempt}, {"observedGeneration", 1},
+  json status = {{"phase", "Running"},
+                 {"restarts", attempt},
+                 {"attempt", attempt},
+                 {"observedGeneration", 1},
                  {"startTime", format_time(kNow - seconds(60))}};
   o.job = job(spec_patch, status);
   o.token = "t0k3n";
@@ -109,9 +116,10 @@ TEST(ReconcileTest, NewJobCreatesItsChildrenAndTheWholeGang) {
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2)};
   o.now = kNow;
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Placing restarts=0", "create secret j-token", "create service j",
-                                                   "create configmap j-config", "event Normal Placed", "serve rendezvous attempt 0", "create pod j-0-0 on n0",
-                                                   "create pod j-0-1 on n1"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Placing restarts=0", "create secret j-token", "create service j",
+                                      "create configmap j-config", "event Normal Placed", "serve rendezvous attempt 0",
+                                      "create pod j-0-0 on n0", "create pod j-0-1 on n1"}));
   // Both pods in zone a (the closest topology), bound by the controller, owned by the job.
   const Action* p = find(d, Action::Kind::kCreate, "pods");
   ASSERT_NE(p, nullptr);
@@ -177,7 +185,8 @@ TEST(ReconcileTest, TheControllersJobDefaultsFillWhatTheSpecLeavesUnset) {
   again.token = "new-token";
   again.config_map = cm;
   again.config_map->at("metadata")["resourceVersion"] = "7";
-  for (const auto& a : reconcile(again, opt).actions) EXPECT_NE(std::string(name(a.reason)), "SpecChangeRejected") << a.message;
+  for (const auto& a : reconcile(again, opt).actions)
+    EXPECT_NE(std::string(name(a.reason)), "SpecChangeRejected") << a.message;
 }
 
 TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
@@ -186,8 +195,7 @@ TEST(ReconcileTest, ReconcilingAgainAfterTheActionsChangesNothing) {
   Decision first = reconcile(o, options());
   // Apply its status patch, then reconcile the same world again: only the periodic requeue is left.
   for (const auto& a : first.actions)
-    if (a.kind == Action::Kind::kPatchStatus)
-      o.job["status"] = apply_status_patch(o.job["status"], a.object);
+    if (a.kind == Action::Kind::kPatchStatus) o.job["status"] = apply_status_patch(o.job["status"], a.object);
   const Decision again = reconcile(o, options());
   EXPECT_TRUE(again.actions.empty()) << describe(again)[0];
   EXPECT_GT(again.requeue_after.count(), 0);
@@ -222,8 +230,12 @@ TEST(ReconcileTest, AFailedPodRestartsTheWholeGangOnce) {
   EXPECT_EQ(describe(reconcile(next, options())), (std::vector<std::string>{"delete pod j-0-1"}));
   // Once they have ended, attempt 1 is placed afresh on the freed nodes (ended pods hold nothing),
   // whether the kubelets have removed them yet or not.
-  const std::vector<std::string> fresh = {"status", "update configmap j-config", "event Normal Placed",
-                                          "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"};
+  const std::vector<std::string> fresh = {"status",
+                                          "update configmap j-config",
+                                          "event Normal Placed",
+                                          "serve rendezvous attempt 1",
+                                          "create pod j-1-0 on n0",
+                                          "create pod j-1-1 on n1"};
   next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
   next.pods = {pod(0, 0, "Failed", 137), pod(0, 1, "Failed", 137)};
   next.pods[0].terminating = next.pods[1].terminating = true;
@@ -237,8 +249,9 @@ TEST(ReconcileTest, ExitStatusTwoIsAConfigurationErrorAndIsNotRetried) {
   o.pods = {pod(0, 0, "Failed", 2), pod(0, 1, "Running")};
   o.pods[0].message = "spec.dataset.path: '/data/train' has no index (manifest.tsv)";
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidConfiguration",
-                                                   "event Warning InvalidConfiguration", "delete pod j-0-1", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=InvalidConfiguration",
+                                      "event Warning InvalidConfiguration", "delete pod j-0-1", "stop rendezvous"}));
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.dataset.path"), std::string::npos);
   // A pod's long message (its last log lines) goes into the status bounded, by its end.
   o.pods[0].message = std::string(20000, 'x') + " the end";
@@ -253,8 +266,9 @@ TEST(ReconcileTest, ExitStatusThreeIsADivergedRunAndIsNotRetried) {
   o.pods = {pod(0, 0, "Failed", 3), pod(0, 1, "Running")};
   o.pods[0].message = "training diverged: loss is nan at step 7";
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=TrainingDiverged",
-                                                   "event Warning TrainingDiverged", "delete pod j-0-1", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=TrainingDiverged", "event Warning TrainingDiverged",
+                                      "delete pod j-0-1", "stop rendezvous"}));
   const std::string message = d.actions[0].object["message"].get<std::string>();
   EXPECT_NE(message.find("loss is nan at step 7"), std::string::npos) << message;
   EXPECT_NE(message.find("not retried"), std::string::npos) << message;
@@ -287,8 +301,9 @@ TEST(ReconcileTest, APodWhoseImageCannotBePulledIsWaitedForThenFailsTheJobWithou
   // Past the bound: the job fails (StartFailed), its restarts untouched.
   again.now = kNow + seconds(300);
   const Decision failed = reconcile(again, options());
-  EXPECT_EQ(describe(failed), (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
-                                                        "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
+  EXPECT_EQ(describe(failed),
+            (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
+                                      "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
   EXPECT_FALSE(failed.actions[0].object.contains("restarts"));
   // Started after all: the condition turns True.
   Observed started = again;
@@ -304,16 +319,18 @@ TEST(ReconcileTest, AContainerThatCannotStartFailsTheJobWithoutSpendingRestarts)
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", 128, "StartError")};
   o.pods[1].message = "exec: \"tessera-worker\": executable file not found in $PATH";
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
-                                                   "delete pod j-0-0", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=StartFailed", "event Warning StartFailed",
+                                      "delete pod j-0-0", "stop rendezvous"}));
   const std::string message = d.actions[0].object["message"];
   EXPECT_NE(message.find("executable file not found"), std::string::npos) << message;
   EXPECT_NE(message.find("not retried"), std::string::npos) << message;
 }
 
 TEST(ReconcileTest, WorkerPodsRunAsTheImagesUserAndOwnTheirHostPathVolumes) {
-  json spec = {{"cache", {{"localSSD", {{"path", "/mnt/ssd"}, {"sizeLimit", "1Gi"}}}}},
-               {"checkpoint", {{"path", "/ckpt"}, {"everySteps", 10}, {"volume", {{"hostPath", {{"path", "/var/ckpt"}}}}}}}};
+  json spec = {
+      {"cache", {{"localSSD", {{"path", "/mnt/ssd"}, {"sizeLimit", "1Gi"}}}}},
+      {"checkpoint", {{"path", "/ckpt"}, {"everySteps", 10}, {"volume", {{"hostPath", {{"path", "/var/ckpt"}}}}}}}};
   Observed o = running(0, spec);
   o.pods = {pod(0, 0, "Running")};  // replica 1's pod is created
   const Decision made = reconcile(o, options());
@@ -346,16 +363,18 @@ TEST(ReconcileTest, BackoffLimitExceededFailsTheJob) {
   Observed o = running(2);
   o.pods = {pod(2, 0, "Failed", 1), pod(2, 1, "Running")};
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=BackoffLimitExceeded",
-                                                   "event Warning BackoffLimitExceeded", "delete pod j-2-1", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=BackoffLimitExceeded",
+                                      "event Warning BackoffLimitExceeded", "delete pod j-2-1", "stop rendezvous"}));
 }
 
 TEST(ReconcileTest, AdmissionRejectionPlacesTheGangAgainWithoutARestart) {
   Observed o = running();
   o.pods = {pod(0, 0, "Running"), pod(0, 1, "Failed", -1, "OutOfnvidia.com/gpu")};
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status", "event Warning AdmissionRejected", "delete pod j-0-0",
-                                                   "delete pod j-0-1", "update configmap j-config", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status", "event Warning AdmissionRejected", "delete pod j-0-0",
+                                      "delete pod j-0-1", "update configmap j-config", "stop rendezvous"}));
   EXPECT_FALSE(d.actions[0].object.contains("restarts"));
   EXPECT_FALSE(find(d, Action::Kind::kUpdate)->object["data"].contains("plan.json"));
 }
@@ -367,7 +386,8 @@ TEST(ReconcileTest, AllPodsSucceededSucceedsTheJob) {
   o.pods[0].message =
       R"({"type":"summary","job":"j","steps":48,"samples_per_second":12.5,"val_loss":0.1,"val_metric":0.2,"baseline_loss":0.3,"val_top5":0.7})";
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed", "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Succeeded", "event Normal Completed", "stop rendezvous"}));
   EXPECT_EQ(d.actions[0].object["step"], 48);
   EXPECT_EQ(d.actions[0].object["validation"]["baselineLoss"], 0.3);
   EXPECT_EQ(d.actions[0].object["validation"]["top5"], 0.7);
@@ -396,9 +416,9 @@ TEST(ReconcileTest, SuspendDeletesThePodsAndResumeStartsTheClockAgain) {
 TEST(ReconcileTest, DeadlineFailsTheJobAndStopsItsPods) {
   Observed o = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 30}}}});
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=DeadlineExceeded",
-                                                   "event Warning DeadlineExceeded", "delete pod j-0-0", "delete pod j-0-1",
-                                                   "stop rendezvous"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=DeadlineExceeded", "event Warning DeadlineExceeded",
+                                      "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
   Observed early = running(0, {{"runPolicy", {{"activeDeadlineSeconds", 90}}}});
   const Decision wait = reconcile(early, options());
   EXPECT_EQ(find(wait, Action::Kind::kDelete), nullptr);
@@ -438,7 +458,8 @@ TEST(ReconcileTest, AGangThatDoesNotFitStaysPendingAndSaysWhatIsMissing) {
   EXPECT_EQ(c["type"], "Placed");
   EXPECT_EQ(c["status"], "False");
   EXPECT_EQ(c["reason"], "Unschedulable");
-  EXPECT_NE(c["message"].get<std::string>().find("needs 8 GPUs (4 pods of 2) on nodes matching any labels; 6 free on 3 nodes"),
+  EXPECT_NE(c["message"].get<std::string>().find(
+                "needs 8 GPUs (4 pods of 2) on nodes matching any labels; 6 free on 3 nodes"),
             std::string::npos)
       << c["message"];
   EXPECT_GT(d.requeue_after.count(), 0);
@@ -479,7 +500,8 @@ TEST(ReconcileTest, AFieldWithNoEffectIsOneWarningEvent) {
     if (a.kind == Action::Kind::kEvent && a.reason == Reason::kSpecWarning) w = &a;
   ASSERT_NE(w, nullptr);
   EXPECT_TRUE(w->warning);
-  EXPECT_NE(w->message.find("spec.communication.sparse: has no effect with strategy dense"), std::string::npos) << w->message;
+  EXPECT_NE(w->message.find("spec.communication.sparse: has no effect with strategy dense"), std::string::npos)
+      << w->message;
   o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
   for (const auto& a : reconcile(o, options()).actions) EXPECT_NE(a.reason, Reason::kSpecWarning) << a.describe();
 }
@@ -489,7 +511,8 @@ TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
   o.job = job({{"parallelism", {{"spatial", {{"d", 3}}}}}});
   o.now = kNow;
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Failed reason=InvalidSpec", "event Warning InvalidSpec"}));
+  EXPECT_EQ(describe(d),
+            (std::vector<std::string>{"status phase=Failed reason=InvalidSpec", "event Warning InvalidSpec"}));
   EXPECT_NE(d.actions[0].object["message"].get<std::string>().find("spec.parallelism.spatial.d"), std::string::npos);
   o.job["status"] = apply_status_patch(o.job["status"], d.actions[0].object);
   EXPECT_TRUE(reconcile(o, options()).actions.empty());
@@ -497,8 +520,9 @@ TEST(ReconcileTest, AnInvalidSpecFailsOnceNamingTheField) {
   Observed c;
   c.job = job({{"checkpoint", {{"path", "/ckpt"}, {"everySteps", 10}}}});
   c.now = kNow;
-  EXPECT_NE(reconcile(c, options()).actions[0].object["message"].get<std::string>().find("spec.checkpoint.volume: required"),
-            std::string::npos);
+  EXPECT_NE(
+      reconcile(c, options()).actions[0].object["message"].get<std::string>().find("spec.checkpoint.volume: required"),
+      std::string::npos);
 }
 
 TEST(ReconcileTest, TheStatusStaysSmallWhateverTheSpecOrTheRun) {
@@ -510,7 +534,8 @@ TEST(ReconcileTest, TheStatusStaysSmallWhateverTheSpecOrTheRun) {
   ASSERT_EQ(describe(d)[0], "status phase=Failed reason=InvalidSpec");
   const std::string m = d.actions[0].object["message"];
   EXPECT_EQ(m.rfind("spec: ", 0), 0u) << m.substr(0, 200);
-  EXPECT_NE(m.find("bytes of JSON, above the limit of 524288 (the job's ConfigMap carries the spec)"), std::string::npos);
+  EXPECT_NE(m.find("bytes of JSON, above the limit of 524288 (the job's ConfigMap carries the spec)"),
+            std::string::npos);
   EXPECT_LT(m.size(), 4096u);
   // Many problems: the first ten are named, and how many more there are.
   json bad = json::object();
@@ -556,11 +581,13 @@ TEST(ReconcileTest, ProgressIsWrittenAtMostEveryStatusInterval) {
 // strategy auto: the rendezvous's choice goes into status.exchange with an ExchangeChosen event, once
 // per choice; the training phase follows it (sparse from its step until the switch step).
 TEST(ReconcileTest, TheChosenExchangeIsInTheStatusWithAnEvent) {
-  Observed o = running(0, {{"communication", {{"strategy", "auto"}, {"density", 0.01}}}, {"training", {{"epochs", 4}}}});
+  Observed o =
+      running(0, {{"communication", {{"strategy", "auto"}, {"density", 0.01}}}, {"training", {{"epochs", 4}}}});
   o.progress = Progress{12, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   ExchangeDecision& x = o.progress->exchange;
   x.version = 1, x.from_step = 7, x.sparse = "hitopk", x.density = 0.01, x.dense = "torus";
-  x.reason = "inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted 0.74 s a step against torus 9.1 s";
+  x.reason =
+      "inter-node links measured at 100 Mbit/s; hitopk at density 0.01 predicted 0.74 s a step against torus 9.1 s";
   x.predicted = {{"hitopk at density 0.01, then torus", 2.1}, {"torus", 9.1}};
   x.inter_bits_per_second = 0.1e9, x.compute_s = 0.143;
   const Decision d = reconcile(o, options());
@@ -623,7 +650,8 @@ TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
   o.now = kNow + seconds(6);
   const Decision later = reconcile(o, options());
   EXPECT_EQ(describe(later), (std::vector<std::string>{"status"}));
-  EXPECT_EQ(later.actions[0].object["conditions"].back()["message"], "node n1 (ranks 2, 3) has a slow network: newer figures");
+  EXPECT_EQ(later.actions[0].object["conditions"].back()["message"],
+            "node n1 (ranks 2, 3) has a slow network: newer figures");
   o.job["status"] = apply_status_patch(o.job["status"], later.actions[0].object);
   // The node recovers.
   o.progress->slow_ranks.clear();
@@ -643,14 +671,16 @@ TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2), node("n2", "b", 2)};
   const Decision placed = reconcile(o, options());
   EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
-                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n2"}));
+                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0",
+                                                        "create pod j-1-1 on n2"}));
   EXPECT_TRUE(placed.actions[0].object["slowRanks"].is_null());
   EXPECT_NE(find(placed, Action::Kind::kEvent)->message.find("avoiding the slow node(s) n1"), std::string::npos);
   // Without other room the slow node is used.
   o.nodes = {node("n0", "a", 2), node("n1", "a", 2)};
-  EXPECT_EQ(describe(reconcile(o, options())),
-            (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed", "serve rendezvous attempt 1",
-                                      "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+  EXPECT_EQ(
+      describe(reconcile(o, options())),
+      (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
 }
 
 // A preemption: the pods' ranks stopped on SIGTERM after checkpointing the step they agreed on
@@ -659,11 +689,12 @@ TEST(ReconcileTest, StragglersAreNamedInTheStatusAndAnEventWhenTheyChange) {
 TEST(ReconcileTest, AStoppedGangIsPlacedAgainWithoutCountingAFailure) {
   Observed o = running(0, {{"runPolicy", {{"backoffLimit", 0}}}});
   o.pods = {pod(0, 0, "Failed", kExitStopped), pod(0, 1, "Failed", kExitStopped)};
-  o.pods[1].message = "slot 0: stopped at step 30 on SIGTERM, every rank at the same step; the checkpoint of step 30 is written";
+  o.pods[1].message =
+      "slot 0: stopped at step 30 on SIGTERM, every rank at the same step; the checkpoint of step 30 is written";
   o.progress = Progress{30, 0, 0, 0.5, 10, -1, {}, "", {}, {}};
   const Decision d = reconcile(o, options());
-  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
-                                                   "delete pod j-0-1", "stop rendezvous"}));
+  EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted",
+                                                   "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
   const json& status = d.actions[0].object;
   EXPECT_FALSE(status.contains("restarts"));
   EXPECT_EQ(status["preemptions"], 1);
@@ -671,7 +702,8 @@ TEST(ReconcileTest, AStoppedGangIsPlacedAgainWithoutCountingAFailure) {
   EXPECT_EQ(entry["preempted"], true);
   EXPECT_EQ(entry["exitCode"], kExitStopped);
   EXPECT_EQ(entry["failedAtStep"], 30);
-  EXPECT_NE(entry["reason"].get<std::string>().find("the checkpoint of step 30 is written"), std::string::npos) << entry;
+  EXPECT_NE(entry["reason"].get<std::string>().find("the checkpoint of step 30 is written"), std::string::npos)
+      << entry;
   EXPECT_NE(d.actions[1].message.find("not counted against backoffLimit"), std::string::npos) << d.actions[1].message;
   // The next gang is attempt 1 (restarts 0 + preemptions 1).
   Observed next = o;
@@ -680,9 +712,10 @@ TEST(ReconcileTest, AStoppedGangIsPlacedAgainWithoutCountingAFailure) {
   next.pods.clear();
   next.served_attempt.reset();
   next.nodes = {node("n0", "a", 2), node("n1", "b", 2)};
-  EXPECT_EQ(describe(reconcile(next, options())),
-            (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed", "serve rendezvous attempt 1",
-                                      "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
+  EXPECT_EQ(
+      describe(reconcile(next, options())),
+      (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
+                                "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n1"}));
   // A real failure among stopped pods is a failure.
   o.pods[0] = pod(0, 0, "Failed", 137);
   EXPECT_EQ(describe(reconcile(o, options()))[0], "status phase=Failed reason=BackoffLimitExceeded");
@@ -705,13 +738,14 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
   // Stopping: the pod there terminating, the other one stopped after the checkpoint. Waited for.
   o.pods[1].terminating = true;
   o.pods[0] = pod(0, 0, "Failed", kExitStopped);
-  o.pods[0].message = "slot 1: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
+  o.pods[0].message =
+      "slot 1: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
   EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{}));
   // Gone: a preemption naming the node, and the new gang away from it.
   o.pods.pop_back();
   const Decision moved = reconcile(o, options());
-  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
-                                                       "stop rendezvous"}));
+  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted",
+                                                       "delete pod j-0-0", "stop rendezvous"}));
   const json& entry = moved.actions[0].object["restartHistory"][0];
   EXPECT_EQ(entry["node"], "n1");
   EXPECT_EQ(entry["pod"], "j-0-1");
@@ -725,7 +759,8 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
   o.nodes[1].unschedulable = true;
   const Decision placed = reconcile(o, options());
   EXPECT_EQ(describe(placed), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
-                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0", "create pod j-1-1 on n2"}));
+                                                        "serve rendezvous attempt 1", "create pod j-1-0 on n0",
+                                                        "create pod j-1-1 on n2"}));
   // A drain that outlasts the grace period: the closing message says the periodic checkpoint stands.
   Observed late = running();
   late.nodes[1].unschedulable = true;
@@ -734,7 +769,8 @@ TEST(ReconcileTest, ADrainedNodesPodIsStoppedAndTheGangMovesAway) {
   ASSERT_FALSE(stood.actions.empty());
   const std::string message = stood.actions[0].object["restartHistory"][0]["reason"];
   EXPECT_NE(message.find("did not checkpoint on SIGTERM within spec.runPolicy.terminationGracePeriodSeconds (30 s)"),
-            std::string::npos) << message;
+            std::string::npos)
+      << message;
 }
 
 // A drained node's pod can leave the API as its container ends, and its account of the stop with it.
@@ -755,10 +791,11 @@ TEST(ReconcileTest, ADrainedGangWaitsForItsOtherRanksWhenThePodThereIsGone) {
   // Its ranks stop with the account: the preemption says where the gang stopped.
   Observed stopped = o;
   stopped.pods[0] = pod(0, 0, "Failed", kExitStopped);
-  stopped.pods[0].message = "slot 0: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
+  stopped.pods[0].message =
+      "slot 0: stopped at step 42 on SIGTERM, every rank at the same step; the checkpoint of step 42 is written";
   const Decision moved = reconcile(stopped, options());
-  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
-                                                       "stop rendezvous"}));
+  EXPECT_EQ(describe(moved), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted",
+                                                       "delete pod j-0-0", "stop rendezvous"}));
   std::string why = moved.actions[0].object["restartHistory"][0]["reason"];
   EXPECT_NE(why.find("stopped at step 42 on SIGTERM"), std::string::npos) << why;
   EXPECT_EQ(moved.actions[0].object["restartHistory"][0]["pod"], "j-0-1");
@@ -767,8 +804,8 @@ TEST(ReconcileTest, ADrainedGangWaitsForItsOtherRanksWhenThePodThereIsGone) {
   EXPECT_EQ(describe(reconcile(o, options())), (std::vector<std::string>{}));
   o.now += seconds(4);
   const Decision late = reconcile(o, options());
-  EXPECT_EQ(describe(late), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0",
-                                                      "stop rendezvous"}));
+  EXPECT_EQ(describe(late), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted",
+                                                      "delete pod j-0-0", "stop rendezvous"}));
   why = late.actions[0].object["restartHistory"][0]["reason"];
   EXPECT_NE(why.find("did not checkpoint on SIGTERM"), std::string::npos) << why;
 }
@@ -783,8 +820,9 @@ TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
     else o.nodes[1].ready = false;
     o.nodes.push_back(node("n2", "b", 2));
     const Decision d = reconcile(o, options());
-    EXPECT_EQ(describe(d), (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now",
-                                                     "delete pod j-0-1 now", "stop rendezvous"}));
+    EXPECT_EQ(describe(d),
+              (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now",
+                                        "delete pod j-0-1 now", "stop rendezvous"}));
     EXPECT_EQ(d.actions[0].object["preemptions"], 1);
     EXPECT_EQ(d.actions[0].object["restartHistory"][0]["node"], "n1");
     const std::string why = d.actions[0].object["restartHistory"][0]["reason"];
@@ -794,8 +832,12 @@ TEST(ReconcileTest, ALostNodesGangIsPlacedElsewhereAtOnce) {
     o.served_attempt.reset();
     o.nodes[0].used.gpu = 0;
     const std::vector<std::string> placed = describe(reconcile(o, options()));
-    EXPECT_EQ(std::count_if(placed.begin(), placed.end(), [](const std::string& a) { return a.rfind("create pod j-1-", 0) == 0; }), 2);
-    EXPECT_EQ(std::count_if(placed.begin(), placed.end(), [](const std::string& a) { return a.find(" on n1") != std::string::npos; }), 0)
+    EXPECT_EQ(std::count_if(placed.begin(), placed.end(),
+                            [](const std::string& a) { return a.rfind("create pod j-1-", 0) == 0; }),
+              2);
+    EXPECT_EQ(std::count_if(placed.begin(), placed.end(),
+                            [](const std::string& a) { return a.find(" on n1") != std::string::npos; }),
+              0)
         << ::testing::PrintToString(placed);
   }
 }
@@ -812,8 +854,8 @@ TEST(ReconcileTest, PeersOfAPodThatStaysRunningWaitForItsNodeToBeCalledLost) {
   EXPECT_GT(waiting.requeue_after.count(), 0);
   o.nodes[1].ready = false;
   EXPECT_EQ(describe(reconcile(o, options())),
-            (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now", "delete pod j-0-1 now",
-                                      "stop rendezvous"}));
+            (std::vector<std::string>{"status phase=Restarting", "event Warning Preempted", "delete pod j-0-0 now",
+                                      "delete pod j-0-1 now", "stop rendezvous"}));
   // Not called lost within the bound: a failure after all.
   o.nodes[1].ready = true;
   o.now = kNow + seconds(60);
@@ -877,8 +919,8 @@ TEST(ReconcileTest, AFailedRankRestartsTheGangInPlace) {
   Observed replaced = o;
   replaced.job["spec"]["runPolicy"]["restartInPlace"] = false;
   EXPECT_EQ(describe(reconcile(replaced, options())),
-            (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart", "delete pod j-0-0",
-                                      "delete pod j-0-1", "stop rendezvous"}));
+            (std::vector<std::string>{"status phase=Restarting restarts=1", "event Warning GangRestart",
+                                      "delete pod j-0-0", "delete pod j-0-1", "stop rendezvous"}));
 }
 
 // spec.elastic: a lost node leaves no room for the whole gang, so it goes on with the pods that fit
@@ -894,8 +936,9 @@ TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) 
   o.served_attempt.reset();
   o.nodes[0].used.gpu = 0;
   const Decision shrunk = reconcile(o, options());
-  EXPECT_EQ(describe(shrunk), (std::vector<std::string>{"status", "update configmap j-config", "event Warning ScaledDown",
-                                                        "event Normal Placed", "serve rendezvous attempt 1", "create pod j-1-0 on n0"}));
+  EXPECT_EQ(describe(shrunk),
+            (std::vector<std::string>{"status", "update configmap j-config", "event Warning ScaledDown",
+                                      "event Normal Placed", "serve rendezvous attempt 1", "create pod j-1-0 on n0"}));
   EXPECT_EQ(shrunk.actions[0].object["replicas"], 1);
   const std::string why = find(shrunk, Action::Kind::kEvent)->message;
   EXPECT_NE(why.find("room for 1 of 2 pods"), std::string::npos) << why;
@@ -908,8 +951,11 @@ TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) 
   o.nodes[0].used.gpu = 2;
   EXPECT_TRUE(needs_all_nodes(o.job));
   // Read before validation: fields of the wrong type mean no, never an exception.
-  for (const auto& [pointer, bad] : std::vector<std::pair<std::string, json>>{
-           {"/spec/elastic/minReplicas", "1"}, {"/spec/elastic", 3}, {"/status/replicas", 1.5}, {"/status", "x"}, {"/spec", nullptr}}) {
+  for (const auto& [pointer, bad] : std::vector<std::pair<std::string, json>>{{"/spec/elastic/minReplicas", "1"},
+                                                                              {"/spec/elastic", 3},
+                                                                              {"/status/replicas", 1.5},
+                                                                              {"/status", "x"},
+                                                                              {"/spec", nullptr}}) {
     json j = o.job;
     j[json::json_pointer(pointer)] = bad;
     EXPECT_FALSE(needs_all_nodes(j)) << pointer;
@@ -924,8 +970,8 @@ TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) 
   o.nodes[1].ready = true;
   o.nodes[1].used.gpu = 0;
   const Decision grow = reconcile(o, options());
-  EXPECT_EQ(describe(grow), (std::vector<std::string>{"status phase=Restarting", "event Normal ScaledUp", "delete pod j-1-0",
-                                                      "stop rendezvous"}));
+  EXPECT_EQ(describe(grow), (std::vector<std::string>{"status phase=Restarting", "event Normal ScaledUp",
+                                                      "delete pod j-1-0", "stop rendezvous"}));
   EXPECT_EQ(grow.actions[0].object["attempt"], 2);
   o.job["status"] = apply_status_patch(o.job["status"], grow.actions[0].object);
   EXPECT_EQ(o.job["status"]["restarts"], 0);
@@ -934,7 +980,8 @@ TEST(ReconcileTest, AnElasticGangShrinksToTheRoomLeftAndGrowsBackWhenItReturns) 
   o.nodes[0].used.gpu = 0;
   const Decision whole = reconcile(o, options());
   EXPECT_EQ(describe(whole), (std::vector<std::string>{"status", "update configmap j-config", "event Normal Placed",
-                                                       "serve rendezvous attempt 2", "create pod j-2-0 on n0", "create pod j-2-1 on n1"}));
+                                                       "serve rendezvous attempt 2", "create pod j-2-0 on n0",
+                                                       "create pod j-2-1 on n1"}));
   EXPECT_EQ(whole.actions[0].object["replicas"], 2);
   // A job that is not elastic waits for room instead.
   Observed fixed = running();
@@ -955,7 +1002,8 @@ TEST(ReconcileTest, ThePodsGracePeriodIsTheRunPolicys) {
   ASSERT_NE(p, nullptr);
   EXPECT_EQ(p->object["spec"]["terminationGracePeriodSeconds"], 120);
   bool env = false;
-  for (const auto& e : p->object["spec"]["containers"][0]["env"]) env = env || (e["name"] == "TESSERA_GRACE_SECONDS" && e["value"] == "120");
+  for (const auto& e : p->object["spec"]["containers"][0]["env"])
+    env = env || (e["name"] == "TESSERA_GRACE_SECONDS" && e["value"] == "120");
   EXPECT_TRUE(env);
 }
 
@@ -1002,17 +1050,24 @@ TEST(ReconcileTest, TheRendezvousServesTheCurrentGangWithItsSwitchStep) {
 
 TEST(ObserveTest, PodsAndNodesFromApiObjects) {
   const json p = {{"metadata", {{"name", "j-1-0"}, {"labels", {{kReplicaLabel, "0"}, {kAttemptLabel, "1"}}}}},
-                  {"spec", {{"nodeName", "n0"}, {"containers", json::array({{{"resources", {{"limits", {{"nvidia.com/gpu", "2"}}},
-                                                                                              {"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}}}}}})}}},
-                  {"status", {{"phase", "Failed"}, {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 137}}}}}}})}}}};
+                  {"spec",
+                   {{"nodeName", "n0"},
+                    {"containers", json::array({{{"resources",
+                                                  {{"limits", {{"nvidia.com/gpu", "2"}}},
+                                                   {"requests", {{"cpu", "500m"}, {"memory", "1Gi"}}}}}}})}}},
+                  {"status",
+                   {{"phase", "Failed"},
+                    {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 137}}}}}}})}}}};
   const PodInfo info = pod_info(p);
   EXPECT_EQ(info.attempt, 1);
   EXPECT_EQ(info.exit_code, 137);
   // An init container that could not start decides, though the worker container never ran.
   json init_failed = p;
-  init_failed["status"]["initContainerStatuses"] =
-      json::array({{{"state", {{"terminated", {{"exitCode", 128}, {"reason", "StartError"}, {"message", "exec: \"chown\": not found"}}}}}}});
-  init_failed["status"]["containerStatuses"] = json::array({{{"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}});
+  init_failed["status"]["initContainerStatuses"] = json::array(
+      {{{"state",
+         {{"terminated", {{"exitCode", 128}, {"reason", "StartError"}, {"message", "exec: \"chown\": not found"}}}}}}});
+  init_failed["status"]["containerStatuses"] =
+      json::array({{{"state", {{"waiting", {{"reason", "PodInitializing"}}}}}}});
   const PodInfo init = pod_info(init_failed);
   EXPECT_EQ(init.exit_code, 128);
   EXPECT_EQ(init.reason, "StartError");
@@ -1025,8 +1080,9 @@ TEST(ObserveTest, PodsAndNodesFromApiObjects) {
   json running_pod = p;
   running_pod["status"]["phase"] = "Running";
   const json n = {{"metadata", {{"name", "n0"}, {"labels", {{"kubernetes.io/hostname", "n0"}}}}},
-                  {"status", {{"allocatable", {{"nvidia.com/gpu", "4"}, {"cpu", "8"}}},
-                              {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+                  {"status",
+                   {{"allocatable", {{"nvidia.com/gpu", "4"}, {"cpu", "8"}}},
+                    {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
   const placement::NodeInfo node = node_info(n);
   EXPECT_TRUE(node.ready);
   EXPECT_EQ(node.allocatable.gpu, 4);

@@ -9,9 +9,9 @@
 #include <numeric>
 #include <random>
 
+#include "common/error.h"
 #include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
-#include "common/error.h"
 #include "worker/models/model.h"
 #include "worker/nn/dnnl_util.h"
 #include "worker/spatial/layers.h"
@@ -62,8 +62,8 @@ struct Case {
 };
 
 const std::vector<Case> kCases = {
-    {{2, 1, 1}, {8, 6, 5}}, {{4, 1, 1}, {16, 5, 4}}, {{2, 2, 1}, {8, 8, 3}}, {{2, 1, 1}, {9, 7, 5}},
-    {{4, 1, 1}, {13, 6, 6}}, {{2, 2, 1}, {7, 9, 4}}, {{1, 2, 2}, {5, 8, 7}},
+    {{2, 1, 1}, {8, 6, 5}},  {{4, 1, 1}, {16, 5, 4}}, {{2, 2, 1}, {8, 8, 3}}, {{2, 1, 1}, {9, 7, 5}},
+    {{4, 1, 1}, {13, 6, 6}}, {{2, 2, 1}, {7, 9, 4}},  {{1, 2, 2}, {5, 8, 7}},
 };
 
 // Checks one layer kind: forward blocks, input-gradient blocks and summed parameter gradients. The
@@ -108,7 +108,8 @@ void check_layer(const std::string& what, const std::function<std::unique_ptr<La
         const Reference& ref = refs[k % kCases.size()];
         SpatialContext ctx{comm.get(), c.grid};
         auto layer = dist(ctx, c.extent);
-        if (layout == Layout::kChannelsLast && layer->layouts() == Layer::Layouts::kPlain) continue;  // takes plain blocks only
+        if (layout == Layout::kChannelsLast && layer->layouts() == Layer::Layouts::kPlain)
+          continue;  // takes plain blocks only
         Partition in(c.extent, c.grid, r, "in");
         Partition out({ref.y.dim(2), ref.y.dim(3), ref.y.dim(4)}, c.grid, r, "out");
         Tensor yl = layer->forward(dnnl_util::to_layout(crop(ref.x, in), layout), true);
@@ -117,7 +118,8 @@ void check_layer(const std::string& what, const std::function<std::unique_ptr<La
         for (Param* p : layer->params()) p->grad.zero();
         Tensor dxl = layer->backward(dnnl_util::to_layout(crop(ref.dy, out), layout));
         EXPECT_EQ(dxl.layout(), layout);
-        EXPECT_LT(rel_error(dnnl_util::to_layout(dxl, Layout::kPlain), crop(ref.dx, in)), 1e-5) << "input gradient, rank " << r;
+        EXPECT_LT(rel_error(dnnl_util::to_layout(dxl, Layout::kPlain), crop(ref.dx, in)), 1e-5)
+            << "input gradient, rank " << r;
         auto ps = layer->params();
         ASSERT_EQ(ps.size(), ref.grads.size());
         for (size_t i = 0; i < ps.size(); ++i) {
@@ -132,48 +134,56 @@ void check_layer(const std::string& what, const std::function<std::unique_ptr<La
 
 TEST(SpatialLayers, ConvStride1) {
   ConvOptions o{3, 4, 3, 1, 1, 3, true, 7};
-  check_layer("conv k3 s1", [&] { return std::make_unique<Conv>("c", o); },
-              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", o, ctx, e); }, 3);
+  check_layer(
+      "conv k3 s1", [&] { return std::make_unique<Conv>("c", o); },
+      [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", o, ctx, e); }, 3);
 }
 
 TEST(SpatialLayers, ConvStride2AndWideKernel) {
   ConvOptions s2{2, 3, 3, 2, 1, 3, true, 8};
-  check_layer("conv k3 s2", [&] { return std::make_unique<Conv>("c", s2); },
-              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", s2, ctx, e); }, 2);
+  check_layer(
+      "conv k3 s2", [&] { return std::make_unique<Conv>("c", s2); },
+      [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", s2, ctx, e); }, 2);
   ConvOptions k5{2, 2, 5, 1, 2, 3, false, 9};
-  check_layer("conv k5", [&] { return std::make_unique<Conv>("c", k5); },
-              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", k5, ctx, e); }, 2);
+  check_layer(
+      "conv k5", [&] { return std::make_unique<Conv>("c", k5); },
+      [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistConv>("c", k5, ctx, e); }, 2);
 }
 
 TEST(SpatialLayers, Pooling) {
   for (bool max : {true, false}) {
     PoolOptions p2{max, 2, 2, 0, 3};
-    check_layer(max ? "maxpool k2" : "avgpool k2", [&] { return std::make_unique<Pool>("p", p2); },
-                [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistPool>("p", p2, ctx, e); }, 2, max);
+    check_layer(
+        max ? "maxpool k2" : "avgpool k2", [&] { return std::make_unique<Pool>("p", p2); },
+        [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistPool>("p", p2, ctx, e); }, 2, max);
     PoolOptions p3{max, 3, 2, 1, 3};
-    check_layer(max ? "maxpool k3 s2" : "avgpool k3 s2", [&] { return std::make_unique<Pool>("p", p3); },
-                [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistPool>("p", p3, ctx, e); }, 2, max);
+    check_layer(
+        max ? "maxpool k3 s2" : "avgpool k3 s2", [&] { return std::make_unique<Pool>("p", p3); },
+        [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistPool>("p", p3, ctx, e); }, 2, max);
   }
 }
 
 TEST(SpatialLayers, TransposedConvolution) {
   ConvOptions up{3, 2, 2, 2, 0, 3, true, 12};
-  check_layer("deconv k2 s2", [&] { return std::make_unique<Deconv>("d", up); },
-              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", up, ctx, e); }, 3);
+  check_layer(
+      "deconv k2 s2", [&] { return std::make_unique<Deconv>("d", up); },
+      [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", up, ctx, e); }, 3);
   ConvOptions k3{2, 2, 3, 1, 1, 3, true, 13};
-  check_layer("deconv k3 s1", [&] { return std::make_unique<Deconv>("d", k3); },
-              [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", k3, ctx, e); }, 2);
+  check_layer(
+      "deconv k3 s1", [&] { return std::make_unique<Deconv>("d", k3); },
+      [&](const SpatialContext& ctx, auto e) { return std::make_unique<DistDeconv>("d", k3, ctx, e); }, 2);
 }
 
 TEST(SpatialLayers, BatchNormWithGlobalStatistics) {
   // BatchNorm is pointwise given its statistics; the reducer makes them global.
-  check_layer("batchnorm", [&] { return std::make_unique<BatchNorm>("bn", 3); },
-              [&](const SpatialContext& ctx, auto) {
-                auto bn = std::make_unique<BatchNorm>("bn", 3);
-                bn->set_stats_reducer(spatial_batchnorm_reducer(*ctx.comm));
-                return bn;
-              },
-              3);
+  check_layer(
+      "batchnorm", [&] { return std::make_unique<BatchNorm>("bn", 3); },
+      [&](const SpatialContext& ctx, auto) {
+        auto bn = std::make_unique<BatchNorm>("bn", 3);
+        bn->set_stats_reducer(spatial_batchnorm_reducer(*ctx.comm));
+        return bn;
+      },
+      3);
 }
 
 TEST(SpatialLayers, ImpossibleSplitsNameLayerAndDimension) {

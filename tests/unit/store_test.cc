@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "testing/fork_ranks.h"
 #include "common/error.h"
+#include "testing/fork_ranks.h"
 
 namespace tessera {
 namespace {

@@ -63,7 +63,8 @@ TEST(StragglerTest, ANodeWhoseLinksAreAllSlowIsNamed) {
   EXPECT_EQ(judge_stragglers(Topology::grid(4, 1), links(4, 1, 0.01, 0.2), bytes, std::vector<double>(4, 0.1)).ranks,
             (std::vector<int>{1}));
   // Two nodes: one link, nothing to compare it with.
-  EXPECT_TRUE(judge_stragglers(Topology::grid(2, 2), links(2, 1, 0.01, 1.0), bytes, std::vector<double>(4, 0.1)).ranks.empty());
+  EXPECT_TRUE(
+      judge_stragglers(Topology::grid(2, 2), links(2, 1, 0.01, 1.0), bytes, std::vector<double>(4, 0.1)).ranks.empty());
 }
 
 TEST(StragglerTest, ARankWhoseComputeIsSlowIsNamed) {
@@ -101,8 +102,8 @@ TEST(StragglerTest, TheProbeGivesEveryRankTheSameSymmetricMatrix) {
 // strategy auto chooses again when a link changes: twice as slow, or twice as fast, and above the
 // 1 ms noise floor of shared cores.
 TEST(StragglerTest, ALinkHasChangedByAFactorOfTwoAboveTheNoise) {
-  EXPECT_TRUE(link_changed(0.0003, 0.0021));   // 10 Gbit/s cut to 1 Gbit/s: a 256 KiB probe
-  EXPECT_TRUE(link_changed(0.0021, 0.0003));   // and back
+  EXPECT_TRUE(link_changed(0.0003, 0.0021));  // 10 Gbit/s cut to 1 Gbit/s: a 256 KiB probe
+  EXPECT_TRUE(link_changed(0.0021, 0.0003));  // and back
   EXPECT_TRUE(link_changed(0.002, 0.0041));
   EXPECT_FALSE(link_changed(0.002, 0.0039));   // less than twice
   EXPECT_FALSE(link_changed(0.002, 0.0011));   // more than half

@@ -47,10 +47,14 @@ TEST(TokensTest, BadFilesAreNamedWithTheReason) {
   const std::string dir = testing::make_temp_dir("tessera-tokens");
   const std::string odd = dir + "/odd.bin";
   std::ofstream(odd, std::ios::binary) << "abc";
-  EXPECT_NE(config_error([&] { read_tokens({odd, 2, 256}); }).find(odd + ": 3 bytes is not a whole number of 2-byte tokens"),
+  EXPECT_NE(config_error([&] {
+              read_tokens({odd, 2, 256});
+            }).find(odd + ": 3 bytes is not a whole number of 2-byte tokens"),
             std::string::npos);
   const std::string big = write_ids(dir + "/big.bin", {1, 2, 300}, 2);
-  EXPECT_NE(config_error([&] { read_tokens({big, 2, 256}); }).find(big + ": token 2 is id 300, not below the vocabulary size 256"),
+  EXPECT_NE(config_error([&] {
+              read_tokens({big, 2, 256});
+            }).find(big + ": token 2 is id 300, not below the vocabulary size 256"),
             std::string::npos);
   const std::string empty = dir + "/empty.bin";
   std::ofstream(empty, std::ios::binary).flush();
@@ -64,7 +68,9 @@ TEST(TokensTest, BadFilesAreNamedWithTheReason) {
     EXPECT_EQ(e.path(), dir + "/missing.bin");
   }
   const std::string shortf = write_ids(dir + "/short.bin", {1, 2, 3}, 2);
-  EXPECT_NE(config_error([&] { TokenDataset({shortf, 2, 256}, 8, 1); }).find("holds 3 tokens; a window of context 8 needs at least 9"),
+  EXPECT_NE(config_error([&] {
+              TokenDataset({shortf, 2, 256}, 8, 1);
+            }).find("holds 3 tokens; a window of context 8 needs at least 9"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }
@@ -115,10 +121,14 @@ TEST(TokensTest, GeneratesByteLevelTokensOfEnglishText) {
   EXPECT_EQ(m["vocabSize"], 256);
   EXPECT_EQ(m["dtype"], "uint16");
   // Not over an existing dataset unless asked.
-  EXPECT_NE(config_error([&] { generate_text_tokens(dir + "/out", {dir + "/book.txt"}, 0.25, false); }).find("exists (--replace"),
+  EXPECT_NE(config_error([&] {
+              generate_text_tokens(dir + "/out", {dir + "/book.txt"}, 0.25, false);
+            }).find("exists (--replace"),
             std::string::npos);
   EXPECT_EQ(generate_text_tokens(dir + "/out", {dir + "/book.txt"}, 0.5, true), text.size());
-  EXPECT_NE(config_error([&] { generate_text_tokens(dir + "/o2", {dir + "/book.txt"}, 1.5, false); }).find("--validation-fraction"),
+  EXPECT_NE(config_error([&] {
+              generate_text_tokens(dir + "/o2", {dir + "/book.txt"}, 1.5, false);
+            }).find("--validation-fraction"),
             std::string::npos);
   std::filesystem::remove_all(dir);
 }

@@ -5,15 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <random>
 #include <numeric>
+#include <random>
 #include <set>
 
+#include "common/error.h"
 #include "worker/compress/cuda/topk_cuda.h"
-#include "worker/core/device.h"
 #include "worker/compress/sparse.h"
 #include "worker/compress/topk.h"
-#include "common/error.h"
+#include "worker/core/device.h"
 
 namespace tessera {
 namespace {
@@ -47,7 +47,8 @@ TEST_F(TopkCudaTest, MatchesExactTopkMagnitudes) {
   for (size_t d : {1ul, 33ul, 4099ul, 1000003ul}) {
     std::vector<float> x(d);
     for (auto& v : x) v = n(rng);
-    if (d > 100) for (size_t i = 0; i < d / 10; ++i) x[i * 7 % d] = 0.75f;  // ties
+    if (d > 100)
+      for (size_t i = 0; i < d / 10; ++i) x[i * 7 % d] = 0.75f;  // ties
     for (size_t k : {0ul, 1ul, d / 3, d}) {
       SCOPED_TRACE("d=" + std::to_string(d) + " k=" + std::to_string(k));
       float* dx = to_device(x);

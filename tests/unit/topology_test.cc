@@ -58,7 +58,8 @@ TEST(TopologyTest, BadLocalRanksNameTheRank) {
 TEST(TopologyTest, DiscoverThroughStore) {
   MemoryStore store;
   std::vector<RankPlacement> mine = {{"x", 0}, {"y", 0}, {"x", 1}};
-  for (int r = 1; r < 3; ++r) PrefixStore("topology", store).set(std::to_string(r), std::to_string(mine[r].local_rank) + " " + mine[r].node);
+  for (int r = 1; r < 3; ++r)
+    PrefixStore("topology", store).set(std::to_string(r), std::to_string(mine[r].local_rank) + " " + mine[r].node);
   auto t = Topology::discover(store, 0, 3, mine[0], Millis(1000));
   EXPECT_EQ(t.node_ranks(0), (std::vector<int>{0, 2}));
   try {

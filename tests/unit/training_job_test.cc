@@ -108,23 +108,28 @@ spec:
 // stays valid, and a job that uses them where they act has none.
 TEST(TrainingJobTest, FieldsWithNoEffectAreWarnings) {
   const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: w}\nspec:\n";
-  const api::ParsedJob p = api::parse_training_job(ConfigNode::load_string(
-      head + "  communication: {strategy: dense, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
-             "  training: {epochs: 3, schedule: {decay: cosine, gamma: 0.5, power: 2}}\n"
-             "  dataset: {format: synthetic, remoteThrottle: {mbps: 10}}\n"));
+  const api::ParsedJob p =
+      api::parse_training_job(ConfigNode::load_string(
+          head + "  communication: {strategy: dense, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
+                 "  training: {epochs: 3, schedule: {decay: cosine, gamma: 0.5, power: 2}}\n"
+                 "  dataset: {format: synthetic, remoteThrottle: {mbps: 10}}\n"));
   ASSERT_TRUE(p.ok()) << p.problems.front().field << ": " << p.problems.front().reason;
   std::set<std::string> got;
   for (const auto& w : p.warnings) got.insert(w.field);
-  EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.switchAtEpoch", "spec.communication.density",
-                                        "spec.training.schedule.gamma", "spec.training.schedule.power", "spec.dataset.remoteThrottle"}));
-  for (const auto& w : p.warnings) EXPECT_NE(w.reason.find("has no effect"), std::string::npos) << w.field << ": " << w.reason;
-  const api::ParsedJob files = api::parse_training_job(ConfigNode::load_string(
-      head + "  dataset: {format: hdf5, path: /d, samples: 10, seed: 3}\n"));
+  EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.switchAtEpoch",
+                                        "spec.communication.density", "spec.training.schedule.gamma",
+                                        "spec.training.schedule.power", "spec.dataset.remoteThrottle"}));
+  for (const auto& w : p.warnings)
+    EXPECT_NE(w.reason.find("has no effect"), std::string::npos) << w.field << ": " << w.reason;
+  const api::ParsedJob files = api::parse_training_job(
+      ConfigNode::load_string(head + "  dataset: {format: hdf5, path: /d, samples: 10, seed: 3}\n"));
   ASSERT_EQ(files.warnings.size(), 2u);
   EXPECT_EQ(files.warnings[0].field, "spec.dataset.samples");
-  const api::ParsedJob clean = api::parse_training_job(ConfigNode::load_string(
-      head + "  communication: {strategy: hybrid, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
-             "  training: {epochs: 3, schedule: {decay: step, milestones: [2], gamma: 0.5}}\n  dataset: {format: synthetic}\n"));
+  const api::ParsedJob clean =
+      api::parse_training_job(ConfigNode::load_string(
+          head + "  communication: {strategy: hybrid, sparse: topk, switchAtEpoch: 1, density: 0.01}\n"
+                 "  training: {epochs: 3, schedule: {decay: step, milestones: [2], gamma: 0.5}}\n  dataset: {format: "
+                 "synthetic}\n"));
   EXPECT_TRUE(clean.ok());
   EXPECT_TRUE(clean.warnings.empty()) << clean.warnings.front().field;
 }
@@ -132,10 +137,12 @@ TEST(TrainingJobTest, FieldsWithNoEffectAreWarnings) {
 // strategy auto: the controller chooses; a sparse phase may reach switchAtEpoch, by default half the
 // epochs; sparse and dense are its to choose, so given they have no effect.
 TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
-  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
-                           "  dataset: {format: synthetic}\n";
+  const std::string head =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+      "  dataset: {format: synthetic}\n";
   auto parse = [&](const std::string& spec) { return api::parse_training_job(ConfigNode::load_string(head + spec)); };
-  const api::ParsedJob seven = parse("  communication: {strategy: auto}\n  training: {epochs: 7, optimizer: {name: adam}}\n");
+  const api::ParsedJob seven =
+      parse("  communication: {strategy: auto}\n  training: {epochs: 7, optimizer: {name: adam}}\n");
   ASSERT_TRUE(seven.ok());
   EXPECT_EQ(seven.job.spec.communication.switch_at_epoch, 3);
   EXPECT_TRUE(seven.warnings.empty());
@@ -144,7 +151,8 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   // momentum applied after the exchange (lars; sgd without momentum correction): no sparse phase
   // unless switchAtEpoch allows one; sgd (the default optimizer, momentum corrected by default),
   // sgd without momentum and adamw as adam
-  auto switch_epoch = [&](const std::string& optimizer, const std::string& comm = "{strategy: auto}", const std::string& more = "") {
+  auto switch_epoch = [&](const std::string& optimizer, const std::string& comm = "{strategy: auto}",
+                          const std::string& more = "") {
     return parse("  communication: " + comm + "\n  training: {epochs: 7, optimizer: " + optimizer + more + "}\n")
         .job.spec.communication.switch_at_epoch;
   };
@@ -156,15 +164,19 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_EQ(switch_epoch("{name: sgd, momentum: 0}"), 3);
   EXPECT_EQ(switch_epoch("{name: adamw}"), 3);
   EXPECT_EQ(switch_epoch("{name: sgd}", "{strategy: auto, switchAtEpoch: 2}"), 2);
-  EXPECT_EQ(parse("  communication: {strategy: auto}\n").job.spec.communication.switch_at_epoch, 0);  // one epoch: none sparse
-  const api::ParsedJob more = parse("  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7, optimizer: {name: lars}}\n");
+  EXPECT_EQ(parse("  communication: {strategy: auto}\n").job.spec.communication.switch_at_epoch,
+            0);  // one epoch: none sparse
+  const api::ParsedJob more = parse(
+      "  communication: {strategy: auto, switchAtEpoch: 5, density: 0.001}\n  training: {epochs: 7, optimizer: {name: "
+      "lars}}\n");
   ASSERT_TRUE(more.ok());
   EXPECT_EQ(more.job.spec.communication.switch_at_epoch, 5);
   EXPECT_TRUE(more.warnings.empty());
   const api::ParsedJob late = parse("  communication: {strategy: auto, switchAtEpoch: 7}\n  training: {epochs: 7}\n");
   ASSERT_FALSE(late.ok());
   EXPECT_EQ(late.problems.front().field, "spec.communication.switchAtEpoch");
-  EXPECT_NE(late.problems.front().reason.find("is not before the last epoch"), std::string::npos) << late.problems.front().reason;
+  EXPECT_NE(late.problems.front().reason.find("is not before the last epoch"), std::string::npos)
+      << late.problems.front().reason;
   const api::ParsedJob chosen = parse("  communication: {strategy: auto, sparse: topk, dense: dense}\n");
   ASSERT_TRUE(chosen.ok());
   std::set<std::string> got;
@@ -175,14 +187,15 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.dense"}));
 }
 
-
 // communication.momentumCorrection: on by default where sgd with momentum may exchange sparsely; set,
 // it is refused (named, with the reason) where it cannot keep SGD's momentum.
 TEST(TrainingJobTest, MomentumCorrectionDefaultsAndLimits) {
-  const std::string head = "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
-                           "  dataset: {format: synthetic}\n";
+  const std::string head =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+      "  dataset: {format: synthetic}\n";
   auto parse = [&](const std::string& comm, const std::string& training) {
-    return api::parse_training_job(ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"));
+    return api::parse_training_job(
+        ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"));
   };
   auto corrected = [&](const std::string& comm, const std::string& training) {
     const api::ParsedJob p = parse(comm, training);
@@ -216,9 +229,10 @@ TEST(TrainingJobTest, MomentumCorrectionDefaultsAndLimits) {
   }
 }
 TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
-  auto p = problems_of(std::string(kHeader) + "spec:\n  replicas: 2\n  replicas: 3\n"
-                                              "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"
-                                              "  dataset: {format: synthetic}\n");
+  auto p = problems_of(std::string(kHeader) +
+                       "spec:\n  replicas: 2\n  replicas: 3\n"
+                       "  placement: {tolerations: [{key: a, key: b, operator: Exists}]}\n"
+                       "  dataset: {format: synthetic}\n");
   std::vector<std::string> got;
   for (const auto& q : p) got.push_back(q.field + ": " + q.reason);
   const std::vector<std::string> want = {"spec.replicas: is given twice (lines 5 and 6); keep one",
@@ -229,18 +243,24 @@ TEST(TrainingJobTest, DuplicateKeysAreReportedAtTheirPath) {
 // spec.elastic: at most spec.replicas, and every gang between it and replicas whole spatial groups.
 TEST(TrainingJobTest, ElasticGangsAreWholeSpatialGroupsOfAtLeastMinReplicas) {
   auto check = [](const std::string& spec) {
-    auto p = problems_of(std::string(kHeader) + "spec:\n  dataset: {format: synthetic}\n  model: {name: cosmoflow, inputSize: 16}\n" + spec);
+    auto p = problems_of(std::string(kHeader) +
+                         "spec:\n  dataset: {format: synthetic}\n  model: {name: cosmoflow, inputSize: 16}\n" + spec);
     return p.empty() ? std::string("accepted") : p.front().field + ": " + p.front().reason;
   };
   EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 3}\n"), "accepted");
-  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 5}\n"), "spec.elastic.minReplicas: 5 is more than spec.replicas (4)");
-  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 0}\n"), "spec.elastic.minReplicas: 0 is outside [1, 100000]");
+  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 5}\n"),
+            "spec.elastic.minReplicas: 5 is more than spec.replicas (4)");
+  EXPECT_EQ(check("  replicas: 4\n  elastic: {minReplicas: 0}\n"),
+            "spec.elastic.minReplicas: 0 is outside [1, 100000]");
   // Pods of one rank, spatial groups of two: a gang of 3 pods would split one.
   EXPECT_EQ(check("  replicas: 4\n  parallelism: {spatial: {d: 2}}\n  elastic: {minReplicas: 2}\n"),
             "spec.elastic.minReplicas: a gang of 3 pods (3 ranks) is not whole spatial groups of 2 ranks");
-  EXPECT_EQ(check("  replicas: 4\n  ranksPerReplica: 2\n  parallelism: {spatial: {d: 2}}\n  elastic: {minReplicas: 2}\n"), "accepted");
+  EXPECT_EQ(
+      check("  replicas: 4\n  ranksPerReplica: 2\n  parallelism: {spatial: {d: 2}}\n  elastic: {minReplicas: 2}\n"),
+      "accepted");
   const api::ParsedJob job = api::parse_training_job(ConfigNode::load_string(
-      std::string(kHeader) + "spec:\n  replicas: 4\n  ranksPerReplica: 2\n  dataset: {format: synthetic}\n  elastic: {minReplicas: 3}\n"));
+      std::string(kHeader) +
+      "spec:\n  replicas: 4\n  ranksPerReplica: 2\n  dataset: {format: synthetic}\n  elastic: {minReplicas: 3}\n"));
   ASSERT_TRUE(job.ok());
   const JobConfig c = make_job_config(job.job);
   EXPECT_EQ(c.workers, 8);
@@ -255,12 +275,15 @@ TEST(TrainingJobTest, TypesAreStrictAsInTheKubernetesApi) {
   };
   EXPECT_EQ(field("replicas: \"2\""), "spec.replicas: expected an integer, got the string '2'");
   EXPECT_EQ(field("image: 5"), "spec.image: expected a string, got the number 5 (quote it)");
-  EXPECT_EQ(field("runPolicy: {suspend: \"true\"}"), "spec.runPolicy.suspend: expected true or false, got the string 'true'");
+  EXPECT_EQ(field("runPolicy: {suspend: \"true\"}"),
+            "spec.runPolicy.suspend: expected true or false, got the string 'true'");
   EXPECT_EQ(field("cache: {memory: 1.5}"),
-            "spec.cache.memory: expected an integer or a string such as 512Mi or 10G, got the number 1.5 (quote a fractional quantity)");
-  EXPECT_EQ(field("cache: {memory: 256MB}"),
-            "spec.cache.memory: '256MB': MB is not a unit of this quantity; use Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, "
-            "T (powers of 1000), as in 512Mi or 10G");
+            "spec.cache.memory: expected an integer or a string such as 512Mi or 10G, got the number 1.5 (quote a "
+            "fractional quantity)");
+  EXPECT_EQ(
+      field("cache: {memory: 256MB}"),
+      "spec.cache.memory: '256MB': MB is not a unit of this quantity; use Ki, Mi, Gi, Ti (powers of 1024) or K, M, G, "
+      "T (powers of 1000), as in 512Mi or 10G");
   EXPECT_EQ(field("cache: {memory: \"256MB\"}"), field("cache: {memory: 256MB}"));
   EXPECT_EQ(field("cache: {memory: \"-5Gi\"}"), "spec.cache.memory: -5Gi: must not be negative");
   EXPECT_EQ(field("dataset: {seed: -5}"), "spec.dataset.seed: must not be negative, got -5");
@@ -298,11 +321,14 @@ TEST(TrainingJobTest, YamlSyntaxErrorsNameTheFileLineAndColumn) {
   }
   p = api::read_training_job(file);
   ASSERT_EQ(p.problems.size(), 1u);
-  EXPECT_NE(p.problems[0].reason.find("larger than a manifest can be (at most 1048576)"), std::string::npos) << p.problems[0].reason;
+  EXPECT_NE(p.problems[0].reason.find("larger than a manifest can be (at most 1048576)"), std::string::npos)
+      << p.problems[0].reason;
   // A key that is not a name (found by fuzz/manifest_fuzz) is a problem at its mapping, not a crash.
-  const api::ParsedJob bad_key = api::parse_training_job(ConfigNode::load_string("spec:\n  model: {[a, b]: 1, name: cosmoflow}\n"));
+  const api::ParsedJob bad_key =
+      api::parse_training_job(ConfigNode::load_string("spec:\n  model: {[a, b]: 1, name: cosmoflow}\n"));
   bool named = false;
-  for (const auto& q : bad_key.problems) named |= q.field == "spec.model" && q.reason == "a key at line 2 is not a field name (a list)";
+  for (const auto& q : bad_key.problems)
+    named |= q.field == "spec.model" && q.reason == "a key at line 2 is not a field name (a list)";
   EXPECT_TRUE(named);
 }
 
@@ -332,8 +358,8 @@ TEST(TrainingJobTest, CorpusOfManifestsEachRejectedAtItsField) {
     ++invalid;
   }
   EXPECT_GE(invalid, 30);
-  for (const char* example : {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml", "transformer-local.yaml",
-                              "resnet50-local.yaml", "resnet50-imagenet.yaml"}) {
+  for (const char* example : {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml",
+                              "transformer-local.yaml", "resnet50-local.yaml", "resnet50-imagenet.yaml"}) {
     auto p = api::read_training_job(std::string(TESSERA_SOURCE_DIR) + "/examples/" + example);
     EXPECT_TRUE(p.ok()) << example;
   }

@@ -27,12 +27,28 @@ enum class ReduceOp : uint8_t { kSum, kMax, kMin };
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 
-template <typename T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::kFloat32; }
-template <> constexpr DType dtype_of<double>() { return DType::kFloat64; }
-template <> constexpr DType dtype_of<int32_t>() { return DType::kInt32; }
-template <> constexpr DType dtype_of<int64_t>() { return DType::kInt64; }
-template <> constexpr DType dtype_of<uint8_t>() { return DType::kUInt8; }
+template <typename T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType dtype_of<int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType dtype_of<int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType dtype_of<uint8_t>() {
+  return DType::kUInt8;
+}
 
 // out[i] = op(out[i], in[i]) for `count` elements of type t.
 void reduce_into(void* out, const void* in, size_t count, DType t, ReduceOp op);
@@ -44,8 +60,7 @@ std::vector<size_t> even_split(size_t total, int parts);
 // Announces `rank` of group `group` in `store` and waits until every member has, so a missing member
 // is reported by number: throws CommError "rendezvous of group 'world' (4 ranks; this is rank 0,
 // global 0): rank 3 (global 3) did not join within 1000 ms". Every backend joins through this.
-void join_group(Store& store, const std::string& group, int rank, const std::vector<int>& global_ranks,
-                Millis timeout);
+void join_group(Store& store, const std::string& group, int rank, const std::vector<int>& global_ranks, Millis timeout);
 
 class Communicator {
  public:
@@ -67,11 +82,10 @@ class Communicator {
   virtual void allreduce(void* data, size_t count, DType t, ReduceOp op, Millis timeout) = 0;
   // `in` holds sum(counts) elements laid out as size() segments; `out` receives counts[rank()]
   // elements: this member's segment reduced over all members.
-  virtual void reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, DType t,
-                              ReduceOp op, Millis timeout) = 0;
+  virtual void reduce_scatter(const void* in, void* out, const std::vector<size_t>& counts, DType t, ReduceOp op,
+                              Millis timeout) = 0;
   // out[sum(counts)] := the members' inputs concatenated in rank order; `in` has counts[rank()].
-  virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType t,
-                          Millis timeout) = 0;
+  virtual void allgatherv(const void* in, void* out, const std::vector<size_t>& counts, DType t, Millis timeout) = 0;
   // data[count] := root's data[count].
   virtual void broadcast(void* data, size_t count, DType t, int root, Millis timeout) = 0;
   virtual void send(const void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) = 0;

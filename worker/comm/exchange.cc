@@ -74,7 +74,8 @@ class TorusAllreduce final : public GradientExchange {
   };
 
   void shard_allreduce(Chunk& c) {
-    groups_.inter->allreduce(c.shard.data(), static_cast<size_t>(c.shard.numel()), DType::kFloat32, ReduceOp::kSum, Millis(0));
+    groups_.inter->allreduce(c.shard.data(), static_cast<size_t>(c.shard.numel()), DType::kFloat32, ReduceOp::kSum,
+                             Millis(0));
   }
   void reduce_scatter(Chunk& c) {
     groups_.intra->reduce_scatter(c.data.data(), c.shard.data(), c.counts, DType::kFloat32, ReduceOp::kSum, Millis(0));

@@ -24,23 +24,23 @@
 #include <string>
 
 #include "worker/comm/topology.h"
-#include "worker/core/device.h"
 #include "worker/compress/error_feedback.h"
 #include "worker/compress/topk.h"
+#include "worker/core/device.h"
 
 namespace tessera {
 
 struct ExchangeConfig {
-  std::string strategy = "dense";  // dense | torus | topk | hitopk
-  double density = 0.001;          // fraction of a bucket (or shard) sparse strategies send, (0, 1]
-  std::string selector = "mstopk"; // top-k selector of sparse strategies: mstopk | exact
-  Device device = Device::kCpu;    // where the buckets are (kCuda: the groups are NCCL's)
+  std::string strategy = "dense";   // dense | torus | topk | hitopk
+  double density = 0.001;           // fraction of a bucket (or shard) sparse strategies send, (0, 1]
+  std::string selector = "mstopk";  // top-k selector of sparse strategies: mstopk | exact
+  Device device = Device::kCpu;     // where the buckets are (kCuda: the groups are NCCL's)
 };
 
 struct ExchangeStats {
-  LinkBytes bytes;      // bytes this rank sent during the call, by link kind
-  size_t selected = 0;  // entries this rank selected (sparse strategies), else the bucket size
-  double seconds = 0;   // wall time of the call
+  LinkBytes bytes;            // bytes this rank sent during the call, by link kind
+  size_t selected = 0;        // entries this rank selected (sparse strategies), else the bucket size
+  double seconds = 0;         // wall time of the call
   double select_seconds = 0;  // of which error feedback and top-k selection (sparse strategies)
 };
 
@@ -63,7 +63,10 @@ class GradientExchange {
   // The entries of this rank's residual for a bucket of `bucket_size` (its shard under hitopk), and
   // where in the bucket they start.
   virtual size_t residual_size(size_t bucket_size) const { return bucket_size; }
-  virtual size_t residual_offset(size_t bucket_size) const { (void)bucket_size; return 0; }
+  virtual size_t residual_offset(size_t bucket_size) const {
+    (void)bucket_size;
+    return 0;
+  }
 
  protected:
   GradientExchange(std::string name, CommGroups& groups) : name_(std::move(name)), groups_(groups) {}

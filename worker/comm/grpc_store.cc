@@ -6,9 +6,9 @@
 
 #include <chrono>
 
+#include "common/error.h"
 #include "tessera.grpc.pb.h"
 #include "worker/comm/grpc_channel.h"
-#include "common/error.h"
 
 namespace tessera {
 
@@ -28,7 +28,8 @@ struct GrpcStore::Impl {
 
 namespace {
 [[noreturn]] void fail(const char* what, const grpc::Status& s) {
-  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) throw StoreTimeout(std::string(what) + ": " + s.error_message());
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)
+    throw StoreTimeout(std::string(what) + ": " + s.error_message());
   throw CommError(std::string(what) + ": " + s.error_message());
 }
 }  // namespace
@@ -42,7 +43,8 @@ GrpcStore::GrpcStore(const std::string& target, std::string job, std::string tok
 
 GrpcStore::~GrpcStore() = default;
 
-GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const std::string& host, int metrics_port, Millis timeout) {
+GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const std::string& host, int metrics_port,
+                                                 Millis timeout) {
   v1::RegisterRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_replica(replica);
@@ -64,7 +66,8 @@ GrpcStore::Assignment GrpcStore::register_worker(int replica, int slot, const st
   return Assignment{resp.rank(), resp.world_size(), resp.local_rank(), resp.node(), resp.generation()};
 }
 
-bool GrpcStore::report_exit(int replica, int slot, int exit_code, const std::string& message, int64_t round, Millis timeout) {
+bool GrpcStore::report_exit(int replica, int slot, int exit_code, const std::string& message, int64_t round,
+                            Millis timeout) {
   v1::ReportExitRequest req;
   *req.mutable_auth() = impl_->auth;
   req.set_replica(replica);

@@ -40,8 +40,8 @@ void Store::wait(const std::vector<std::string>& keys, Millis timeout) {
     if (still.empty()) return;
     missing = std::move(still);
     if (std::chrono::steady_clock::now() >= deadline)
-      throw StoreTimeout(detail::concat("store: keys not written within ", timeout.count(),
-                                        " ms: ", join_keys(missing)));
+      throw StoreTimeout(
+          detail::concat("store: keys not written within ", timeout.count(), " ms: ", join_keys(missing)));
     std::this_thread::sleep_for(poll_interval());
   }
 }
@@ -81,8 +81,7 @@ void MemoryStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   std::vector<std::string> missing;
   for (const auto& k : keys)
     if (!data_.count(k)) missing.push_back(k);
-  throw StoreTimeout(detail::concat("store: keys not written within ", timeout.count(),
-                                    " ms: ", join_keys(missing)));
+  throw StoreTimeout(detail::concat("store: keys not written within ", timeout.count(), " ms: ", join_keys(missing)));
 }
 
 // ---- FileStore ----

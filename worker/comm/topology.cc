@@ -25,10 +25,11 @@ Topology::Topology(std::vector<RankPlacement> placements) : placements_(std::mov
     std::sort(by_local.begin(), by_local.end());
     for (size_t i = 0; i < by_local.size(); ++i) {
       if (by_local[i].first != static_cast<int>(i))
-        throw ConfigError(detail::concat("topology.rank[", by_local[i].second, "].localRank"),
-                          detail::concat("node '", n.name, "' has ", by_local.size(), " ranks, so local ranks must be 0..",
-                                         by_local.size() - 1, " each once; got ", by_local[i].first,
-                                         i > 0 && by_local[i].first == by_local[i - 1].first ? " twice" : ""));
+        throw ConfigError(
+            detail::concat("topology.rank[", by_local[i].second, "].localRank"),
+            detail::concat("node '", n.name, "' has ", by_local.size(), " ranks, so local ranks must be 0..",
+                           by_local.size() - 1, " each once; got ", by_local[i].first,
+                           i > 0 && by_local[i].first == by_local[i - 1].first ? " twice" : ""));
       n.ranks.push_back(by_local[i].second);
     }
   }
@@ -36,7 +37,8 @@ Topology::Topology(std::vector<RankPlacement> placements) : placements_(std::mov
 
 Topology Topology::grid(int nodes, int local) {
   if (nodes < 1 || local < 1)
-    throw ConfigError("topology", detail::concat("need at least one node and one rank per node, got ", nodes, " x ", local));
+    throw ConfigError("topology",
+                      detail::concat("need at least one node and one rank per node, got ", nodes, " x ", local));
   std::vector<RankPlacement> p;
   for (int n = 0; n < nodes; ++n)
     for (int l = 0; l < local; ++l) p.push_back({"node" + std::to_string(n), l});
@@ -77,9 +79,9 @@ bool Topology::uniform() const {
 void Topology::require_uniform(const std::string& field, const std::string& who) const {
   for (const auto& n : nodes_) {
     if (n.ranks.size() != nodes_[0].ranks.size())
-      throw ConfigError(field, detail::concat(who, " needs the same number of ranks on every node; node '", nodes_[0].name,
-                                              "' has ", nodes_[0].ranks.size(), ", node '", n.name, "' has ",
-                                              n.ranks.size()));
+      throw ConfigError(
+          field, detail::concat(who, " needs the same number of ranks on every node; node '", nodes_[0].name, "' has ",
+                                nodes_[0].ranks.size(), ", node '", n.name, "' has ", n.ranks.size()));
   }
 }
 
@@ -108,8 +110,9 @@ CommGroups connect_groups(Store& store, Topology topology, int rank, const CommF
   if (rank < 0 || rank >= topology.world_size())
     throw ConfigError("rank", detail::concat(rank, " is outside the world of ", topology.world_size(), " ranks"));
   if (spatial_size < 1 || topology.world_size() % spatial_size != 0)
-    throw ConfigError("parallelism.spatial", detail::concat("a spatial group of ", spatial_size, " ranks does not divide the world of ",
-                                                            topology.world_size()));
+    throw ConfigError("parallelism.spatial",
+                      detail::concat("a spatial group of ", spatial_size, " ranks does not divide the world of ",
+                                     topology.world_size()));
   CommGroups g{std::move(topology), rank, nullptr, nullptr, nullptr, nullptr};
   const Topology& t = g.topology;
   std::vector<int> all(t.world_size());

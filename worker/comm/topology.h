@@ -77,11 +77,11 @@ using CommFactory = std::function<std::unique_ptr<Communicator>(Store& store, co
 // The communicators of one rank.
 struct CommGroups {
   Topology topology;
-  int rank = 0;                          // world rank
-  std::unique_ptr<Communicator> world;   // all ranks
-  std::unique_ptr<Communicator> intra;   // ranks of this node, by local rank
-  std::unique_ptr<Communicator> inter;   // ranks with this local rank, by node
-  std::unique_ptr<Communicator> spatial; // ranks splitting the same samples (spatial parallelism), or null
+  int rank = 0;                           // world rank
+  std::unique_ptr<Communicator> world;    // all ranks
+  std::unique_ptr<Communicator> intra;    // ranks of this node, by local rank
+  std::unique_ptr<Communicator> inter;    // ranks with this local rank, by node
+  std::unique_ptr<Communicator> spatial;  // ranks splitting the same samples (spatial parallelism), or null
 
   // Bytes sent by this rank through all groups, by link kind.
   LinkBytes link_bytes() const;

@@ -12,7 +12,9 @@ std::vector<float>& MomentumCorrection::velocity(int bucket, size_t size) {
   return u;
 }
 
-void MomentumCorrection::accumulate(int bucket, std::span<float> grad) { accumulate_into(bucket, grad.size(), 0, grad, grad); }
+void MomentumCorrection::accumulate(int bucket, std::span<float> grad) {
+  accumulate_into(bucket, grad.size(), 0, grad, grad);
+}
 
 void MomentumCorrection::accumulate_into(int bucket, size_t bucket_size, size_t offset, std::span<const float> grad,
                                          std::span<float> into) {

@@ -26,7 +26,8 @@ class MomentumCorrection {
   // The same for the part of a bucket of `bucket_size` at `offset`, with the gradient read from
   // `grad` and u written to `into` (the fused bucket): one pass where a copy into the bucket and
   // accumulate would take two.
-  void accumulate_into(int bucket, size_t bucket_size, size_t offset, std::span<const float> grad, std::span<float> into);
+  void accumulate_into(int bucket, size_t bucket_size, size_t offset, std::span<const float> grad,
+                       std::span<float> into);
   // After a sparse exchange: u := 0 wherever `exchanged` (the gang's sum) is non-zero.
   void mask(int bucket, std::span<const float> exchanged);
 

@@ -39,7 +39,8 @@ inline uint64_t next_random(uint64_t& s) {
 
 void check_k(size_t k, size_t n, std::string_view bucket) {
   if (k > n)
-    throw std::invalid_argument(detail::concat("top-k on bucket '", bucket, "': k=", k, " exceeds its ", n, " entries"));
+    throw std::invalid_argument(
+        detail::concat("top-k on bucket '", bucket, "': k=", k, " exceeds its ", n, " entries"));
 }
 
 }  // namespace
@@ -52,8 +53,7 @@ void check_finite(std::span<const float> x, std::string_view bucket) {
 
 size_t topk_count(size_t n, double density) {
   if (n == 0) return 0;
-  if (!(density > 0.0 && density <= 1.0))
-    throw ConfigError("density", detail::concat(density, " is outside (0, 1]"));
+  if (!(density > 0.0 && density <= 1.0)) throw ConfigError("density", detail::concat(density, " is outside (0, 1]"));
   size_t k = static_cast<size_t>(std::ceil(density * static_cast<double>(n)));
   return std::clamp<size_t>(k, 1, n);
 }
@@ -154,13 +154,14 @@ void MSTopK::select(std::span<const float> x, size_t k, std::vector<uint32_t>& i
   for (;;) {
     if (rank >= s) break;  // the sample cannot separate the top k: use the exact selector
     const uint32_t t = sample_threshold(x, rank);
-    if (t == 0) break;     // more than d-k zeros: the band would be most of the gradient
+    if (t == 0) break;  // more than d-k zeros: the band would be most of the gradient
     ++stats_.passes;
     if (!gather(x, t, k)) throw_non_finite(x, bucket);
     stats_.candidates = above_count_ + ties_count_;
     if (above_count_ >= k) {
       const auto end = above_.begin() + static_cast<std::ptrdiff_t>(above_count_);
-      std::nth_element(above_.begin(), above_.begin() + static_cast<std::ptrdiff_t>(k - 1), end, std::greater<uint64_t>());
+      std::nth_element(above_.begin(), above_.begin() + static_cast<std::ptrdiff_t>(k - 1), end,
+                       std::greater<uint64_t>());
       idx.resize(k);
       for (size_t j = 0; j < k; ++j) idx[j] = static_cast<uint32_t>(above_[j]);  // the index half of the key
       return;

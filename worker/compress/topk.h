@@ -29,14 +29,14 @@ void exact_topk(std::span<const float> x, size_t k, std::vector<uint32_t>& idx, 
 class MSTopK {
  public:
   struct Options {
-    size_t sample_size = 65536;      // entries sampled to estimate the threshold
-    size_t exact_below = 4096;       // gradients shorter than this use exact_topk directly
+    size_t sample_size = 65536;  // entries sampled to estimate the threshold
+    size_t exact_below = 4096;   // gradients shorter than this use exact_topk directly
     uint64_t seed = 0x9e3779b97f4a7c15ull;
   };
   struct Stats {
-    size_t passes = 0;      // streaming passes over the gradient in the last call
-    size_t candidates = 0;  // entries gathered above the threshold in the last pass
-    bool fell_back = false; // the last call used the exact selector
+    size_t passes = 0;       // streaming passes over the gradient in the last call
+    size_t candidates = 0;   // entries gathered above the threshold in the last pass
+    bool fell_back = false;  // the last call used the exact selector
   };
 
   MSTopK() : MSTopK(Options{}) {}

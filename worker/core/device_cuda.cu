@@ -31,7 +31,8 @@ __global__ void fill_kernel(float* __restrict p, size_t n, float v) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
 }
 __global__ void add_kernel(float* __restrict acc, const float* __restrict x, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) acc[i] += x[i];
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    acc[i] += x[i];
 }
 __global__ void scale_kernel(float* __restrict x, size_t n, float s) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= s;
@@ -64,8 +65,8 @@ void set_device(int ordinal) {
   std::string why;
   const int n = device_count(&why);
   if (ordinal < 0 || ordinal >= n)
-    throw Error("cuda: device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) +
-                " usable" + (n ? "" : ": " + why) + ")");
+    throw Error("cuda: device " + std::to_string(ordinal) + " does not exist (" + std::to_string(n) + " usable" +
+                (n ? "" : ": " + why) + ")");
   if (t_state.device == ordinal) return;
   check(cudaSetDevice(ordinal), "cudaSetDevice");
   if (t_state.stream) check(cudaStreamSynchronize(t_state.stream), "cudaStreamSynchronize");

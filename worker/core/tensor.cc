@@ -33,7 +33,8 @@ int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) {
     TESSERA_CHECK(d >= 0, "negative dimension in ", shape_str(s));
-    if (__builtin_mul_overflow(n, d, &n)) throw Error("a tensor of shape " + shape_str(s) + " has more elements than an int64 counts");
+    if (__builtin_mul_overflow(n, d, &n))
+      throw Error("a tensor of shape " + shape_str(s) + " has more elements than an int64 counts");
   }
   return n;
 }
@@ -132,18 +133,14 @@ void Tensor::copy_from(const Tensor& src) {
   TESSERA_CHECK_EQ(src.numel_, numel_, "copy of ", shape_str(src.shape_), " into ", shape_str(shape_));
   if (!data_ || !src.data_) return;
   const size_t bytes = static_cast<size_t>(numel_) * sizeof(float);
-  if (device_ == Device::kCpu && src.device_ == Device::kCpu)
-    std::memcpy(data_.get(), src.data_.get(), bytes);
-  else
-    gpu::copy(data_.get(), device_, src.data_.get(), src.device_, bytes);
+  if (device_ == Device::kCpu && src.device_ == Device::kCpu) std::memcpy(data_.get(), src.data_.get(), bytes);
+  else gpu::copy(data_.get(), device_, src.data_.get(), src.device_, bytes);
 }
 
 void Tensor::fill(float value) {
   if (!data_) return;
-  if (device_ == Device::kCuda)
-    gpu::fill(data_.get(), static_cast<size_t>(numel_), value);
-  else
-    std::fill(data_.get(), data_.get() + numel_, value);
+  if (device_ == Device::kCuda) gpu::fill(data_.get(), static_cast<size_t>(numel_), value);
+  else std::fill(data_.get(), data_.get() + numel_, value);
 }
 
 }  // namespace tessera

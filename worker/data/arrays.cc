@@ -68,13 +68,16 @@ std::vector<Filter> filters_of(hid_t create) {
     unsigned flags = 0, config = 0;
     size_t nvalues = 0;
     char name[64] = {};
-    const H5Z_filter_t id = H5Pget_filter2(create, static_cast<unsigned>(i), &flags, &nvalues, nullptr, sizeof(name), name, &config);
+    const H5Z_filter_t id =
+        H5Pget_filter2(create, static_cast<unsigned>(i), &flags, &nvalues, nullptr, sizeof(name), name, &config);
     out.push_back({id, name[0] ? name : "filter " + std::to_string(id)});
   }
   return out;
 }
 
-bool followed(H5Z_filter_t id) { return id == H5Z_FILTER_DEFLATE || id == H5Z_FILTER_SHUFFLE || id == H5Z_FILTER_FLETCHER32; }
+bool followed(H5Z_filter_t id) {
+  return id == H5Z_FILTER_DEFLATE || id == H5Z_FILTER_SHUFFLE || id == H5Z_FILTER_FLETCHER32;
+}
 
 // The info of an open HDF5 dataset.
 ArrayInfo h5_info(hid_t ds) {
@@ -100,8 +103,9 @@ ArrayInfo h5_info(hid_t ds) {
   H5Handle create(H5Dget_create_plist(ds), H5Pclose);
   for (const Filter& f : filters_of(create))
     if (!followed(f.id) && info.unreadable.empty())
-      info.unreadable = "is stored with the HDF5 filter '" + f.name +
-                        "'; samples are read stored raw or with gzip, shuffle and fletcher32 (rewrite it with h5repack -f GZIP=1)";
+      info.unreadable =
+          "is stored with the HDF5 filter '" + f.name +
+          "'; samples are read stored raw or with gzip, shuffle and fletcher32 (rewrite it with h5repack -f GZIP=1)";
   return info;
 }
 
@@ -118,7 +122,8 @@ Selection select(const ArrayRef& a, const Shape& shape, VolumeBox box, bool chan
   s.start.assign(rank, 0);
   s.count.assign(shape.begin(), shape.end());
   if (rank < 3) return s;
-  if (channels_last && rank != 4) fail(a, detail::concat("a channels-last volume must be (D, H, W, C), not ", shape_str(shape)));
+  if (channels_last && rank != 4)
+    fail(a, detail::concat("a channels-last volume must be (D, H, W, C), not ", shape_str(shape)));
   s.first = channels_last ? 0 : rank - 3;
   const bool whole = box.empty();
   for (int d = 0; d < 3; ++d) {
@@ -167,14 +172,15 @@ int64_t inflated_size(const std::vector<unsigned char>& in, size_t limit) {
 }
 
 // The bytes chunk `offset` yields once its filters are undone, -1 when they cannot be undone.
-int64_t decoded_size(hid_t ds, const std::vector<Filter>& filters, const std::vector<hsize_t>& offset, hsize_t stored, size_t expect) {
+int64_t decoded_size(hid_t ds, const std::vector<Filter>& filters, const std::vector<hsize_t>& offset, hsize_t stored,
+                     size_t expect) {
   uint32_t mask = 0;
   std::vector<unsigned char> bytes(stored);
   if (H5Dread_chunk(ds, H5P_DEFAULT, offset.data(), &mask, bytes.data()) < 0) return -1;
   int64_t size = static_cast<int64_t>(stored);
   bool inflated = false;  // then only the length is known, not the bytes
   for (size_t i = filters.size(); i-- > 0;) {
-    if (mask & (1u << i)) continue;  // skipped for this chunk when it was written
+    if (mask & (1u << i)) continue;                // skipped for this chunk when it was written
     if (filters[i].id == H5Z_FILTER_FLETCHER32) {  // a checksum after the data, which HDF5 checks
       if (size < 4) return -1;
       size -= 4;
@@ -190,8 +196,8 @@ int64_t decoded_size(hid_t ds, const std::vector<Filter>& filters, const std::ve
 }
 
 // Checks every chunk a selection touches and returns their stored bytes.
-uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const std::vector<hsize_t>& chunk, const Selection& sel,
-                      size_t item, hsize_t file_bytes) {
+uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const std::vector<hsize_t>& chunk,
+                      const Selection& sel, size_t item, hsize_t file_bytes) {
   const int rank = static_cast<int>(sel.start.size());
   std::vector<hsize_t> first(rank), last(rank), at(rank), offset(rank);
   size_t expect = item;
@@ -231,7 +237,8 @@ uint64_t check_chunks(const ArrayRef& a, hid_t ds, hid_t create, const std::vect
     if (H5Dget_chunk_storage_size(ds, offset.data(), &read_size) < 0 || read_size != stored)
       fail(a, "its chunk index is inconsistent (a corrupt file?)");
     if (stored > file_bytes)
-      fail(a, detail::concat(where, " claims ", stored, " bytes, more than the file's ", file_bytes, " (a corrupt file?)"));
+      fail(a, detail::concat(where, " claims ", stored, " bytes, more than the file's ", file_bytes,
+                             " (a corrupt file?)"));
     const int64_t got = decoded_size(ds, filters, offset, stored, expect);
     if (got < 0) fail(a, where + " cannot be decompressed (a corrupt file?)");
     if (got != static_cast<int64_t>(expect))
@@ -282,14 +289,15 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
     double chunk_bytes = static_cast<double>(item);
     for (int i = 0; i < rank; ++i) chunk_bytes *= static_cast<double>(chunk[i]);
     if (chunk_bytes > std::max(64.0 * (1 << 20), 4 * data_bytes))
-      fail(a, detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
+      fail(a,
+           detail::concat("its chunks of ", chunk_bytes, " bytes are far larger than the array (a malformed file?)"));
     // Then what is read is bounded by the chunks the file holds, each checked to decode whole.
     if (read_elements > 0) stored_bytes = check_chunks(a, ds, create, chunk, sel, item, file_bytes);
   } else if (layout == H5D_COMPACT) {
     // The same copy as a chunk's, out of the bytes the dataset's header holds.
     if (static_cast<double>(H5Dget_storage_size(ds)) != data_bytes)
-      fail(a, detail::concat("its header holds ", H5Dget_storage_size(ds), " bytes of data, its shape needs ", data_bytes,
-                             " (a corrupt file?)"));
+      fail(a, detail::concat("its header holds ", H5Dget_storage_size(ds), " bytes of data, its shape needs ",
+                             data_bytes, " (a corrupt file?)"));
   } else if (layout == H5D_CONTIGUOUS) {
     if (data_bytes > static_cast<double>(file_bytes))
       fail(a, detail::concat("its shape needs ", data_bytes, " bytes, and the file holds ", file_bytes,
@@ -319,9 +327,9 @@ ArrayRead read_h5(const ArrayRef& a, const VolumeBox& box, bool channels_last) {
 
 struct NpyHeader {
   ArrayInfo info;
-  char order = '<';       // byte order of the elements: '<', '>' or '|'
-  size_t item = 0;        // bytes per element
-  char kind = 'f';        // 'f' float, 'i' signed, 'u' unsigned, 'b' bool
+  char order = '<';  // byte order of the elements: '<', '>' or '|'
+  size_t item = 0;   // bytes per element
+  char kind = 'f';   // 'f' float, 'i' signed, 'u' unsigned, 'b' bool
   uint64_t data_offset = 0;
 };
 
@@ -385,7 +393,8 @@ NpyHeader npy_header(const std::string& path, const Fd& fd) {
   const bool ok_size = out.kind == 'f' ? (out.item == 4 || out.item == 8)
                                        : (out.item == 1 || out.item == 2 || out.item == 4 || out.item == 8);
   if (!ok_size) fail_file(path, "unsupported .npy dtype " + m[0].str());
-  if (out.order == '>' && out.item > 1) fail_file(path, "big-endian .npy arrays are not supported (save with dtype '<...')");
+  if (out.order == '>' && out.item > 1)
+    fail_file(path, "big-endian .npy arrays are not supported (save with dtype '<...')");
   if (!std::regex_search(h, m, kFortran)) fail_file(path, "malformed .npy header (no fortran_order)");
   if (m[1] == "True")
     fail_file(path, "the array is stored in Fortran order; save it with np.save(f, np.ascontiguousarray(a))");
@@ -466,7 +475,8 @@ ArrayRead read_npy(const ArrayRef& a, const VolumeBox& box, bool channels_last) 
   for (int64_t l = 0; l < lead; ++l)
     for (int64_t z = 0; z < sel.extent[0]; ++z)
       for (int64_t y = 0; y < sel.extent[1]; ++y) {
-        const int64_t zz = static_cast<int64_t>(sel.start[sel.first]) + z, yy = static_cast<int64_t>(sel.start[sel.first + 1]) + y;
+        const int64_t zz = static_cast<int64_t>(sel.start[sel.first]) + z,
+                      yy = static_cast<int64_t>(sel.start[sel.first + 1]) + y;
         const int64_t element = (((l * D + zz) * H + yy) * W + x0) * C;
         fd.read_at(a.path, raw.data(), raw.size(), h.data_offset + static_cast<uint64_t>(element) * h.item);
         to_float(h, raw.data(), out, static_cast<size_t>(row));
@@ -548,8 +558,9 @@ void write_h5_sample(const std::string& path, const std::string& input_key, cons
   std::lock_guard<std::mutex> lock(h5_mutex());
   H5Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
   if (file < 0) fail_file(path, "cannot create the file");
-  const std::vector<hsize_t> chunk = {static_cast<hsize_t>(input.dim(0)), static_cast<hsize_t>(std::min<int64_t>(8, input.dim(1))),
-                                      static_cast<hsize_t>(std::min<int64_t>(32, input.dim(2))), static_cast<hsize_t>(input.dim(3))};
+  const std::vector<hsize_t> chunk = {
+      static_cast<hsize_t>(input.dim(0)), static_cast<hsize_t>(std::min<int64_t>(8, input.dim(1))),
+      static_cast<hsize_t>(std::min<int64_t>(32, input.dim(2))), static_cast<hsize_t>(input.dim(3))};
   write_dataset(file, path, input_key, input, int16_input ? H5T_STD_I16LE : H5T_IEEE_F32LE, chunk);
   if (labels) {
     write_dataset(file, path, target_key, target, H5T_STD_I16LE, {chunk[1], chunk[2], chunk[3]});

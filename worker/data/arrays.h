@@ -27,9 +27,9 @@ struct VolumeBox {
 
 struct ArrayInfo {
   Shape shape;
-  std::string type;       // int8 .. int64, uint8 .. uint64, float32, float64
+  std::string type;  // int8 .. int64, uint8 .. uint64, float32, float64
   bool floating = false;
-  std::string unreadable;  // why an HDF5 dataset cannot be read as a sample's array; empty when it can
+  std::string unreadable;   // why an HDF5 dataset cannot be read as a sample's array; empty when it can
   std::string str() const;  // "int16 (4, 64, 64, 64)"
 };
 

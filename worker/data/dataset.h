@@ -41,7 +41,9 @@ class Subset : public Dataset {
   Sample get(uint64_t index) const override { return all_->get(indices_.at(index)); }
   Shape input_shape() const override { return all_->input_shape(); }
   Shape target_shape() const override { return all_->target_shape(); }
-  Sample get_block(uint64_t index, const VolumeBox& box) const override { return all_->get_block(indices_.at(index), box); }
+  Sample get_block(uint64_t index, const VolumeBox& box) const override {
+    return all_->get_block(indices_.at(index), box);
+  }
 
  private:
   std::shared_ptr<const Dataset> all_;
@@ -59,8 +61,8 @@ struct SyntheticConfig {
   int size = 32;               // W
   uint64_t samples = 256;
   uint64_t seed = 1;
-  int classes = 0;             // shapes 3, images 10 by default
-  int channels = 1;            // images: channels of each sample
+  int classes = 0;                      // shapes 3, images 10 by default
+  int channels = 1;                     // images: channels of each sample
   size_t memo_bytes = size_t{1} << 30;  // generated samples kept in memory up to this many bytes
 };
 

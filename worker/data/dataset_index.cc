@@ -10,9 +10,9 @@
 #include <regex>
 #include <sstream>
 
-#include "worker/core/checksum.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "worker/core/checksum.h"
 #include "worker/data/filesystem.h"
 #include "worker/data/synthetic.h"
 
@@ -43,7 +43,8 @@ ArrayInfo parse_info(const std::string& text, const std::string& where) {
   std::string dims = m[2];
   static const std::regex kNumber("[0-9]+");
   for (auto it = std::sregex_iterator(dims.begin(), dims.end(), kNumber); it != std::sregex_iterator(); ++it) {
-    if (it->length() > 9 || std::stoll(it->str()) < 1) throw ConfigError("dataset.path", where + ": malformed array '" + text + "'");
+    if (it->length() > 9 || std::stoll(it->str()) < 1)
+      throw ConfigError("dataset.path", where + ": malformed array '" + text + "'");
     info.shape.push_back(std::stoll(it->str()));
   }
   return info;
@@ -152,14 +153,16 @@ DatasetIndex detect(const std::string& dir, const std::string& first, bool npy, 
   const auto arrays = h5_arrays(path);
   auto pick = [&](const std::string& given, std::initializer_list<const char*> defaults, const char* flag) {
     if (!given.empty()) {
-      if (!arrays.count(given)) throw Error(detail::concat("'", path, "' has no dataset '", given, "' (", flag, "); it has ", names(arrays)));
+      if (!arrays.count(given))
+        throw Error(detail::concat("'", path, "' has no dataset '", given, "' (", flag, "); it has ", names(arrays)));
       return given;
     }
     for (const char* d : defaults)
       if (arrays.count(d)) return std::string(d);
     std::string expected;
     for (const char* d : defaults) expected += (expected.empty() ? "'" : " or '") + std::string(d) + "'";
-    throw Error(detail::concat("'", path, "' has no dataset ", expected, "; it has ", names(arrays), ". Name it with ", flag));
+    throw Error(
+        detail::concat("'", path, "' has no dataset ", expected, "; it has ", names(arrays), ". Name it with ", flag));
   };
   x.input_key = pick(o.input_key, {"full", "volume"}, "--input-key");
   x.target_key = pick(o.target_key, {"unitPar", "segmentation"}, "--target-key");
@@ -168,8 +171,12 @@ DatasetIndex detect(const std::string& dir, const std::string& first, bool npy, 
   const bool segmentation = t.shape.size() >= 3;
   if (!segmentation) {
     if (in.shape.size() != 4)
-      throw Error(detail::concat("'", path, "': ", x.input_key, " is ", in.str(), "; a regression volume is (C, D, H, W) or (D, H, W, C)"));
-    x.layout = detect_channels_last(path, in, o.layout == "cosmo-channels-last" ? "last" : o.layout == "cosmo" ? "first" : o.channels)
+      throw Error(detail::concat("'", path, "': ", x.input_key, " is ", in.str(),
+                                 "; a regression volume is (C, D, H, W) or (D, H, W, C)"));
+    x.layout = detect_channels_last(path, in,
+                                    o.layout == "cosmo-channels-last" ? "last"
+                                    : o.layout == "cosmo"             ? "first"
+                                                                      : o.channels)
                    ? "cosmo-channels-last"
                    : "cosmo";
   } else {
@@ -177,8 +184,9 @@ DatasetIndex detect(const std::string& dir, const std::string& first, bool npy, 
     x.layout = "unet";
   }
   if (!o.layout.empty() && o.layout != x.layout)
-    throw ConfigError("--layout", detail::concat("'", o.layout, "' does not fit '", path, "': ", x.target_key, " is ", t.str(),
-                                                 segmentation ? " (per-voxel labels: layout unet)" : " (regression targets)"));
+    throw ConfigError("--layout",
+                      detail::concat("'", o.layout, "' does not fit '", path, "': ", x.target_key, " is ", t.str(),
+                                     segmentation ? " (per-voxel labels: layout unet)" : " (regression targets)"));
   return x;
 }
 
@@ -274,8 +282,9 @@ Shape DatasetIndex::sample_target() const {
 
 std::string DatasetIndex::describe() const {
   auto name = [](const std::string& k) { return k.empty() ? std::string(".npy") : k; };
-  return detail::concat("layout ", layout, ", ", name(input_key), " ", input.str(), ", ", name(target_key), " ", target.str(),
-                        ", transform ", transform, segmentation() ? detail::concat(", ", classes, " classes") : "");
+  return detail::concat("layout ", layout, ", ", name(input_key), " ", input.str(), ", ", name(target_key), " ",
+                        target.str(), ", transform ", transform,
+                        segmentation() ? detail::concat(", ", classes, " classes") : "");
 }
 
 DatasetIndex read_index(const std::string& dir) {
@@ -293,7 +302,9 @@ DatasetIndex read_index(const std::string& dir) {
   std::string line;
   std::getline(in, line);
   if (starts_with(line, "# tessera-imagefolder"))
-    throw ConfigError("dataset.path", "'" + dir + "' holds an ImageFolder dataset of JPEG images: set spec.dataset.format: imagefolder");
+    throw ConfigError(
+        "dataset.path",
+        "'" + dir + "' holds an ImageFolder dataset of JPEG images: set spec.dataset.format: imagefolder");
   DatasetIndex x;
   const bool v1 = starts_with(line, "# tessera-dataset v1");
   if (v1) {  // generated before the layouts were recorded: cosmo or unet, detected from the first file
@@ -332,7 +343,8 @@ DatasetIndex read_index(const std::string& dir) {
         listed_samples = std::stoull(v);
       } else {
         // A key this version does not know (a manifest written by a newer one): said, not silently dropped.
-        log_warn(path, ": unknown key '", k, "' ignored (this version reads layout, input, target, transform, classes and samples)");
+        log_warn(path, ": unknown key '", k,
+                 "' ignored (this version reads layout, input, target, transform, classes and samples)");
       }
       continue;
     }
@@ -346,10 +358,12 @@ DatasetIndex read_index(const std::string& dir) {
       name = cols.at(i);
       // A manifest names files inside its directory only.
       const fs::path rel(name);
-      if (name.empty() || rel.is_absolute() || std::any_of(rel.begin(), rel.end(), [](const fs::path& c) { return c == ".."; }))
+      if (name.empty() || rel.is_absolute() ||
+          std::any_of(rel.begin(), rel.end(), [](const fs::path& c) { return c == ".."; }))
         throw bad("'" + name + "' is not a file inside the dataset directory");
       static const std::regex kBytes("[0-9]{1,19}"), kSum("[0-9a-f]{16}");
-      if (!std::regex_match(cols.at(i + 1), kBytes) || !std::regex_match(cols.at(i + 2), kSum)) throw bad("malformed line '" + line + "'");
+      if (!std::regex_match(cols.at(i + 1), kBytes) || !std::regex_match(cols.at(i + 2), kSum))
+        throw bad("malformed line '" + line + "'");
       bytes = std::stoull(cols.at(i + 1));
       sum = std::stoull(cols.at(i + 2), nullptr, 16);
       i += 3;
@@ -374,9 +388,11 @@ DatasetIndex read_index(const std::string& dir) {
   }
   if (x.entries.empty()) throw bad("lists no samples");
   if (listed_samples && *listed_samples != x.entries.size())
-    throw bad(detail::concat("says samples=", *listed_samples, " but lists ", x.entries.size(), " (cut short? `tessera data index` writes it again)"));
+    throw bad(detail::concat("says samples=", *listed_samples, " but lists ", x.entries.size(),
+                             " (cut short? `tessera data index` writes it again)"));
   static const std::vector<std::string> kLayouts = {"cosmo", "cosmo-channels-last", "unet", "unet-npy"};
-  if (std::find(kLayouts.begin(), kLayouts.end(), x.layout) == kLayouts.end()) throw bad("unknown layout '" + x.layout + "'");
+  if (std::find(kLayouts.begin(), kLayouts.end(), x.layout) == kLayouts.end())
+    throw bad("unknown layout '" + x.layout + "'");
   if (x.transform != "log1p" && x.transform != "none" && x.transform != "standardize")
     throw bad("unknown transform '" + x.transform + "'");
   if (v1) {
@@ -386,9 +402,10 @@ DatasetIndex read_index(const std::string& dir) {
   if (x.input.shape.empty() || x.target.shape.empty()) throw bad("no input or target array recorded");
   // The shapes the layout implies (the readers index them).
   const size_t in_rank = x.input.shape.size(), t_rank = x.target.shape.size();
-  const bool shapes_fit = x.segmentation() ? (in_rank == 3 || in_rank == 4) && (t_rank == 3 || t_rank == 4)
-                                           : in_rank == 4 && t_rank == 1;
-  if (!shapes_fit) throw bad("its input " + x.input.str() + " and target " + x.target.str() + " do not fit layout " + x.layout);
+  const bool shapes_fit =
+      x.segmentation() ? (in_rank == 3 || in_rank == 4) && (t_rank == 3 || t_rank == 4) : in_rank == 4 && t_rank == 1;
+  if (!shapes_fit)
+    throw bad("its input " + x.input.str() + " and target " + x.target.str() + " do not fit layout " + x.layout);
   if (x.transform == "standardize")
     for (const auto& e : x.entries)
       if (e.mean.size() != static_cast<size_t>(x.volume()[0]) || e.stdev.size() != e.mean.size() ||
@@ -399,7 +416,8 @@ DatasetIndex read_index(const std::string& dir) {
 }
 
 DatasetIndex index_dataset(const std::string& dir, const IndexOptions& o) {
-  if (!o.layout.empty() && o.layout != "cosmo" && o.layout != "cosmo-channels-last" && o.layout != "unet" && o.layout != "unet-npy")
+  if (!o.layout.empty() && o.layout != "cosmo" && o.layout != "cosmo-channels-last" && o.layout != "unet" &&
+      o.layout != "unet-npy")
     throw ConfigError("--layout", "'" + o.layout + "' (expected cosmo, cosmo-channels-last, unet or unet-npy)");
   if (!o.transform.empty() && o.transform != "log1p" && o.transform != "none" && o.transform != "standardize")
     throw ConfigError("--transform", "'" + o.transform + "' (expected log1p, none or standardize)");
@@ -409,16 +427,20 @@ DatasetIndex index_dataset(const std::string& dir, const IndexOptions& o) {
   if (!fs::is_directory(dir, ec)) throw ConfigError(dir, "is not a directory");
   const Scan files = scan(dir);
   if (!files.h5.empty() && !files.npy_x.empty())
-    throw ConfigError(dir, detail::concat("mixes HDF5 files (", files.h5.front(), ") and .npy pairs (", files.npy_x.front(),
-                                          "); keep one kind of sample file in a dataset directory"));
+    throw ConfigError(dir,
+                      detail::concat("mixes HDF5 files (", files.h5.front(), ") and .npy pairs (", files.npy_x.front(),
+                                     "); keep one kind of sample file in a dataset directory"));
   const bool npy = !files.npy_x.empty();
   const std::vector<std::string>& inputs = npy ? files.npy_x : files.h5;
   if (inputs.empty())
-    throw ConfigError(dir, detail::concat("holds no samples: no .h5 or .hdf5 files and no *_x.npy / *_y.npy pairs under it",
-                                          files.ignored ? detail::concat(" (", detail::count(files.ignored, "other file"), ")") : ""));
+    throw ConfigError(
+        dir,
+        detail::concat("holds no samples: no .h5 or .hdf5 files and no *_x.npy / *_y.npy pairs under it",
+                       files.ignored ? detail::concat(" (", detail::count(files.ignored, "other file"), ")") : ""));
   DatasetIndex x = detect(dir, inputs.front(), npy, o);
   x.transform = !o.transform.empty() ? o.transform : x.segmentation() ? "none" : "log1p";
-  log_info("indexing ", detail::count(inputs.size(), npy ? "sample pair" : "file"), " under ", dir, " (layout ", x.layout, ")");
+  log_info("indexing ", detail::count(inputs.size(), npy ? "sample pair" : "file"), " under ", dir, " (layout ",
+           x.layout, ")");
   const auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   uint64_t total = 0;
@@ -431,7 +453,8 @@ DatasetIndex index_dataset(const std::string& dir, const IndexOptions& o) {
       e.target_file = e.file.substr(0, e.file.size() - 6) + "_y.npy";
       t_path = dir + "/" + e.target_file;
       if (!fs::is_regular_file(t_path, ec))
-        throw Error(detail::concat("'", in_path, "' has no labels: '", t_path, "' is missing (pairs are NAME_x.npy and NAME_y.npy)"));
+        throw Error(detail::concat("'", in_path, "' has no labels: '", t_path,
+                                   "' is missing (pairs are NAME_x.npy and NAME_y.npy)"));
     }
     const ArrayInfo in = array_info({in_path, x.input_key}), t = array_info({t_path, x.target_key});
     check_shapes(x, in_path, t_path, in, t, inputs.front());
@@ -450,7 +473,8 @@ DatasetIndex index_dataset(const std::string& dir, const IndexOptions& o) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last >= std::chrono::duration<double>(o.progress_seconds) && i + 1 < inputs.size()) {
       const double secs = std::chrono::duration<double>(now - t0).count();
-      log_info("indexed ", i + 1, "/", inputs.size(), " (", mb(total), " MB, ", std::lround((i + 1) / secs), " files/s)");
+      log_info("indexed ", i + 1, "/", inputs.size(), " (", mb(total), " MB, ", std::lround((i + 1) / secs),
+               " files/s)");
       last = now;
     }
   }
@@ -472,7 +496,8 @@ void verify_dataset(const std::string& dir) {
       throw Error("dataset '" + dir + "': sample file missing or unreadable: " + e.what());
     }
     if (got.second != bytes || got.first != sum)
-      throw Error("dataset '" + dir + "': sample file '" + path + "' does not match the manifest (corrupt or changed since indexing)");
+      throw Error("dataset '" + dir + "': sample file '" + path +
+                  "' does not match the manifest (corrupt or changed since indexing)");
   };
   for (const auto& e : x.entries) {
     check(e.file, e.bytes, e.sum);
@@ -495,11 +520,13 @@ void prepare_output(const std::string& out_dir, bool replace) {
   }
   if (dataset.empty() && other.empty()) return;
   if (!replace)
-    throw ConfigError("--out", detail::concat("'", out_dir, "' is not empty (", detail::count(dataset.size() + other.size(), "file"),
-                                              "); choose a new directory, or pass --replace to replace the dataset there"));
+    throw ConfigError(
+        "--out", detail::concat("'", out_dir, "' is not empty (", detail::count(dataset.size() + other.size(), "file"),
+                                "); choose a new directory, or pass --replace to replace the dataset there"));
   if (!other.empty())
-    throw ConfigError("--out", detail::concat("'", out_dir, "' holds ", other.front().filename().string(),
-                                              ", which is not part of a dataset; --replace removes only a dataset's files"));
+    throw ConfigError("--out",
+                      detail::concat("'", out_dir, "' holds ", other.front().filename().string(),
+                                     ", which is not part of a dataset; --replace removes only a dataset's files"));
   for (const auto& p : dataset) fs::remove(p);
 }
 
@@ -509,7 +536,8 @@ void generate_dataset(const std::string& kind, uint64_t samples, int size, const
                       bool int16, bool replace) {
   if (kind != "cosmoflow" && kind != "unet") throw ConfigError("--kind", "'" + kind + "' (expected cosmoflow or unet)");
   if (samples < 1) throw ConfigError("--samples", "must be positive");
-  if (kind == "cosmoflow" && (size < 4 || (size & (size - 1)))) throw ConfigError("--size", "cosmoflow needs a power of two");
+  if (kind == "cosmoflow" && (size < 4 || (size & (size - 1))))
+    throw ConfigError("--size", "cosmoflow needs a power of two");
   if (size < 4) throw ConfigError("--size", "must be at least 4");
   if (kind == "unet" && size % 4) throw ConfigError("--size", detail::concat(size, ": unet3d needs a multiple of 4"));
   prepare_output(out_dir, replace);

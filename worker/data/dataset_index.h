@@ -25,11 +25,11 @@
 namespace tessera {
 
 struct DatasetIndex {
-  std::string layout;              // cosmo | cosmo-channels-last | unet | unet-npy
+  std::string layout;                 // cosmo | cosmo-channels-last | unet | unet-npy
   std::string input_key, target_key;  // HDF5 dataset names; empty for .npy pairs
-  ArrayInfo input, target;         // as stored (every file agrees)
-  std::string transform;           // log1p | none | standardize (each sample by its file's per-channel mean, std)
-  int classes = 0;                 // unet: the largest label + 1
+  ArrayInfo input, target;            // as stored (every file agrees)
+  std::string transform;              // log1p | none | standardize (each sample by its file's per-channel mean, std)
+  int classes = 0;                    // unet: the largest label + 1
   struct Entry {
     std::string file, target_file;  // relative to the directory; target_file empty when one file holds both
     uint64_t bytes = 0, sum = 0, target_bytes = 0, target_sum = 0;
@@ -39,16 +39,16 @@ struct DatasetIndex {
 
   bool channels_last() const { return layout == "cosmo-channels-last"; }
   bool segmentation() const { return layout == "unet" || layout == "unet-npy"; }
-  Shape volume() const;  // (C, D, H, W)
-  Shape sample_target() const;  // regression (T); segmentation (D, H, W)
+  Shape volume() const;          // (C, D, H, W)
+  Shape sample_target() const;   // regression (T); segmentation (D, H, W)
   std::string describe() const;  // "layout cosmo, full int16 [4, 32, 32, 32], unitPar float32 [4], log1p"
 };
 
 struct IndexOptions {
-  std::string layout;      // empty: detect
+  std::string layout;                 // empty: detect
   std::string input_key, target_key;  // empty: the layout's (full/unitPar, volume/segmentation)
-  std::string transform;   // empty: log1p for cosmo layouts, none for unet
-  std::string channels;    // first | last; empty: detect (4-d cosmo volumes)
+  std::string transform;              // empty: log1p for cosmo layouts, none for unet
+  std::string channels;               // first | last; empty: detect (4-d cosmo volumes)
   double progress_seconds = 5;
 };
 

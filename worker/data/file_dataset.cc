@@ -38,27 +38,32 @@ std::string dims(const Shape& v) { return detail::concat(v[1], "x", v[2], "x", v
 
 std::array<int64_t, 3> fit_sample(const Shape& volume, const Shape& sample, bool crop, const std::string& dir) {
   if (sample.size() != 4)
-    throw ConfigError("spec.model.name", detail::concat("the model takes samples of shape ", shape_str(sample), "; the files under '",
-                                                        dir, "' hold volumes ", shape_str(volume)));
+    throw ConfigError("spec.model.name",
+                      detail::concat("the model takes samples of shape ", shape_str(sample), "; the files under '", dir,
+                                     "' hold volumes ", shape_str(volume)));
   if (volume[0] != sample[0])
-    throw ConfigError("spec.model.inChannels", detail::concat("the model takes ", detail::count(sample[0], "channel"), " but the volumes under '",
-                                                              dir, "' have ", volume[0], "; set inChannels: ", volume[0]));
+    throw ConfigError("spec.model.inChannels", detail::concat("the model takes ", detail::count(sample[0], "channel"),
+                                                              " but the volumes under '", dir, "' have ", volume[0],
+                                                              "; set inChannels: ", volume[0]));
   const std::array<int64_t, 3> want{sample[1], sample[2], sample[3]};
   if (volume[1] == want[0] && volume[2] == want[1] && volume[3] == want[2]) return want;
   bool tiles = true;
   for (int d = 0; d < 3; ++d) tiles = tiles && want[d] <= volume[1 + d] && volume[1 + d] % want[d] == 0;
   const std::string size = detail::concat("inputSize ", want[0], " (samples of ", dims(sample), ")");
   if (!crop) {
-    throw ConfigError("spec.model.inputSize",
-                      detail::concat(size, " does not fit the ", dims(volume), " volumes under '", dir, "': set inputSize: ", volume[1],
-                                     tiles ? detail::concat(", or spec.dataset.crop: true to train on the ",
-                                                            (volume[1] / want[0]) * (volume[2] / want[1]) * (volume[3] / want[2]),
-                                                            " sub-volumes of each")
-                                           : std::string()));
+    throw ConfigError(
+        "spec.model.inputSize",
+        detail::concat(size, " does not fit the ", dims(volume), " volumes under '", dir,
+                       "': set inputSize: ", volume[1],
+                       tiles ? detail::concat(", or spec.dataset.crop: true to train on the ",
+                                              (volume[1] / want[0]) * (volume[2] / want[1]) * (volume[3] / want[2]),
+                                              " sub-volumes of each")
+                             : std::string()));
   }
   if (!tiles)
-    throw ConfigError("spec.model.inputSize", detail::concat(size, " does not tile the ", dims(volume), " volumes under '", dir,
-                                                             "' (spec.dataset.crop cuts each into whole sub-volumes)"));
+    throw ConfigError("spec.model.inputSize",
+                      detail::concat(size, " does not tile the ", dims(volume), " volumes under '", dir,
+                                     "' (spec.dataset.crop cuts each into whole sub-volumes)"));
   return want;
 }
 
@@ -112,10 +117,12 @@ Sample FileDataset::get_block(uint64_t index, const VolumeBox& box) const {
   const std::string t_path = e.target_file.empty() ? in_path : dir_ + "/" + e.target_file;
   auto fetch = [&]() {
     ArrayRead in = read_array({in_path, index_.input_key}, abs, index_.channels_last());
-    Tensor v = in.values.rank() == 3 ? in.values.reshape({1, in.values.dim(0), in.values.dim(1), in.values.dim(2)}) : in.values;
+    Tensor v = in.values.rank() == 3 ? in.values.reshape({1, in.values.dim(0), in.values.dim(1), in.values.dim(2)})
+                                     : in.values;
     if (index_.input.floating)
       for (float x : v.span())
-        if (!std::isfinite(x)) throw Error("'" + in_path + "': the volume holds NaN or infinite values (block " + abs.str() + ")");
+        if (!std::isfinite(x))
+          throw Error("'" + in_path + "': the volume holds NaN or infinite values (block " + abs.str() + ")");
     if (index_.transform == "log1p") {
       log1p_inplace(v);
     } else if (index_.transform == "standardize") {
@@ -126,9 +133,11 @@ Sample FileDataset::get_block(uint64_t index, const VolumeBox& box) const {
         for (int64_t i = 0; i < per; ++i) p[i] = (p[i] - m) * inv;
       }
     }
-    ArrayRead t = index_.segmentation() ? read_array({t_path, index_.target_key}, abs) : read_array({t_path, index_.target_key});
+    ArrayRead t =
+        index_.segmentation() ? read_array({t_path, index_.target_key}, abs) : read_array({t_path, index_.target_key});
     Tensor target = t.values;
-    if (index_.segmentation() && target.rank() == 4) target = target.reshape({target.dim(1), target.dim(2), target.dim(3)});
+    if (index_.segmentation() && target.rank() == 4)
+      target = target.reshape({target.dim(1), target.dim(2), target.dim(3)});
     remote_.charge_read(in.stored_bytes + t.stored_bytes);
     remote_bytes_ += in.stored_bytes + t.stored_bytes;
     std::string out;

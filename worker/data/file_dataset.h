@@ -23,7 +23,8 @@ std::array<int64_t, 3> fit_sample(const Shape& volume, const Shape& sample, bool
 
 class FileDataset : public Dataset {
  public:
-  // extent: the samples' (d, h, w), from fit_sample; all 0: the whole volume. cache may be null (every read goes to the remote directory).
+  // extent: the samples' (d, h, w), from fit_sample; all 0: the whole volume. cache may be null (every read goes to the
+  // remote directory).
   FileDataset(const std::string& dir, DatasetIndex index, std::array<int64_t, 3> extent, FileSystem& remote,
               TieredCache* cache);
   // Whole volumes, index read from dir.

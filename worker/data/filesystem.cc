@@ -21,7 +21,9 @@ std::string PosixFileSystem::read(const std::string& path) {
   return ss.str();
 }
 
-void PosixFileSystem::write_atomic(const std::string& path, const std::string& bytes) { write_file_atomic(path, bytes); }
+void PosixFileSystem::write_atomic(const std::string& path, const std::string& bytes) {
+  write_file_atomic(path, bytes);
+}
 
 void PosixFileSystem::remove(const std::string& path) { ::unlink(path.c_str()); }
 
@@ -43,7 +45,8 @@ void PosixFileSystem::make_dir(const std::string& dir) {
 
 void ThrottledFileSystem::charge_read(uint64_t bytes) {
   std::lock_guard<std::mutex> lock(link_);
-  std::this_thread::sleep_for(latency_ + std::chrono::microseconds(static_cast<int64_t>(bytes / bytes_per_second_ * 1e6)));
+  std::this_thread::sleep_for(latency_ +
+                              std::chrono::microseconds(static_cast<int64_t>(bytes / bytes_per_second_ * 1e6)));
 }
 
 std::string ThrottledFileSystem::read(const std::string& path) {
@@ -67,7 +70,8 @@ void FaultyFileSystem::write_atomic(const std::string& path, const std::string& 
   if (tear_writes > 0) {
     --tear_writes;
     // The process dies after half the bytes: the temporary file stays, the rename never happens.
-    std::ofstream(path + ".tmp.torn", std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+    std::ofstream(path + ".tmp.torn", std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
     throw IoError(path, "injected torn write");
   }
   base_.write_atomic(path, bytes);

@@ -63,9 +63,9 @@ class ThrottledFileSystem : public FileSystem {
 class FaultyFileSystem : public FileSystem {
  public:
   explicit FaultyFileSystem(FileSystem& base) : base_(base) {}
-  std::atomic<int> fail_reads{0};        // the next n reads throw
-  std::atomic<int> tear_writes{0};       // the next n writes die half-way (temporary file left, no rename)
-  std::atomic<int64_t> capacity{-1};     // bytes the disk holds (-1: unlimited); beyond: no space
+  std::atomic<int> fail_reads{0};     // the next n reads throw
+  std::atomic<int> tear_writes{0};    // the next n writes die half-way (temporary file left, no rename)
+  std::atomic<int64_t> capacity{-1};  // bytes the disk holds (-1: unlimited); beyond: no space
   std::atomic<int64_t> used{0};
 
   std::string read(const std::string& path) override;

@@ -30,15 +30,16 @@ double mb(uint64_t bytes) { return std::round(bytes / 1e5) / 10; }
 
 bool is_jpeg_name(const std::string& name) {
   std::string ext = fs::path(name).extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return ext == ".jpg" || ext == ".jpeg";
 }
 
 std::vector<std::string> sorted_entries(const fs::path& dir, bool directories) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (auto it = fs::directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec); !ec && it != fs::directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::directory_iterator(dir, fs::directory_options::follow_directory_symlink, ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
     std::error_code ec2;
     if (directories ? it->is_directory(ec2) : it->is_regular_file(ec2)) out.push_back(it->path().filename().string());
   }
@@ -71,7 +72,8 @@ SplitScan scan_split(const std::string& dir, const std::string& split) {
       else ++s.ignored;
     }
     if (files.empty())
-      throw ConfigError(dir + "/" + split + "/" + c, "an empty class: no .jpg or .jpeg file in it (remove the directory, or add its images)");
+      throw ConfigError(dir + "/" + split + "/" + c,
+                        "an empty class: no .jpg or .jpeg file in it (remove the directory, or add its images)");
     s.classes.push_back(c);
     s.files.push_back(std::move(files));
   }
@@ -127,15 +129,16 @@ Coefficients coefficients(int in_size, double in0, double in_len, int out_size) 
       w[k] = std::max(0.0, 1.0 - std::abs(t));
       total += w[k];
     }
-    for (int k = 0; k < n; ++k) c.weights[static_cast<size_t>(i) * c.width + k] = static_cast<float>(total > 0 ? w[k] / total : 0);
+    for (int k = 0; k < n; ++k)
+      c.weights[static_cast<size_t>(i) * c.width + k] = static_cast<float>(total > 0 ? w[k] / total : 0);
     c.start[i] = lo;
     c.count[i] = n;
   }
   return c;
 }
 
-std::vector<float> resample_rgb(const uint8_t* rgb, int width, int height, double x0, double y0, double w, double h, int out_w,
-                                int out_h) {
+std::vector<float> resample_rgb(const uint8_t* rgb, int width, int height, double x0, double y0, double w, double h,
+                                int out_w, int out_h) {
   const Coefficients cx = coefficients(width, x0, w, out_w), cy = coefficients(height, y0, h, out_h);
   int row_lo = height, row_hi = 0;
   for (int i = 0; i < out_h; ++i) {
@@ -185,7 +188,8 @@ std::string pack(const Image& image) {
   return out;
 }
 
-constexpr const char* kShapes[] = {"disc", "square", "triangle", "plus", "ring", "diamond", "hbar", "vbar", "x", "pair"};
+constexpr const char* kShapes[] = {"disc",    "square", "triangle", "plus", "ring",
+                                   "diamond", "hbar",   "vbar",     "x",    "pair"};
 
 // A generated photo of class `label` (of kShapes): the shape in a random colour, at a random place
 // and size (25-45% of the side), on a noisy background of random shade. The classes survive a
@@ -194,7 +198,8 @@ constexpr const char* kShapes[] = {"disc", "square", "triangle", "plus", "ring",
 Image shape_image(int size, int label, std::mt19937_64& rng) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::normal_distribution<float> noise(0.0f, 18.0f);
-  const float r = size * (0.25f + 0.2f * u(rng)), cx = size * (0.4f + 0.2f * u(rng)), cy = size * (0.4f + 0.2f * u(rng));
+  const float r = size * (0.25f + 0.2f * u(rng)), cx = size * (0.4f + 0.2f * u(rng)),
+              cy = size * (0.4f + 0.2f * u(rng));
   float bg[3], fg[3];
   for (int c = 0; c < 3; ++c) {
     bg[c] = 60 + 100 * u(rng);
@@ -219,7 +224,8 @@ Image shape_image(int size, int label, std::mt19937_64& rng) {
         default: in = std::hypot(ax - 0.55f, dy) < 0.4f; break;
       }
       for (int c = 0; c < 3; ++c)
-        img.rgb[(static_cast<size_t>(y) * size + x) * 3 + c] = static_cast<uint8_t>(std::clamp((in ? fg[c] : bg[c]) + noise(rng), 0.0f, 255.0f));
+        img.rgb[(static_cast<size_t>(y) * size + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp((in ? fg[c] : bg[c]) + noise(rng), 0.0f, 255.0f));
     }
   return img;
 }
@@ -275,12 +281,20 @@ ImageFolderIndex index_image_folder(const std::string& dir, double progress_seco
   const SplitScan train = scan_split(dir, "train"), val = scan_split(dir, "val");
   if (train.classes != val.classes) {
     std::vector<std::string> only_train, only_val;
-    std::set_difference(train.classes.begin(), train.classes.end(), val.classes.begin(), val.classes.end(), std::back_inserter(only_train));
-    std::set_difference(val.classes.begin(), val.classes.end(), train.classes.begin(), train.classes.end(), std::back_inserter(only_val));
+    std::set_difference(train.classes.begin(), train.classes.end(), val.classes.begin(), val.classes.end(),
+                        std::back_inserter(only_train));
+    std::set_difference(val.classes.begin(), val.classes.end(), train.classes.begin(), train.classes.end(),
+                        std::back_inserter(only_val));
     std::string what;
-    if (!only_train.empty()) what += detail::concat(detail::concat(only_train.size(), only_train.size() == 1 ? " class" : " classes"), " only in train/: ", listed(only_train));
-    if (!only_val.empty()) what += detail::concat(what.empty() ? "" : "; ", detail::concat(only_val.size(), only_val.size() == 1 ? " class" : " classes"), " only in val/: ", listed(only_val));
-    throw ConfigError(dir, "train/ and val/ hold different classes (" + what + "); both need the same class directories");
+    if (!only_train.empty())
+      what += detail::concat(detail::concat(only_train.size(), only_train.size() == 1 ? " class" : " classes"),
+                             " only in train/: ", listed(only_train));
+    if (!only_val.empty())
+      what += detail::concat(what.empty() ? "" : "; ",
+                             detail::concat(only_val.size(), only_val.size() == 1 ? " class" : " classes"),
+                             " only in val/: ", listed(only_val));
+    throw ConfigError(dir,
+                      "train/ and val/ hold different classes (" + what + "); both need the same class directories");
   }
   ImageFolderIndex x;
   x.classes = train.classes;
@@ -292,7 +306,8 @@ ImageFolderIndex index_image_folder(const std::string& dir, double progress_seco
   for (auto& e : x.val) all.push_back(&e);
 
   const int n_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  log_info("indexing ", detail::count(all.size(), "image"), " of ", detail::concat(x.classes.size(), x.classes.size() == 1 ? " class" : " classes"), " under ", dir, " (",
+  log_info("indexing ", detail::count(all.size(), "image"), " of ",
+           detail::concat(x.classes.size(), x.classes.size() == 1 ? " class" : " classes"), " under ", dir, " (",
            x.train.size(), " train, ", x.val.size(), " val) on ", detail::count(n_threads, "thread"));
   std::vector<std::string> errors(all.size());
   std::atomic<size_t> next{0}, done{0};
@@ -322,7 +337,8 @@ ImageFolderIndex index_image_folder(const std::string& dir, double progress_seco
     const auto now = std::chrono::steady_clock::now();
     if (now - last >= std::chrono::duration<double>(progress_seconds) && done.load() < all.size()) {
       const double secs = std::chrono::duration<double>(now - t0).count();
-      log_info("indexed ", done.load(), "/", all.size(), " images (", mb(bytes.load()), " MB, ", std::lround(done.load() / secs), " images/s)");
+      log_info("indexed ", done.load(), "/", all.size(), " images (", mb(bytes.load()), " MB, ",
+               std::lround(done.load() / secs), " images/s)");
       last = now;
     }
   }
@@ -343,12 +359,15 @@ ImageFolderIndex index_image_folder(const std::string& dir, double progress_seco
   o << "train=" << x.train.size() << "\nval=" << x.val.size() << "\n";
   for (const auto* split : {&x.train, &x.val})
     for (const auto& e : *split)
-      o << e.file << "\t" << e.label << "\t" << e.bytes << "\t" << hex(e.sum) << "\t" << e.width << "\t" << e.height << "\n";
+      o << e.file << "\t" << e.label << "\t" << e.bytes << "\t" << hex(e.sum) << "\t" << e.width << "\t" << e.height
+        << "\n";
   PosixFileSystem().write_atomic(dir + "/" + kManifest, o.str());
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_info("indexed ", detail::count(all.size(), "image"), " (", mb(x.compressed_bytes()), " MB of JPEG, ", mb(x.decoded_bytes()),
-           " MB decoded) in ", std::lround(secs * 10) / 10.0, " s",
-           train.ignored + val.ignored ? detail::concat("; ", detail::count(train.ignored + val.ignored, "other file"), " ignored") : "");
+  log_info("indexed ", detail::count(all.size(), "image"), " (", mb(x.compressed_bytes()), " MB of JPEG, ",
+           mb(x.decoded_bytes()), " MB decoded) in ", std::lround(secs * 10) / 10.0, " s",
+           train.ignored + val.ignored
+               ? detail::concat("; ", detail::count(train.ignored + val.ignored, "other file"), " ignored")
+               : "");
   return x;
 }
 
@@ -358,16 +377,20 @@ ImageFolderIndex read_image_folder_index(const std::string& dir) {
   if (!in) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec)) throw ConfigError("dataset.path", "'" + dir + "' is not a directory");
-    throw ConfigError("dataset.path", "'" + dir + "' has no index (" + kManifest + "): index its images with " + index_command(dir));
+    throw ConfigError("dataset.path",
+                      "'" + dir + "' has no index (" + kManifest + "): index its images with " + index_command(dir));
   }
   std::string line;
   std::getline(in, line);
   if (line != kHeader)
-    throw ConfigError("dataset.path", "'" + path + "' does not index an ImageFolder dataset (format: imagefolder); index its images with " +
-                                          index_command(dir) + ", or set the format its files have");
+    throw ConfigError("dataset.path",
+                      "'" + path +
+                          "' does not index an ImageFolder dataset (format: imagefolder); index its images with " +
+                          index_command(dir) + ", or set the format its files have");
   int number = 1;
   auto bad = [&](const std::string& what) {
-    return ConfigError("dataset.path", detail::concat("'", path, "' line ", number, ": ", what, "; re-index with ", index_command(dir)));
+    return ConfigError("dataset.path", detail::concat("'", path, "' line ", number, ": ", what, "; re-index with ",
+                                                      index_command(dir)));
   };
   auto value = [&](const std::string& key) {
     ++number;
@@ -376,7 +399,8 @@ ImageFolderIndex read_image_folder_index(const std::string& dir) {
   };
   auto count = [&](const std::string& key) {
     const std::string v = value(key);
-    if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos) throw bad(key + " is not a count");
+    if (v.empty() || v.size() > 12 || v.find_first_not_of("0123456789") != std::string::npos)
+      throw bad(key + " is not a count");
     return std::stoull(v);
   };
   ImageFolderIndex x;
@@ -390,8 +414,8 @@ ImageFolderIndex read_image_folder_index(const std::string& dir) {
       std::istringstream fields(line);
       ImageFolderIndex::Entry e;
       std::string sum;
-      if (!std::getline(fields, e.file, '\t') || !(fields >> e.label >> e.bytes >> sum >> e.width >> e.height) || e.label < 0 ||
-          e.label >= static_cast<int>(classes) || e.width < 1 || e.height < 1 || sum.size() != 16)
+      if (!std::getline(fields, e.file, '\t') || !(fields >> e.label >> e.bytes >> sum >> e.width >> e.height) ||
+          e.label < 0 || e.label >= static_cast<int>(classes) || e.width < 1 || e.height < 1 || sum.size() != 16)
         throw bad("malformed image entry");
       e.sum = std::stoull(sum, nullptr, 16);
       split->push_back(std::move(e));
@@ -413,18 +437,20 @@ void verify_image_folder(const std::string& dir) {
         throw Error(detail::concat("dataset '", dir, "': image missing or unreadable: ", err.what()));
       }
       if (data.size() != e.bytes || fnv1a64(data) != e.sum)
-        throw Error(detail::concat("dataset '", dir, "': '", path, "' changed since it was indexed (", data.size(), " bytes, indexed ", e.bytes,
-                                   "); index the dataset again with ", index_command(dir)));
+        throw Error(detail::concat("dataset '", dir, "': '", path, "' changed since it was indexed (", data.size(),
+                                   " bytes, indexed ", e.bytes, "); index the dataset again with ",
+                                   index_command(dir)));
       total += data.size();
     }
   log_info("verified ", detail::count(x.train.size() + x.val.size(), "image"), " (", mb(total), " MB) under ", dir);
 }
 
-ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samples, int size, int classes, uint64_t seed,
-                                       double validation_fraction, bool replace) {
+ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samples, int size, int classes,
+                                       uint64_t seed, double validation_fraction, bool replace) {
   if (samples < 1) throw ConfigError("--samples", "required, a positive integer");
   if (size < 8) throw ConfigError("--size", detail::concat(size, ": images need at least 8 pixels a side"));
-  if (classes < 2 || classes > 10) throw ConfigError("--classes", detail::concat(classes, ": between 2 and 10 (the shapes there are)"));
+  if (classes < 2 || classes > 10)
+    throw ConfigError("--classes", detail::concat(classes, ": between 2 and 10 (the shapes there are)"));
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
     if (!fs::is_directory(out_dir, ec)) throw ConfigError("--out", "'" + out_dir + "' exists and is not a directory");
@@ -435,9 +461,13 @@ ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samp
     }
     if (!fs::is_empty(out_dir, ec)) {
       if (!replace)
-        throw ConfigError("--out", "'" + out_dir + "' is not empty; choose a new directory, or pass --replace to replace the dataset there");
+        throw ConfigError(
+            "--out",
+            "'" + out_dir + "' is not empty; choose a new directory, or pass --replace to replace the dataset there");
       if (!other.empty())
-        throw ConfigError("--out", "'" + out_dir + "' holds " + other.front() + ", which is not part of an ImageFolder; --replace removes only train/, val/ and the manifest");
+        throw ConfigError(
+            "--out", "'" + out_dir + "' holds " + other.front() +
+                         ", which is not part of an ImageFolder; --replace removes only train/, val/ and the manifest");
       for (const char* name : {"train", "val", kManifest}) fs::remove_all(fs::path(out_dir) / name);
     }
   }
@@ -447,7 +477,8 @@ ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samp
     for (const char* split : {"train", "val"}) fs::create_directories(fs::path(out_dir) / split / name(c));
   PosixFileSystem files;
   std::vector<uint64_t> per_class(static_cast<size_t>(classes) * 2, 0);
-  for (const auto& [split, n, split_seed] : {std::tuple{"train", samples, seed}, std::tuple{"val", n_val, seed + 1000003}})
+  for (const auto& [split, n, split_seed] :
+       {std::tuple{"train", samples, seed}, std::tuple{"val", n_val, seed + 1000003}})
     for (uint64_t i = 0; i < n; ++i) {
       std::mt19937_64 rng(mix(mix(split_seed) ^ i));
       const int label = static_cast<int>(i % static_cast<uint64_t>(classes));
@@ -461,8 +492,9 @@ ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samp
   for (int c = 0; c < classes; ++c)
     for (int v = 0; v < 2; ++v)
       if (per_class[static_cast<size_t>(c) * 2 + v] == 0)
-        throw ConfigError("--samples", detail::concat(samples, " images (", n_val, " for validation) leave class ", c, " without a ",
-                                                      v ? "validation" : "training", " image; generate more"));
+        throw ConfigError("--samples",
+                          detail::concat(samples, " images (", n_val, " for validation) leave class ", c, " without a ",
+                                         v ? "validation" : "training", " image; generate more"));
   return index_image_folder(out_dir);
 }
 
@@ -476,12 +508,13 @@ ImageCacheChoice choose_image_cache(const ImageFolderIndex& index, const CacheOp
                               " MB): each image is decoded once and then read from memory");
     return c;
   }
-  c.reason = detail::concat("the decoded images (", mb(decoded), " MB) do not fit the memory tier (", mb(memory), " MB); their JPEG bytes (",
-                            mb(compressed), " MB, ", std::round(static_cast<double>(decoded) / std::max<uint64_t>(compressed, 1) * 10) / 10,
+  c.reason = detail::concat("the decoded images (", mb(decoded), " MB) do not fit the memory tier (", mb(memory),
+                            " MB); their JPEG bytes (", mb(compressed), " MB, ",
+                            std::round(static_cast<double>(decoded) / std::max<uint64_t>(compressed, 1) * 10) / 10,
                             "x smaller) are kept instead, ",
-                            compressed <= memory        ? "all in memory"
-                            : cache.ssd_dir.empty()     ? "as many as fit in memory"
-                                                        : "as many as fit in memory and the rest on the local SSD",
+                            compressed <= memory    ? "all in memory"
+                            : cache.ssd_dir.empty() ? "as many as fit in memory"
+                                                    : "as many as fit in memory and the rest on the local SSD",
                             ", and decoded again each epoch on the loader's threads");
   return c;
 }
@@ -520,8 +553,8 @@ std::array<double, 4> center_crop_box(int width, int height, int size) {
   return {left * sx, top * sy, size * sx, size * sy};
 }
 
-ImageFolderDataset::ImageFolderDataset(std::string dir, const ImageFolderIndex& index, Split split, int size, uint64_t seed,
-                                       FileSystem& remote, TieredCache* cache, bool cache_decoded)
+ImageFolderDataset::ImageFolderDataset(std::string dir, const ImageFolderIndex& index, Split split, int size,
+                                       uint64_t seed, FileSystem& remote, TieredCache* cache, bool cache_decoded)
     : dir_(std::move(dir)),
       entries_(split == Split::kTrain ? index.train : index.val),
       train_(split == Split::kTrain),
@@ -540,8 +573,8 @@ ImageFolderDataset::Pixels ImageFolderDataset::pixels(uint64_t index) const {
     std::string bytes = remote_.read(path);
     remote_bytes_.fetch_add(bytes.size());
     if (bytes.size() != e.bytes || fnv1a64(bytes) != e.sum)
-      throw Error(detail::concat("'", path, "' changed since it was indexed (", bytes.size(), " bytes, indexed ", e.bytes,
-                                 "); index the dataset again with ", index_command(dir_)));
+      throw Error(detail::concat("'", path, "' changed since it was indexed (", bytes.size(), " bytes, indexed ",
+                                 e.bytes, "); index the dataset again with ", index_command(dir_)));
     return bytes;
   };
   Pixels p;
@@ -559,7 +592,8 @@ ImageFolderDataset::Pixels ImageFolderDataset::pixels(uint64_t index) const {
   std::memcpy(wh, p.blob->data(), 8);
   p.width = wh[0];
   p.height = wh[1];
-  TESSERA_CHECK(p.blob->size() == 8 + static_cast<size_t>(p.width) * p.height * 3, "a decoded image of the wrong size in the cache");
+  TESSERA_CHECK(p.blob->size() == 8 + static_cast<size_t>(p.width) * p.height * 3,
+                "a decoded image of the wrong size in the cache");
   p.rgb = reinterpret_cast<const uint8_t*>(p.blob->data()) + 8;
   return p;
 }
@@ -570,7 +604,8 @@ Sample ImageFolderDataset::get(uint64_t index) const {
   std::vector<float> out;
   bool flip = false;
   if (train_) {
-    std::mt19937_64 rng(mix(mix(seed_) ^ (static_cast<uint64_t>(epoch_.load()) + 1) * 0x9E3779B97F4A7C15ull) ^ mix(index));
+    std::mt19937_64 rng(mix(mix(seed_) ^ (static_cast<uint64_t>(epoch_.load()) + 1) * 0x9E3779B97F4A7C15ull) ^
+                        mix(index));
     const CropBox box = random_resized_crop(img.width, img.height, rng);
     flip = std::bernoulli_distribution(0.5)(rng);
     out = resample_rgb(img.rgb, img.width, img.height, box.x, box.y, box.width, box.height, s, s);

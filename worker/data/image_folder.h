@@ -83,8 +83,8 @@ void verify_image_folder(const std::string& dir);
 // `samples` training and round(samples * validation_fraction) validation images, then indexed.
 // out_dir must be new or empty; with `replace`, an ImageFolder already there (train/, val/ and its
 // manifest, nothing else) is removed first.
-ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samples, int size, int classes, uint64_t seed,
-                                       double validation_fraction, bool replace);
+ImageFolderIndex generate_image_folder(const std::string& out_dir, uint64_t samples, int size, int classes,
+                                       uint64_t seed, double validation_fraction, bool replace);
 
 // What the cache keeps of each image, and why (a sentence for the log).
 struct ImageCacheChoice {
@@ -99,7 +99,8 @@ struct CropBox {
 };
 // torchvision's RandomResizedCrop.get_params: up to 10 draws of area (scale) and aspect (log-uniform
 // ratio), else the centre crop of the nearest allowed aspect.
-CropBox random_resized_crop(int width, int height, std::mt19937_64& rng, double min_scale = 0.08, double max_scale = 1.0);
+CropBox random_resized_crop(int width, int height, std::mt19937_64& rng, double min_scale = 0.08,
+                            double max_scale = 1.0);
 // Pixels of `image` in the box (x0, y0, w, h) (fractional: a crop of an image resized first) resampled
 // to out_w x out_h, bilinear with antialiasing, as (3, out_h, out_w) floats in 0-255.
 std::vector<float> resample(const Image& image, double x0, double y0, double w, double h, int out_w, int out_h);
@@ -111,8 +112,8 @@ class ImageFolderDataset final : public Dataset {
  public:
   enum class Split { kTrain, kVal };
   // size: S; cache may be null (every image read from dir through `remote`).
-  ImageFolderDataset(std::string dir, const ImageFolderIndex& index, Split split, int size, uint64_t seed, FileSystem& remote,
-                     TieredCache* cache, bool cache_decoded);
+  ImageFolderDataset(std::string dir, const ImageFolderIndex& index, Split split, int size, uint64_t seed,
+                     FileSystem& remote, TieredCache* cache, bool cache_decoded);
   uint64_t size() const override { return entries_.size(); }
   Sample get(uint64_t index) const override;
   Shape input_shape() const override { return {3, size_, size_}; }

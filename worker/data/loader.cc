@@ -8,8 +8,8 @@
 
 namespace tessera {
 
-PrefetchLoader::PrefetchLoader(const Dataset& data, int threads, int depth, VolumeBox box, Device device, int cuda_device,
-                               SampleCache* cache)
+PrefetchLoader::PrefetchLoader(const Dataset& data, int threads, int depth, VolumeBox box, Device device,
+                               int cuda_device, SampleCache* cache)
     : data_(data), depth_(std::max(1, depth)), box_(box), device_(device), cuda_device_(cuda_device), cache_(cache) {
   TESSERA_CHECK(device == Device::kCpu || cuda_device >= 0, "loader: batches for the GPU need its device");
   TESSERA_CHECK(!cache || cache->device() == device, "loader: a sample cache on another device than the batches");
@@ -37,7 +37,9 @@ void PrefetchLoader::start(std::vector<std::vector<uint64_t>> batches) {
   cv_.notify_all();
 }
 
-Sample PrefetchLoader::read(uint64_t index) const { return box_ == VolumeBox{} ? data_.get(index) : data_.get_block(index, box_); }
+Sample PrefetchLoader::read(uint64_t index) const {
+  return box_ == VolumeBox{} ? data_.get(index) : data_.get_block(index, box_);
+}
 
 Batch PrefetchLoader::load(const std::vector<uint64_t>& indices) {
   if (device_ == Device::kCuda) return load_to_device(indices);

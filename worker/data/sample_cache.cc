@@ -2,7 +2,8 @@
 
 namespace tessera {
 
-SampleCache::SampleCache(int64_t budget_bytes, Device device) : budget_(std::max<int64_t>(0, budget_bytes)), device_(device) {}
+SampleCache::SampleCache(int64_t budget_bytes, Device device)
+    : budget_(std::max<int64_t>(0, budget_bytes)), device_(device) {}
 
 std::optional<Sample> SampleCache::get(uint64_t index) {
   std::lock_guard<std::mutex> lock(mu_);

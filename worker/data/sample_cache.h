@@ -46,10 +46,10 @@ class SampleCache {
   const int64_t budget_;
   const Device device_;
   mutable std::mutex mu_;
-  std::list<uint64_t> lru_;                       // GUARDED_BY(mu_), most recent first
-  std::unordered_map<uint64_t, Entry> entries_;   // GUARDED_BY(mu_)
-  int64_t used_ = 0;                              // GUARDED_BY(mu_)
-  Counters counters_;                             // GUARDED_BY(mu_)
+  std::list<uint64_t> lru_;                      // GUARDED_BY(mu_), most recent first
+  std::unordered_map<uint64_t, Entry> entries_;  // GUARDED_BY(mu_)
+  int64_t used_ = 0;                             // GUARDED_BY(mu_)
+  Counters counters_;                            // GUARDED_BY(mu_)
 };
 
 }  // namespace tessera

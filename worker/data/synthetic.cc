@@ -72,9 +72,9 @@ Sample cosmo_sample(int W, uint64_t seed, uint64_t index, bool raw) {
   auto rng = rng_for(seed, index);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   // Physical parameters, and the targets: each mapped linearly to [-1, 1].
-  const double log_amp = -1.0 + 2.0 * u(rng);  // A = e^log_amp in [0.37, 2.7]
-  const double slope = 1.0 + 2.0 * u(rng);      // n in [1, 3]
-  const double smooth = 0.2 + 0.6 * u(rng);     // r in [0.2, 0.8] voxels
+  const double log_amp = -1.0 + 2.0 * u(rng);                       // A = e^log_amp in [0.37, 2.7]
+  const double slope = 1.0 + 2.0 * u(rng);                          // n in [1, 3]
+  const double smooth = 0.2 + 0.6 * u(rng);                         // r in [0.2, 0.8] voxels
   const double log_nbar = std::log(3.0) + std::log(10.0) * u(rng);  // mean density in [3, 30]
   const double amp = std::exp(log_amp);
   Tensor target({4});
@@ -165,7 +165,8 @@ Sample image_sample(int W, int classes, uint64_t seed, uint64_t index, int chann
     for (int h = 0; h < W; ++h)
       for (int w = 0; w < W; ++w)
         input[(c * W + h) * W + w] =
-            static_cast<float>(std::sin(freq * (w * std::cos(theta) + h * std::sin(theta)) + phase + shift)) + noise(rng);
+            static_cast<float>(std::sin(freq * (w * std::cos(theta) + h * std::sin(theta)) + phase + shift)) +
+            noise(rng);
   }
   target[0] = static_cast<float>(label);
   return Sample{input, target};

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "worker/core/checksum.h"
 #include "common/log.h"
+#include "worker/core/checksum.h"
 
 namespace tessera {
 namespace {
@@ -72,7 +72,8 @@ void TieredCache::scan_ssd() {
     ssd_index_[name] = Entry{ssd_lru_.begin(), size, nullptr};
     ssd_used_ += size;
   }
-  if (!files.empty()) log_info("data cache: found ", files.size(), " entries (", ssd_used_ / 1e6, " MB) in ", options_.ssd_dir);
+  if (!files.empty())
+    log_info("data cache: found ", files.size(), " entries (", ssd_used_ / 1e6, " MB) in ", options_.ssd_dir);
 }
 
 void TieredCache::put_memory(const std::string& key, const Blob& blob) {

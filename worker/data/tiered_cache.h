@@ -33,9 +33,9 @@ class TieredCache {
   enum Tier { kMemory = 0, kSsd = 1, kRemote = 2 };
 
   struct Counters {
-    uint64_t hits[3] = {0, 0, 0};  // served from each tier (remote: every fetch)
-    uint64_t misses[2] = {0, 0};   // memory and SSD misses
-    uint64_t bytes[3] = {0, 0, 0}; // bytes served from each tier
+    uint64_t hits[3] = {0, 0, 0};   // served from each tier (remote: every fetch)
+    uint64_t misses[2] = {0, 0};    // memory and SSD misses
+    uint64_t bytes[3] = {0, 0, 0};  // bytes served from each tier
     uint64_t ssd_write_failures = 0, ssd_corrupt = 0, ssd_read_failures = 0, ssd_evictions = 0, memory_evictions = 0;
   };
 
@@ -66,7 +66,7 @@ class TieredCache {
   CacheOptions options_;
   FileSystem& ssd_;
   mutable std::mutex mu_;
-  std::list<std::string> mem_lru_, ssd_lru_;  // GUARDED_BY(mu_), most recent first
+  std::list<std::string> mem_lru_, ssd_lru_;                // GUARDED_BY(mu_), most recent first
   std::unordered_map<std::string, Entry> mem_, ssd_index_;  // GUARDED_BY(mu_); ssd_index_ by file name
   int64_t mem_used_ = 0, ssd_used_ = 0;
   Counters counters_;

@@ -19,7 +19,8 @@ constexpr const char* kFortunes = "/usr/share/games/fortunes";
 
 std::vector<uint32_t> read_tokens(const TokenFile& file) {
   if (file.token_bytes != 2 && file.token_bytes != 4)
-    throw ConfigError("dataset.tokenBytes", detail::concat(file.token_bytes, ": token ids are 2 (uint16) or 4 (uint32) bytes"));
+    throw ConfigError("dataset.tokenBytes",
+                      detail::concat(file.token_bytes, ": token ids are 2 (uint16) or 4 (uint32) bytes"));
   if (file.vocab_size == 0) throw ConfigError("dataset.vocabSize", "required: the number of distinct token ids");
   const std::string bytes = PosixFileSystem().read(file.path);
   if (bytes.empty()) throw ConfigError(file.path, "holds no tokens");
@@ -33,8 +34,8 @@ std::vector<uint32_t> read_tokens(const TokenFile& file) {
     uint32_t v = 0;
     for (int b = file.token_bytes - 1; b >= 0; --b) v = (v << 8) | p[i * file.token_bytes + b];  // little-endian
     if (v >= file.vocab_size)
-      throw ConfigError(file.path, detail::concat("token ", i, " is id ", v, ", not below the vocabulary size ", file.vocab_size,
-                                                  " (dataset.vocabSize)"));
+      throw ConfigError(file.path, detail::concat("token ", i, " is id ", v, ", not below the vocabulary size ",
+                                                  file.vocab_size, " (dataset.vocabSize)"));
     ids[i] = v;
   }
   return ids;
@@ -75,8 +76,10 @@ std::vector<std::string> default_text_sources() {
     files.push_back(e.path().string());
   }
   if (files.empty())
-    throw ConfigError("--source", detail::concat("no text in ", kFortunes,
-                                                 ": install the Debian package fortunes (make deps does), or name files with --source"));
+    throw ConfigError(
+        "--source",
+        detail::concat("no text in ", kFortunes,
+                       ": install the Debian package fortunes (make deps does), or name files with --source"));
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -99,7 +102,8 @@ uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::strin
     if (text.back() != '\n') text += '\n';
   }
   const size_t n_val = std::max<size_t>(1, static_cast<size_t>(static_cast<double>(text.size()) * validation_fraction));
-  if (n_val >= text.size()) throw ConfigError("--source", detail::concat(text.size(), " bytes of text are too few to split"));
+  if (n_val >= text.size())
+    throw ConfigError("--source", detail::concat(text.size(), " bytes of text are too few to split"));
   auto tokens = [](std::string_view bytes) {  // one uint16 id per byte, little-endian
     std::string out(2 * bytes.size(), '\0');
     for (size_t i = 0; i < bytes.size(); ++i) out[2 * i] = bytes[i];
@@ -110,8 +114,9 @@ uint64_t generate_text_tokens(const std::string& out_dir, std::vector<std::strin
   const std::string_view all(text);
   write_file_atomic(train, tokens(all.substr(0, text.size() - n_val)));
   write_file_atomic(val, tokens(all.substr(text.size() - n_val)));
-  nlohmann::ordered_json m = {{"vocabSize", 256}, {"dtype", "uint16"}, {"tokenizer", "bytes"},
-                              {"trainTokens", text.size() - n_val}, {"valTokens", n_val}, {"sources", sources}};
+  nlohmann::ordered_json m = {{"vocabSize", 256},     {"dtype", "uint16"},
+                              {"tokenizer", "bytes"}, {"trainTokens", text.size() - n_val},
+                              {"valTokens", n_val},   {"sources", sources}};
   write_file_atomic(meta, m.dump(2) + "\n");
   return text.size();
 }
@@ -133,9 +138,10 @@ TokenFilesIndex index_token_files(const std::string& dir, uint32_t vocab_size, i
     vocab_size = m["vocabSize"].get<uint32_t>();
   if (token_bytes == 0) token_bytes = m.value("dtype", std::string("uint16")) == "uint32" ? 4 : 2;
   if (vocab_size == 0)
-    throw ConfigError("--vocab-size", detail::concat("required for the token files under '", dir,
-                                                     "' (no meta.json with vocabSize beside them): every token id is below "
-                                                     "it (50257 for GPT-2's tokenizer, 256 for bytes)"));
+    throw ConfigError("--vocab-size",
+                      detail::concat("required for the token files under '", dir,
+                                     "' (no meta.json with vocabSize beside them): every token id is below "
+                                     "it (50257 for GPT-2's tokenizer, 256 for bytes)"));
   const std::string val = dir + "/val.bin";
   if (!std::filesystem::exists(val, ec))
     throw ConfigError(dir, "has train.bin but no val.bin: training validates on val.bin (nanoGPT's layout)");

@@ -17,8 +17,8 @@ namespace tessera {
 
 struct TokenFile {
   std::string path;
-  int token_bytes = 2;     // 2 (uint16) or 4 (uint32)
-  uint32_t vocab_size = 0; // every id must be below it
+  int token_bytes = 2;      // 2 (uint16) or 4 (uint32)
+  uint32_t vocab_size = 0;  // every id must be below it
 };
 
 // The ids of `file`, checked: IoError when it cannot be read; ConfigError (naming the file) when its

@@ -24,7 +24,8 @@ prometheus::Histogram::BucketBoundaries seconds_buckets() { return doubling_buck
 
 struct WorkerMetrics::Families {
   prometheus::Family<prometheus::Counter>* comm;
-  prometheus::Family<prometheus::Counter>* hits, *misses;
+  prometheus::Family<prometheus::Counter>* hits;
+  prometheus::Family<prometheus::Counter>* misses;
   prometheus::Family<prometheus::Gauge>* held;
   Labels base;
   std::mutex mu;  // comm series are added on the first step of each strategy
@@ -32,7 +33,8 @@ struct WorkerMetrics::Families {
 
 WorkerMetrics::WorkerMetrics(const WorkerIdentity& who)
     : registry_(std::make_shared<prometheus::Registry>()), families_(std::make_unique<Families>()) {
-  const Labels base = {{"job", who.job}, {"namespace", who.namespace_}, {"rank", std::to_string(who.rank)}, {"node", who.node}};
+  const Labels base = {
+      {"job", who.job}, {"namespace", who.namespace_}, {"rank", std::to_string(who.rank)}, {"node", who.node}};
   families_->base = base;
   auto& r = *registry_;
   auto with = [&](Labels extra) {
@@ -40,37 +42,65 @@ WorkerMetrics::WorkerMetrics(const WorkerIdentity& who)
     l.insert(extra.begin(), extra.end());
     return l;
   };
-  prometheus::BuildGauge().Name("tessera_worker_info").Help("1 for each rank; pod joins it to per-pod metrics (GPU utilisation)")
-      .Register(r).Add(with({{"pod", who.pod}})).Set(1);
-  samples_ = &prometheus::BuildCounter().Name("tessera_samples_total")
-                  .Help("Samples trained: this rank's share of the global batch each step (the sum over ranks is the job's)")
-                  .Register(r).Add(base);
-  auto& stages = prometheus::BuildHistogram().Name("tessera_step_seconds")
-                     .Help("Time of each stage of a training step on this rank").Register(r);
+  prometheus::BuildGauge()
+      .Name("tessera_worker_info")
+      .Help("1 for each rank; pod joins it to per-pod metrics (GPU utilisation)")
+      .Register(r)
+      .Add(with({{"pod", who.pod}}))
+      .Set(1);
+  samples_ =
+      &prometheus::BuildCounter()
+           .Name("tessera_samples_total")
+           .Help("Samples trained: this rank's share of the global batch each step (the sum over ranks is the job's)")
+           .Register(r)
+           .Add(base);
+  auto& stages = prometheus::BuildHistogram()
+                     .Name("tessera_step_seconds")
+                     .Help("Time of each stage of a training step on this rank")
+                     .Register(r);
   const char* names[5] = {"data", "forward", "backward", "comm", "update"};
   for (int i = 0; i < 5; ++i) stage_[i] = &stages.Add(with({{"stage", names[i]}}), seconds_buckets());
-  comm_total_ = &prometheus::BuildHistogram().Name("tessera_comm_seconds")
-                     .Help("All gradient communication of a step, overlapped with the backward pass or not (the part the step "
-                           "waited for is tessera_step_seconds{stage=\"comm\"})")
-                     .Register(r).Add(base, seconds_buckets());
-  checkpoint_ = &prometheus::BuildHistogram().Name("tessera_checkpoint_seconds")
-                     .Help("Time to write this rank's checkpoint").Register(r).Add(base, seconds_buckets());
-  auto gauge = [&](const char* name, const char* help) { return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base); };
-  density_ = gauge("tessera_exchange_density", "Fraction of gradient entries exchanged in the last step (1 when dense)");
+  comm_total_ =
+      &prometheus::BuildHistogram()
+           .Name("tessera_comm_seconds")
+           .Help(
+               "All gradient communication of a step, overlapped with the backward pass or not (the part the step "
+               "waited for is tessera_step_seconds{stage=\"comm\"})")
+           .Register(r)
+           .Add(base, seconds_buckets());
+  checkpoint_ = &prometheus::BuildHistogram()
+                     .Name("tessera_checkpoint_seconds")
+                     .Help("Time to write this rank's checkpoint")
+                     .Register(r)
+                     .Add(base, seconds_buckets());
+  auto gauge = [&](const char* name, const char* help) {
+    return &prometheus::BuildGauge().Name(name).Help(help).Register(r).Add(base);
+  };
+  density_ =
+      gauge("tessera_exchange_density", "Fraction of gradient entries exchanged in the last step (1 when dense)");
   phase_ = gauge("tessera_training_phase", "Exchange phase of the last step: 0 sparse, 1 dense");
   loss_ = gauge("tessera_loss", "Training loss of the last step (mean over the global batch)");
   lr_ = gauge("tessera_learning_rate", "Learning rate of the last step");
   step_ = gauge("tessera_step", "Global steps completed");
-  families_->comm = &prometheus::BuildCounter().Name("tessera_comm_bytes_total")
-                         .Help("Gradient bytes this rank sent, by exchange strategy and link (intra: within the node, inter: between nodes)")
+  families_->comm = &prometheus::BuildCounter()
+                         .Name("tessera_comm_bytes_total")
+                         .Help(
+                             "Gradient bytes this rank sent, by exchange strategy and link (intra: within the node, "
+                             "inter: between nodes)")
                          .Register(r);
   const char* tiers[3] = {"memory", "ssd", "remote"};
-  auto& hits = prometheus::BuildCounter().Name("tessera_cache_hits_total")
-                   .Help("Sample blocks served by each tier of the data cache (remote: every fetch from the dataset)").Register(r);
-  auto& misses = prometheus::BuildCounter().Name("tessera_cache_misses_total")
-                     .Help("Sample blocks not found in a cache tier").Register(r);
-  auto& read = prometheus::BuildCounter().Name("tessera_cache_read_bytes_total")
-                   .Help("Bytes served by each tier of the data cache").Register(r);
+  auto& hits = prometheus::BuildCounter()
+                   .Name("tessera_cache_hits_total")
+                   .Help("Sample blocks served by each tier of the data cache (remote: every fetch from the dataset)")
+                   .Register(r);
+  auto& misses = prometheus::BuildCounter()
+                     .Name("tessera_cache_misses_total")
+                     .Help("Sample blocks not found in a cache tier")
+                     .Register(r);
+  auto& read = prometheus::BuildCounter()
+                   .Name("tessera_cache_read_bytes_total")
+                   .Help("Bytes served by each tier of the data cache")
+                   .Register(r);
   auto& held = prometheus::BuildGauge().Name("tessera_cache_bytes").Help("Bytes held in a cache tier").Register(r);
   for (int t = 0; t < 3; ++t) {
     hits_[t] = &hits.Add(with({{"tier", tiers[t]}}));
@@ -106,7 +136,10 @@ void WorkerMetrics::observe_step(const StepRecord& s, double samples) {
       intra["strategy"] = inter["strategy"] = s.strategy;
       intra["link"] = "intra";
       inter["link"] = "inter";
-      it = comm_.emplace(s.strategy, std::array<prometheus::Counter*, 2>{&families_->comm->Add(intra), &families_->comm->Add(inter)}).first;
+      it = comm_
+               .emplace(s.strategy,
+                        std::array<prometheus::Counter*, 2>{&families_->comm->Add(intra), &families_->comm->Add(inter)})
+               .first;
     }
     c = &it->second;
   }
@@ -122,7 +155,8 @@ void WorkerMetrics::observe_cache(const TieredCache::Counters& c, int64_t memory
     hits_[t]->Increment(std::max(0.0, static_cast<double>(c.hits[t]) - hits_[t]->Value()));
     read_bytes_[t]->Increment(std::max(0.0, static_cast<double>(c.bytes[t]) - read_bytes_[t]->Value()));
   }
-  for (int t = 0; t < 2; ++t) misses_[t]->Increment(std::max(0.0, static_cast<double>(c.misses[t]) - misses_[t]->Value()));
+  for (int t = 0; t < 2; ++t)
+    misses_[t]->Increment(std::max(0.0, static_cast<double>(c.misses[t]) - misses_[t]->Value()));
   held_bytes_[0]->Set(static_cast<double>(memory_bytes));
   held_bytes_[1]->Set(static_cast<double>(ssd_bytes));
 }
@@ -140,7 +174,8 @@ void WorkerMetrics::observe_device_cache(const SampleCache::Counters& c, int64_t
   device_held_->Set(static_cast<double>(bytes));
 }
 
-void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache, const SampleCache* device_cache) {
+void WorkerMetrics::observe(const StepRecord& step, double samples, const TieredCache* cache,
+                            const SampleCache* device_cache) {
   observe_step(step, samples);
   if (step.checkpoint_s > 0) observe_checkpoint(step.checkpoint_s);
   if (cache) observe_cache(cache->counters(), cache->memory_bytes_used(), cache->ssd_bytes_used());

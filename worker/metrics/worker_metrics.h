@@ -41,7 +41,8 @@ class WorkerMetrics {
   // The data cache's counters and the bytes held in its memory and SSD tiers.
   void observe_cache(const TieredCache::Counters& c, int64_t memory_bytes, int64_t ssd_bytes);
   // All of a Trainer's step record: the step, its checkpoint, and the cache (null: none).
-  void observe(const StepRecord& step, double samples, const TieredCache* cache, const SampleCache* device_cache = nullptr);
+  void observe(const StepRecord& step, double samples, const TieredCache* cache,
+               const SampleCache* device_cache = nullptr);
   // The cache of whole samples in GPU memory: tier "device" of the cache series.
   void observe_device_cache(const SampleCache::Counters& c, int64_t bytes);
 
@@ -60,7 +61,8 @@ class WorkerMetrics {
   std::array<prometheus::Gauge*, 2> held_bytes_;
   prometheus::Counter *device_hits_ = nullptr, *device_misses_ = nullptr;
   prometheus::Gauge* device_held_ = nullptr;
-  std::map<std::string, std::array<prometheus::Counter*, 2>> comm_;  // strategy -> {intra, inter}; guarded by Families::mu
+  std::map<std::string, std::array<prometheus::Counter*, 2>>
+      comm_;  // strategy -> {intra, inter}; guarded by Families::mu
   struct Families;
   std::unique_ptr<Families> families_;
 };

@@ -49,7 +49,8 @@ ParamInit output_init(const ModelConfig& c) {
 
 // Fully connected layers fc1.. of the given widths after `features` inputs, each with its
 // activation (LeakyReLU or ReLU) and optional dropout; returns the last width.
-int add_hidden(Sequential& net, const ModelConfig& c, const std::vector<int>& widths, int features, bool leaky, uint64_t& seed) {
+int add_hidden(Sequential& net, const ModelConfig& c, const std::vector<int>& widths, int features, bool leaky,
+               uint64_t& seed) {
   for (size_t i = 0; i < widths.size(); ++i) {
     if (widths[i] < 1) throw ConfigError(detail::concat("model.hidden[", i, "]"), "must be positive");
     const std::string f = "fc" + std::to_string(i + 1);
@@ -115,7 +116,8 @@ class SequentialModel : public Model {
 // is 4^3, channels base * 2^i capped at max_channels; then FC layers to the regression targets.
 std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   if (!power_of_two(c.input_size) || c.input_size < 8 || c.input_size > 1024)
-    throw ConfigError("model.inputSize", detail::concat(c.input_size, ": CosmoFlow needs a power of two from 8 to 1024"));
+    throw ConfigError("model.inputSize",
+                      detail::concat(c.input_size, ": CosmoFlow needs a power of two from 8 to 1024"));
   const int in_ch = c.in_channels ? c.in_channels : 4, base = c.base_channels ? c.base_channels : 16;
   const int outputs = c.outputs ? c.outputs : 4;
   const int W = c.input_size;
@@ -124,7 +126,8 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   const bool split = c.spatial.size() > 1;
   SpatialContext ctx{spatial, c.spatial};
   if (split && (!spatial || spatial->size() != c.spatial.size()))
-    throw ConfigError("parallelism.spatial", detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
+    throw ConfigError("parallelism.spatial",
+                      detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
   std::array<int64_t, 3> extent = {W, W, W};
   int ch = in_ch, size = W, block = 0;
   uint64_t seed = c.seed * 1000;
@@ -169,8 +172,9 @@ std::unique_ptr<Model> cosmoflow(ModelConfig c, Communicator* spatial) {
   net.add(std::make_unique<Linear>("output", features, outputs, ++seed, output_init(c)));
   net.layers().front()->set_input_grad(false);
   if (split)
-    m->set_spatial(std::make_unique<Partition>(std::array<int64_t, 3>{W, W, W}, c.spatial, spatial->rank(), "parallelism.spatial"),
-                   shuffle);
+    m->set_spatial(
+        std::make_unique<Partition>(std::array<int64_t, 3>{W, W, W}, c.spatial, spatial->rank(), "parallelism.spatial"),
+        shuffle);
   return m;
 }
 
@@ -209,7 +213,8 @@ std::unique_ptr<Model> cnn2d(ModelConfig c) {
 // residual stream N(0, 0.02 / sqrt(2 depth)), biases 0; dropout (model.dropout) after the
 // embeddings and each block's two branches.
 std::unique_ptr<Model> transformer(const ModelConfig& c) {
-  if (c.vocab_size < 1) throw ConfigError("dataset.vocabSize", "required for model transformer (the token ids' vocabulary)");
+  if (c.vocab_size < 1)
+    throw ConfigError("dataset.vocabSize", "required for model transformer (the token ids' vocabulary)");
   if (c.context < 1) throw ConfigError("model.context", "must be positive");
   if (c.width < 1) throw ConfigError("model.width", "must be positive");
   if (c.depth < 1) throw ConfigError("model.depth", "must be positive");
@@ -228,7 +233,8 @@ std::unique_ptr<Model> transformer(const ModelConfig& c) {
   auto dropout = [&](Sequential& s, const std::string& name) {
     if (c.dropout > 0) s.add(std::make_unique<Dropout>(name, c.dropout, ++seed));
   };
-  auto& embed = static_cast<Embedding&>(net.add(std::make_unique<Embedding>("embed", c.vocab_size, T, D, ++seed, stddev)));
+  auto& embed =
+      static_cast<Embedding&>(net.add(std::make_unique<Embedding>("embed", c.vocab_size, T, D, ++seed, stddev)));
   ++seed;
   dropout(net, "embed.dropout");
   for (int b = 1; b <= c.depth; ++b) {
@@ -261,7 +267,8 @@ std::unique_ptr<Model> transformer(const ModelConfig& c) {
 // takes its place). Inputs are C x W^2 with W a multiple of 32.
 std::unique_ptr<Model> resnet50(const ModelConfig& c) {
   if (c.input_size < 32 || c.input_size % 32)
-    throw ConfigError("model.inputSize", detail::concat(c.input_size, ": resnet50 needs a multiple of 32 (its stride)"));
+    throw ConfigError("model.inputSize",
+                      detail::concat(c.input_size, ": resnet50 needs a multiple of 32 (its stride)"));
   const int in_ch = c.in_channels ? c.in_channels : 3, base = c.base_channels ? c.base_channels : 64;
   const int classes = c.outputs ? c.outputs : 1000, W = c.input_size;
   auto m = std::make_unique<SequentialModel>("resnet50", Task::kClassification, Shape{in_ch, W, W}, Shape{});
@@ -278,7 +285,9 @@ std::unique_ptr<Model> resnet50(const ModelConfig& c) {
     o.init = conv_init;
     s.add(std::make_unique<Conv>(name, o));
   };
-  auto bn = [&](Sequential& s, const std::string& name, int channels) { s.add(std::make_unique<BatchNorm>(name, channels)); };
+  auto bn = [&](Sequential& s, const std::string& name, int channels) {
+    s.add(std::make_unique<BatchNorm>(name, channels));
+  };
   conv(net, "conv1", in_ch, base, 7, 2);
   bn(net, "bn1", base);
   net.add(std::make_unique<ReLU>("relu"));
@@ -327,7 +336,8 @@ class UNet3D final : public Model {
     W_ = c.input_size;
     const bool split = c.spatial.size() > 1;
     if (split && (!spatial || spatial->size() != c.spatial.size()))
-      throw ConfigError("parallelism.spatial", detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
+      throw ConfigError("parallelism.spatial",
+                        detail::concat("a grid of ", c.spatial.size(), " ranks needs a spatial group of that size"));
     SpatialContext ctx{spatial, c.spatial};
     uint64_t seed = c.seed * 1000;
     using Extent = std::array<int64_t, 3>;
@@ -425,7 +435,8 @@ class UNet3D final : public Model {
   std::vector<cost::LayerCost> cost_layers() const override {
     Shape in = {1, in_ch_, W_, W_, W_};
     if (partition_)
-      for (int d = 0; d < 3; ++d) in[2 + d] = partition_->owned(d).size();  // this rank's block (with halos in the layers)
+      for (int d = 0; d < 3; ++d)
+        in[2 + d] = partition_->owned(d).size();  // this rank's block (with halos in the layers)
     std::vector<cost::LayerCost> out;
     auto add = [&](const Sequential& part, const Shape& x) {  // returns the part's output shape
       for (const cost::LayerCost& c : part.cost_layers(x)) out.push_back(c);
@@ -443,7 +454,9 @@ class UNet3D final : public Model {
   }
 
  private:
-  std::vector<Sequential*> parts() { return {&enc1_, &pool1_, &enc2_, &pool2_, &bottom_, &up2_, &dec2_, &up1_, &dec1_, &head_}; }
+  std::vector<Sequential*> parts() {
+    return {&enc1_, &pool1_, &enc2_, &pool2_, &bottom_, &up2_, &dec2_, &up1_, &dec1_, &head_};
+  }
 
   std::string name_ = "unet3d";
   int in_ch_ = 1, classes_ = 3, W_ = 32, skip1_ = 8, skip2_ = 16;
@@ -461,10 +474,10 @@ void check_spatial_grid(const ModelConfig& c) {
   static const char* kDim[] = {"d", "h", "w"};
   for (int d = 0; d < 3; ++d)
     if (c.spatial[d] > smallest)
-      throw ConfigError(
-          detail::concat("parallelism.spatial.", kDim[d]),
-          detail::concat(c.spatial[d], " parts, but ", c.name, " with inputSize ", c.input_size, " splits volumes down to ",
-                         smallest, "^3 (model.layers.", layer, "): at most ", smallest, " parts in each dimension"));
+      throw ConfigError(detail::concat("parallelism.spatial.", kDim[d]),
+                        detail::concat(c.spatial[d], " parts, but ", c.name, " with inputSize ", c.input_size,
+                                       " splits volumes down to ", smallest, "^3 (model.layers.", layer, "): at most ",
+                                       smallest, " parts in each dimension"));
 }
 
 std::vector<int> hidden_widths(const ModelConfig& c) {
@@ -479,8 +492,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   if (c.base_channels < 0) throw ConfigError("model.baseChannels", "must not be negative");
   if (c.outputs < 0) throw ConfigError("model.outputs", "must not be negative");
   if (c.spatial.size() > 1 && !supports_spatial(c.name))
-    throw ConfigError("parallelism.spatial", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); '" + c.name +
-                                                 "' runs data-parallel");
+    throw ConfigError("parallelism.spatial", "spatial parallelism splits 3D volumes (cosmoflow and unet3d); '" +
+                                                 c.name + "' runs data-parallel");
   if (c.label_smoothing < 0 || c.label_smoothing >= 1)
     throw ConfigError("training.labelSmoothing", detail::concat(c.label_smoothing, " is outside [0, 1)"));
   std::unique_ptr<Model> m;
@@ -489,9 +502,12 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
   else if (c.name == "unet3d") m = std::make_unique<UNet3D>(c, spatial);
   else if (c.name == "transformer") m = transformer(c);
   else if (c.name == "resnet50") m = resnet50(c);
-  else throw ConfigError("model.name", "unknown model '" + c.name + "' (expected cosmoflow, unet3d, cnn2d, resnet50 or transformer)");
+  else
+    throw ConfigError("model.name",
+                      "unknown model '" + c.name + "' (expected cosmoflow, unet3d, cnn2d, resnet50 or transformer)");
   if (c.label_smoothing > 0 && m->task() == Task::kRegression)
-    throw ConfigError("training.labelSmoothing", "applies to classifiers' cross-entropy; " + c.name + " is a regression");
+    throw ConfigError("training.labelSmoothing",
+                      "applies to classifiers' cross-entropy; " + c.name + " is a regression");
   m->set_label_smoothing(c.label_smoothing);
   return m;
 }

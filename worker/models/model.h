@@ -1,8 +1,8 @@
 // Models assembled from nn/ layers by configuration: CosmoFlow (3D regression), UNet3D (3D
 // segmentation), a 2D CNN (classification; small by default, and with wide hidden layers the
-// large-gradient model of the exchange benchmarks) and a decoder-only Transformer language model. A Model owns its layers, runs forward/backward,
-// and knows its task: which loss trains it and which metric reports it.
-// Configuration errors (a size that does not fit the architecture) are ConfigErrors naming the field.
+// large-gradient model of the exchange benchmarks) and a decoder-only Transformer language model. A Model owns its
+// layers, runs forward/backward, and knows its task: which loss trains it and which metric reports it. Configuration
+// errors (a size that does not fit the architecture) are ConfigErrors naming the field.
 #pragma once
 
 #include <memory>
@@ -32,7 +32,7 @@ struct ModelConfig {
   // transformer: a sample is `context` token ids of a vocabulary of `vocab_size` (the dataset's);
   // `depth` pre-norm blocks of `width`, `heads` attention heads each.
   int vocab_size = 0, context = 256, width = 256, depth = 4, heads = 4;
-  double label_smoothing = 0;      // classifiers' cross-entropy (training.labelSmoothing)
+  double label_smoothing = 0;  // classifiers' cross-entropy (training.labelSmoothing)
 };
 
 // The fully connected widths the model builds: c.hidden, or the model's default when empty.

@@ -118,9 +118,9 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
       reducer_(stats);
       count_ = stats.back();
       stats.pop_back();
-      gpu::batchnorm_forward_with_sums(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(), mean.data(),
-                                       device_inv_std_.data(), running_mean_.data(), running_var_.data(), n, c, inner, stats,
-                                       count_, momentum_, eps_);
+      gpu::batchnorm_forward_with_sums(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(),
+                                       mean.data(), device_inv_std_.data(), running_mean_.data(), running_var_.data(),
+                                       n, c, inner, stats, count_, momentum_, eps_);
       return y;
     }
     gpu::batchnorm_forward_train(x.data(), xhat_.data(), y.data(), gamma_.value.data(), beta_.value.data(), mean.data(),
@@ -142,7 +142,8 @@ Tensor BatchNorm::forward(const Tensor& x, bool training) {
       kernels::bn_statistics(stats[ch], stats[c + ch], count_, eps_, momentum_, mean[ch], inv[ch], running_mean_[ch],
                              running_var_[ch]);
     // Last step's buffer when it fits (only this layer holds it): no fresh pages to fault in.
-    if (xhat_.shape() != x.shape() || xhat_.layout() != x.layout() || xhat_.on_device()) xhat_ = Tensor(x.shape(), x.layout());
+    if (xhat_.shape() != x.shape() || xhat_.layout() != x.layout() || xhat_.on_device())
+      xhat_ = Tensor(x.shape(), x.layout());
     inv_std_.assign(inv.begin(), inv.end());
   } else {
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -173,8 +174,9 @@ Tensor BatchNorm::backward(const Tensor& dy) {
       reduced.push_back(0.0);  // the count slot of the forward statistics' layout
       reducer_(reduced);
       reduced.pop_back();
-      gpu::batchnorm_backward_with_sums(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(), gamma_.grad.data(),
-                                        beta_.grad.data(), dx.data(), n, c, inner, local, reduced, count_);
+      gpu::batchnorm_backward_with_sums(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(),
+                                        gamma_.grad.data(), beta_.grad.data(), dx.data(), n, c, inner, local, reduced,
+                                        count_);
       return dx;
     }
     gpu::batchnorm_backward(dy.data(), xhat_.data(), gamma_.value.data(), device_inv_std_.data(), gamma_.grad.data(),
@@ -201,7 +203,8 @@ Tensor BatchNorm::backward(const Tensor& dy) {
   Tensor dx(dy.shape(), dy.layout());
   const float *g = dy.data(), *h = xhat_.data(), *kp = k.data(), *mp = mdy.data(), *mxp = mdyx.data();
   float* o = dx.data();
-  for_each_entry(n, c, inner, cl, [&](int64_t e, int64_t ch) { o[e] = kernels::bn_input_grad(g[e], h[e], kp[ch], mp[ch], mxp[ch]); });
+  for_each_entry(n, c, inner, cl,
+                 [&](int64_t e, int64_t ch) { o[e] = kernels::bn_input_grad(g[e], h[e], kp[ch], mp[ch], mxp[ch]); });
   return dx;
 }
 

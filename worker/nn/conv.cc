@@ -30,7 +30,9 @@ struct ConvTraits {
   static int64_t out_size(int64_t in, const ConvOptions& o, int i) {
     return (in + pad_before(o, i) + pad_after(o, i) - o.kernel) / o.stride + 1;
   }
-  static bool fits(int64_t in, const ConvOptions& o, int i) { return in + pad_before(o, i) + pad_after(o, i) >= o.kernel; }
+  static bool fits(int64_t in, const ConvOptions& o, int i) {
+    return in + pad_before(o, i) + pad_after(o, i) >= o.kernel;
+  }
 };
 
 struct DeconvTraits {
@@ -67,15 +69,17 @@ using dnnl::memory;
 
 template <class T>
 ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)), options_(o) {
-  bool pads_ok = o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
+  bool pads_ok =
+      o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
   for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i) pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0;
   const bool slope_ok = !o.activation || (o.activation_slope >= 0.0f && o.activation_slope <= 1.0f);
-  if (o.in_channels < 1 || !slope_ok || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 || !pads_ok ||
-      (o.spatial_dims != 2 && o.spatial_dims != 3))
-    throw ConfigError("model.layers." + this->name(),
-                      detail::concat(T::kKind, ": invalid options (channels ", o.in_channels, " -> ", o.out_channels,
-                                     ", kernel ", o.kernel, ", stride ", o.stride, ", padding ", o.padding,
-                                     ", spatial dims ", o.spatial_dims, ", activation slope ", o.activation_slope, ")"));
+  if (o.in_channels < 1 || !slope_ok || o.out_channels < 1 || o.kernel < 1 || o.stride < 1 || o.padding < 0 ||
+      !pads_ok || (o.spatial_dims != 2 && o.spatial_dims != 3))
+    throw ConfigError(
+        "model.layers." + this->name(),
+        detail::concat(T::kKind, ": invalid options (channels ", o.in_channels, " -> ", o.out_channels, ", kernel ",
+                       o.kernel, ", stride ", o.stride, ", padding ", o.padding, ", spatial dims ", o.spatial_dims,
+                       ", activation slope ", o.activation_slope, ")"));
   Shape ws = {o.out_channels, o.in_channels};
   int64_t fan_in = o.in_channels, fan_out = o.out_channels;
   for (int i = 0; i < o.spatial_dims; ++i) {
@@ -84,7 +88,8 @@ ConvLayer<T>::ConvLayer(std::string name, ConvOptions o) : Layer(std::move(name)
     fan_out *= o.kernel;
   }
   weight_ = Param{this->name() + ".weight", Tensor(ws), Tensor::zeros(ws), true};
-  if (o.bias) bias_ = Param{this->name() + ".bias", Tensor::zeros({o.out_channels}), Tensor::zeros({o.out_channels}), false};
+  if (o.bias)
+    bias_ = Param{this->name() + ".bias", Tensor::zeros({o.out_channels}), Tensor::zeros({o.out_channels}), false};
   init_params(weight_.value, o.bias ? &bias_.value : nullptr, fan_in, fan_out, o.seed, o.init);
 }
 
@@ -125,7 +130,9 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   // has no direct kernel for 3D blocked layouts and runs about 2x faster on channels-last than on
   // plain), weights in whatever layout each primitive picks.
   auto act = [](const Shape& s) { return dnnl_util::desc_of(s, Layout::kChannelsLast); };
-  auto any = [](const Shape& s) { return memory::desc(dnnl_util::dims_of(s), memory::data_type::f32, memory::format_tag::any); };
+  auto any = [](const Shape& s) {
+    return memory::desc(dnnl_util::dims_of(s), memory::data_type::f32, memory::format_tag::any);
+  };
   memory::dims strides(o.spatial_dims, o.stride), pad_l(o.spatial_dims), pad_r(o.spatial_dims);
   for (int i = 0; i < o.spatial_dims; ++i) {
     pad_l[i] = pad_before(o, i);
@@ -153,7 +160,6 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   plan_ = std::move(p);
   return *plan_;
 }
-
 
 namespace {
 
@@ -294,10 +300,8 @@ gpu::Conv& ConvLayer<T>::device_plan_for(const Shape& in) {
   for (int i = 0; i < o.spatial_dims; ++i) {
     s.pad.push_back(device_explicit_pad_ ? 0 : pad_before(o, i));
     if (!device_explicit_pad_) continue;
-    if (transposed)
-      s.out[2 + i] = (in[2 + i] - 1) * o.stride + o.kernel;  // uncropped
-    else
-      s.in[2 + i] = in[2 + i] + pad_before(o, i) + pad_after(o, i);  // padded
+    if (transposed) s.out[2 + i] = (in[2 + i] - 1) * o.stride + o.kernel;  // uncropped
+    else s.in[2 + i] = in[2 + i] + pad_before(o, i) + pad_after(o, i);     // padded
   }
   device_plan_ = std::make_unique<gpu::Conv>(s);
   device_in_ = in;
@@ -327,16 +331,16 @@ Tensor ConvLayer<T>::forward_device(const Tensor& x, bool training) {
   p.forward(xin.data(), weight_.value.data(), y.data());
   if (device_explicit_pad_ && s.transposed) {
     Tensor cropped(output_shape(x.shape()), Layout::kPlain, Device::kCuda);
-    gpu::copy_box(y.data(), dims5(s.out), lo, cropped.data(), dims5(cropped.shape()), {0, 0, 0, 0, 0}, dims5(cropped.shape()),
-                  false);
+    gpu::copy_box(y.data(), dims5(s.out), lo, cropped.data(), dims5(cropped.shape()), {0, 0, 0, 0, 0},
+                  dims5(cropped.shape()), false);
     y = cropped;
   }
   const Shape& out = y.shape();
   const int64_t inner = y.numel() / std::max<int64_t>(1, out[0] * out[1]);
   if (options_.activation)
-    gpu::bias_leaky_relu(y.data(), options_.bias ? bias_.value.data() : nullptr, out[0], out[1], inner, options_.activation_slope);
-  else if (options_.bias)
-    gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
+    gpu::bias_leaky_relu(y.data(), options_.bias ? bias_.value.data() : nullptr, out[0], out[1], inner,
+                         options_.activation_slope);
+  else if (options_.bias) gpu::add_bias(y.data(), bias_.value.data(), out[0], out[1], inner);
   if (training) {
     x_ = xin;  // padded where the convolution padded it
     if (options_.activation) y_ = y;
@@ -365,7 +369,8 @@ Tensor ConvLayer<T>::backward_device(const Tensor& dy) {
     p.backward_data(dz_full.data(), weight_.value.data(), dx.data());
     if (device_explicit_pad_ && !s.transposed) {
       Tensor inner(device_in_, Layout::kPlain, Device::kCuda);
-      gpu::copy_box(dx.data(), dims5(s.in), lo, inner.data(), dims5(device_in_), {0, 0, 0, 0, 0}, dims5(device_in_), false);
+      gpu::copy_box(dx.data(), dims5(s.in), lo, inner.data(), dims5(device_in_), {0, 0, 0, 0, 0}, dims5(device_in_),
+                    false);
       dx = inner;
     }
   }

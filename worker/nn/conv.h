@@ -21,10 +21,10 @@ struct ConvOptions {
   int out_channels = 0;
   int kernel = 3;
   int stride = 1;
-  int padding = 1;      // on every side of every spatial dimension, unless pad_l / pad_r are given
-  int spatial_dims = 3; // 2 (N, C, H, W) or 3 (N, C, D, H, W)
+  int padding = 1;       // on every side of every spatial dimension, unless pad_l / pad_r are given
+  int spatial_dims = 3;  // 2 (N, C, H, W) or 3 (N, C, D, H, W)
   bool bias = true;
-  uint64_t seed = 1;    // of the weight and bias initialisation
+  uint64_t seed = 1;  // of the weight and bias initialisation
   // Per spatial dimension, before and after; override `padding` when given (spatial parallelism pads
   // blocks unevenly at the volume's edge).
   std::vector<int> pad_l{}, pad_r{};
@@ -46,7 +46,8 @@ class Conv;
 namespace detail {
 struct ConvTraits;
 struct DeconvTraits;
-template <class Traits> struct ConvPlan;
+template <class Traits>
+struct ConvPlan;
 }  // namespace detail
 
 template <class Traits>
@@ -78,8 +79,8 @@ class ConvLayer : public Layer {
   std::unique_ptr<gpu::Conv> device_plan_;
   Shape device_in_;                   // the input shape device_plan_ is for
   bool device_explicit_pad_ = false;  // uneven padding, done by copies around cuDNN
-  Tensor x_;  // the last training input, for backward-weights
-  Tensor y_;  // the last training output, for the fused activation's gradient
+  Tensor x_;                          // the last training input, for backward-weights
+  Tensor y_;                          // the last training output, for the fused activation's gradient
 };
 
 using Conv = ConvLayer<detail::ConvTraits>;

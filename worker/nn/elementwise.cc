@@ -118,10 +118,8 @@ Tensor Dropout::backward(const Tensor& dy) {
 namespace {
 // n floats from src to dst, both on `device`.
 void copy_floats(float* dst, const float* src, int64_t n, Device device) {
-  if (device == Device::kCuda)
-    gpu::copy(dst, device, src, device, static_cast<size_t>(n) * sizeof(float));
-  else
-    std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+  if (device == Device::kCuda) gpu::copy(dst, device, src, device, static_cast<size_t>(n) * sizeof(float));
+  else std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 }  // namespace
 
@@ -138,7 +136,8 @@ Tensor Flatten::forward(const Tensor& x, bool) {
 }
 
 Tensor concat_channels(const Tensor& a, const Tensor& b) {
-  TESSERA_CHECK(a.rank() >= 2 && a.rank() == b.rank(), "concat of ", shape_str(a.shape()), " and ", shape_str(b.shape()));
+  TESSERA_CHECK(a.rank() >= 2 && a.rank() == b.rank(), "concat of ", shape_str(a.shape()), " and ",
+                shape_str(b.shape()));
   for (int i = 0; i < a.rank(); ++i)
     if (i != 1) TESSERA_CHECK_EQ(a.dim(i), b.dim(i), "concat of ", shape_str(a.shape()), " and ", shape_str(b.shape()));
   TESSERA_CHECK(a.device() == b.device(), "concat of tensors on different devices");

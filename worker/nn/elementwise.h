@@ -66,7 +66,7 @@ class Dropout : public Layer {
   float rate_;
   uint64_t seed_;
   uint64_t calls_ = 0;  // training forward passes so far
-  Tensor mask_;  // scale per entry of the last training forward; empty in evaluation
+  Tensor mask_;         // scale per entry of the last training forward; empty in evaluation
 };
 
 // (N, ...) -> (N, prod(...)).

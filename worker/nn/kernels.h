@@ -131,12 +131,15 @@ TESSERA_HD void bn_statistics(double sum, double sum_sq, double count, float eps
 TESSERA_HD float bn_normalize(float x, float mean, float inv_std) { return (x - mean) * inv_std; }
 TESSERA_HD float bn_output(float xhat, float gamma, float beta) { return gamma * xhat + beta; }
 // The input gradient from the channel's gamma * inv_std (k) and its means of dy (mdy) and dy * xhat (mdyx).
-TESSERA_HD float bn_input_grad(float dy, float xhat, float k, float mdy, float mdyx) { return k * (dy - mdy - xhat * mdyx); }
+TESSERA_HD float bn_input_grad(float dy, float xhat, float k, float mdy, float mdyx) {
+  return k * (dy - mdy - xhat * mdyx);
+}
 
 // ---- layer normalisation, one row of d entries (statistics in double) ----
 // xhat = (x - mean) / sqrt(var + eps) (var biased, as PyTorch's), y = gamma * xhat + beta; returns
 // the row's 1 / sqrt(var + eps).
-TESSERA_HD float layernorm_row(const float* x, int64_t d, float eps, const float* gamma, const float* beta, float* xhat, float* y) {
+TESSERA_HD float layernorm_row(const float* x, int64_t d, float eps, const float* gamma, const float* beta, float* xhat,
+                               float* y) {
   double s = 0, ss = 0;
   for (int64_t i = 0; i < d; ++i) {
     s += x[i];
@@ -151,7 +154,8 @@ TESSERA_HD float layernorm_row(const float* x, int64_t d, float eps, const float
   return rstd;
 }
 // The row's input gradient from dy: rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
-TESSERA_HD void layernorm_row_grad(const float* dy, const float* xhat, const float* gamma, float rstd, int64_t d, float* dx) {
+TESSERA_HD void layernorm_row_grad(const float* dy, const float* xhat, const float* gamma, float rstd, int64_t d,
+                                   float* dx) {
   double mg = 0, mgx = 0;
   for (int64_t i = 0; i < d; ++i) {
     const double g = double(dy[i]) * gamma[i];

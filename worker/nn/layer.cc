@@ -123,15 +123,16 @@ void add_into(Tensor& acc, const Tensor& x) {
 Shape Residual::output_shape(const Shape& in) const {
   const Shape out = body_.output_shape(in), side = shortcut_.output_shape(in);
   if (out != side)
-    shape_error(detail::concat("its body gives ", shape_str(out), " but its shortcut ", shape_str(side), " for input ", shape_str(in)));
+    shape_error(detail::concat("its body gives ", shape_str(out), " but its shortcut ", shape_str(side), " for input ",
+                               shape_str(in)));
   return out;
 }
 
 Tensor Residual::forward(const Tensor& x, bool training) {
   Tensor y = body_.forward(x, training);
   const Tensor side = in_layout(shortcut_.layers().empty() ? x : shortcut_.forward(x, training), y.layout());
-  TESSERA_CHECK(y.shape() == side.shape() && y.device() == side.device(), "layer ", name(), ": body ", shape_str(y.shape()),
-                " and shortcut ", shape_str(side.shape()));
+  TESSERA_CHECK(y.shape() == side.shape() && y.device() == side.device(), "layer ", name(), ": body ",
+                shape_str(y.shape()), " and shortcut ", shape_str(side.shape()));
   if (y.data() == side.data()) y = y.clone();  // a body that passes its input on (an identity dropout)
   add_into(y, side);
   return y;

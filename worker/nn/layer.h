@@ -19,8 +19,8 @@ namespace tessera {
 struct Param {
   std::string name;  // "conv1.weight"
   Tensor value;
-  Tensor grad;       // same shape as value
-  bool decay = true; // weight decay applies (false for biases and normalisation parameters)
+  Tensor grad;        // same shape as value
+  bool decay = true;  // weight decay applies (false for biases and normalisation parameters)
 };
 
 class Layer {
@@ -50,7 +50,10 @@ class Layer {
   enum class Layouts { kPlain, kEither, kChannelsLast };
   virtual Layouts layouts() const { return Layouts::kPlain; }
   // Floating-point operations of one forward pass for input shape `in` (0 where negligible).
-  virtual double forward_flops(const Shape& in) const { (void)in; return 0; }
+  virtual double forward_flops(const Shape& in) const {
+    (void)in;
+    return 0;
+  }
   // The layers inside this one (a residual block's), nested ones included.
   virtual std::vector<Layer*> sublayers() { return {}; }
 

@@ -17,8 +17,7 @@ Linear::Linear(std::string name, int in_features, int out_features, uint64_t see
 }
 
 Shape Linear::output_shape(const Shape& in) const {
-  if (in.size() != 2 || in[1] != in_)
-    shape_error(detail::concat("expects input (N, ", in_, "), got ", shape_str(in)));
+  if (in.size() != 2 || in[1] != in_) shape_error(detail::concat("expects input (N, ", in_, "), got ", shape_str(in)));
   return {in[0], out_};
 }
 

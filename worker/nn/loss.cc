@@ -47,7 +47,8 @@ LossResult softmax_cross_entropy(const Tensor& logits, const Tensor& labels, dou
       const int64_t base = i * c * inner + j;
       const int64_t label = static_cast<int64_t>(labels[i * inner + j]);
       TESSERA_CHECK(label >= 0 && label < c, "label ", label, " outside [0, ", c, ")");
-      r.loss += kernels::softmax_xent_position(logits.data() + base, inner, c, label, inv, r.grad.data() + base, label_smoothing);
+      r.loss += kernels::softmax_xent_position(logits.data() + base, inner, c, label, inv, r.grad.data() + base,
+                                               label_smoothing);
     }
   return r;
 }

@@ -108,8 +108,8 @@ class Lars final : public Optimizer {
           gn += double(g[i]) * g[i];
         }
       }
-      const float rate = static_cast<float>(
-          kernels::lars_rate(lr, c_.trust, c_.weight_decay, p->decay, std::sqrt(wn), std::sqrt(gn)));
+      const float rate =
+          static_cast<float>(kernels::lars_rate(lr, c_.trust, c_.weight_decay, p->decay, std::sqrt(wn), std::sqrt(gn)));
       const float mu = static_cast<float>(c_.momentum);
       float* v = slot(*p, "momentum").data();
       if (p->value.on_device()) {
@@ -127,27 +127,35 @@ class Lars final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& c) {
-  if (!(c.momentum >= 0 && c.momentum < 1)) throw ConfigError("training.optimizer.momentum", detail::concat(c.momentum, " is outside [0, 1)"));
-  if (!(c.weight_decay >= 0)) throw ConfigError("training.optimizer.weightDecay", detail::concat(c.weight_decay, " is negative"));
+  if (!(c.momentum >= 0 && c.momentum < 1))
+    throw ConfigError("training.optimizer.momentum", detail::concat(c.momentum, " is outside [0, 1)"));
+  if (!(c.weight_decay >= 0))
+    throw ConfigError("training.optimizer.weightDecay", detail::concat(c.weight_decay, " is negative"));
   if (c.name == "sgd") return std::make_unique<Sgd>(c);
   if (c.name == "adam" || c.name == "adamw") {
-    if (!(c.beta1 >= 0 && c.beta1 < 1)) throw ConfigError("training.optimizer.beta1", detail::concat(c.beta1, " is outside [0, 1)"));
-    if (!(c.beta2 >= 0 && c.beta2 < 1)) throw ConfigError("training.optimizer.beta2", detail::concat(c.beta2, " is outside [0, 1)"));
+    if (!(c.beta1 >= 0 && c.beta1 < 1))
+      throw ConfigError("training.optimizer.beta1", detail::concat(c.beta1, " is outside [0, 1)"));
+    if (!(c.beta2 >= 0 && c.beta2 < 1))
+      throw ConfigError("training.optimizer.beta2", detail::concat(c.beta2, " is outside [0, 1)"));
     return std::make_unique<Adam>(c);
   }
   if (c.name == "lars") {
     if (!(c.trust > 0)) throw ConfigError("training.optimizer.trust", detail::concat(c.trust, " must be positive"));
     return std::make_unique<Lars>(c);
   }
-  throw ConfigError("training.optimizer.name", "unknown optimizer '" + c.name + "' (expected sgd, adam, adamw or lars)");
+  throw ConfigError("training.optimizer.name",
+                    "unknown optimizer '" + c.name + "' (expected sgd, adam, adamw or lars)");
 }
 
 void validate(const ScheduleConfig& s) {
-  if (!(s.base_lr > 0)) throw ConfigError("training.optimizer.learningRate", detail::concat(s.base_lr, " must be positive"));
+  if (!(s.base_lr > 0))
+    throw ConfigError("training.optimizer.learningRate", detail::concat(s.base_lr, " must be positive"));
   if (s.warmup_steps < 0) throw ConfigError("training.schedule.warmupEpochs", "must not be negative");
   if (s.decay != "none" && s.decay != "step" && s.decay != "cosine" && s.decay != "poly")
-    throw ConfigError("training.schedule.decay", "unknown decay '" + s.decay + "' (expected none, step, cosine or poly)");
-  if (!(s.gamma > 0 && s.gamma <= 1)) throw ConfigError("training.schedule.gamma", detail::concat(s.gamma, " is outside (0, 1]"));
+    throw ConfigError("training.schedule.decay",
+                      "unknown decay '" + s.decay + "' (expected none, step, cosine or poly)");
+  if (!(s.gamma > 0 && s.gamma <= 1))
+    throw ConfigError("training.schedule.gamma", detail::concat(s.gamma, " is outside (0, 1]"));
   if (!(s.min_lr >= 0 && s.min_lr <= s.base_lr))
     throw ConfigError("training.schedule.minLearningRate", detail::concat(s.min_lr, " is outside [0, learningRate]"));
 }

@@ -17,7 +17,7 @@ struct OptimizerConfig {
   bool nesterov = false;      // sgd
   double weight_decay = 0.0;  // on parameters with Param::decay: L2 (adamw: decoupled, w *= 1 - lr * wd)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  double trust = 0.001;       // lars trust coefficient
+  double trust = 0.001;                           // lars trust coefficient
 };
 
 class Optimizer {
@@ -41,13 +41,13 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config);
 
 struct ScheduleConfig {
   double base_lr = 0.01;
-  int64_t warmup_steps = 0;       // linear from base_lr / warmup_steps... to base_lr
-  std::string decay = "none";     // none | step | cosine | poly
-  int64_t total_steps = 1;        // end of the decay
-  std::vector<int64_t> milestones;// step decay: multiply by gamma at each
+  int64_t warmup_steps = 0;         // linear from base_lr / warmup_steps... to base_lr
+  std::string decay = "none";       // none | step | cosine | poly
+  int64_t total_steps = 1;          // end of the decay
+  std::vector<int64_t> milestones;  // step decay: multiply by gamma at each
   double gamma = 0.1;
-  double power = 2.0;             // poly
-  double min_lr = 0.0;            // cosine and poly floor
+  double power = 2.0;   // poly
+  double min_lr = 0.0;  // cosine and poly floor
 };
 
 // The learning rate at `step` (0-based). Throws ConfigError on training.schedule.* when invalid.

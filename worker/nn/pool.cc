@@ -25,8 +25,10 @@ struct Pool::Plan {
 };
 
 Pool::Pool(std::string name, PoolOptions o) : Layer(std::move(name)), options_(o) {
-  bool pads_ok = o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
-  for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i) pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0 && o.pad_l[i] < o.kernel && o.pad_r[i] < o.kernel;
+  bool pads_ok =
+      o.pad_l.size() == o.pad_r.size() && (o.pad_l.empty() || static_cast<int>(o.pad_l.size()) == o.spatial_dims);
+  for (size_t i = 0; i < o.pad_l.size() && pads_ok; ++i)
+    pads_ok = o.pad_l[i] >= 0 && o.pad_r[i] >= 0 && o.pad_l[i] < o.kernel && o.pad_r[i] < o.kernel;
   if (o.kernel < 1 || o.stride < 1 || o.padding < 0 || 2 * o.padding >= o.kernel + 1 || !pads_ok ||
       (o.spatial_dims != 2 && o.spatial_dims != 3))
     throw ConfigError("model.layers." + this->name(),
@@ -100,7 +102,8 @@ Tensor Pool::forward(const Tensor& x, bool training) {
   if (x.on_device()) return forward_device(x, training);
   auto& p = plan_for(x.shape(), x.layout());
   Tensor y(p.out, x.layout());
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::memory_of(x)}, {DNNL_ARG_DST, dnnl_util::memory_of(y)}};
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_util::memory_of(x)},
+                                          {DNNL_ARG_DST, dnnl_util::memory_of(y)}};
   if (options_.max) args[DNNL_ARG_WORKSPACE] = p.workspace;
   p.fwd.execute(dnnl_util::stream(), args);
   dnnl_util::stream().wait();

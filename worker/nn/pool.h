@@ -15,11 +15,11 @@ class Pool;
 }  // namespace gpu
 
 struct PoolOptions {
-  bool max = true;       // max pooling, else average
+  bool max = true;  // max pooling, else average
   int kernel = 2;
   int stride = 2;
   int padding = 0;
-  int spatial_dims = 3;  // 2 or 3
+  int spatial_dims = 3;               // 2 or 3
   std::vector<int> pad_l{}, pad_r{};  // per spatial dimension, overriding `padding` when given
 };
 

@@ -12,9 +12,9 @@ namespace tessera {
 namespace {
 
 // gpu::gemm_batched's products, on the device or (one oneDNN sgemm each) on the host.
-void gemm_batched(Device device, char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-                  int64_t sa, const float* b, int64_t ldb, int64_t sb, float beta, float* c, int64_t ldc, int64_t sc,
-                  int64_t batch) {
+void gemm_batched(Device device, char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                  int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb, float beta, float* c, int64_t ldc,
+                  int64_t sc, int64_t batch) {
   if (device == Device::kCuda) {
     gpu::gemm_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
     return;
@@ -30,8 +30,8 @@ void gemm_batched(Device device, char ta, char tb, int64_t m, int64_t n, int64_t
 Embedding::Embedding(std::string name, int vocab, int context, int width, uint64_t seed, float stddev)
     : Layer(std::move(name)), vocab_(vocab), context_(context), width_(width) {
   if (vocab < 1 || context < 1 || width < 1)
-    throw ConfigError("model.layers." + this->name(),
-                      detail::concat("embedding: invalid sizes (vocabulary ", vocab, ", context ", context, ", width ", width, ")"));
+    throw ConfigError("model.layers." + this->name(), detail::concat("embedding: invalid sizes (vocabulary ", vocab,
+                                                                     ", context ", context, ", width ", width, ")"));
   token_ = Param{this->name() + ".token", Tensor({vocab, width}), Tensor::zeros({vocab, width}), true};
   position_ = Param{this->name() + ".position", Tensor({context, width}), Tensor::zeros({context, width}), true};
   init_normal(token_.value, stddev, seed);
@@ -58,8 +58,8 @@ Tensor Embedding::forward(const Tensor& ids, bool training) {
   for (int64_t i = 0; i < ids.numel(); ++i) {
     const float id = ids[i];
     if (!(id >= 0 && id < vocab_) || id != std::floor(id))
-      throw ConfigError("dataset.vocabSize", detail::concat("token id ", id, " at position ", i % t, " of sequence ", i / t,
-                                                          " is not below the vocabulary size ", vocab_));
+      throw ConfigError("dataset.vocabSize", detail::concat("token id ", id, " at position ", i % t, " of sequence ",
+                                                            i / t, " is not below the vocabulary size ", vocab_));
   }
   Tensor y(out);
   const float* tok = token_.value.data();
@@ -76,8 +76,8 @@ Tensor Embedding::forward(const Tensor& ids, bool training) {
 }
 
 Tensor Embedding::backward(const Tensor& dy) {
-  TESSERA_CHECK(!ids_.empty() && dy.shape() == output_shape(ids_.shape()) && dy.device() == ids_.device(), "layer ", name(),
-                ": gradient shape ", shape_str(dy.shape()));
+  TESSERA_CHECK(!ids_.empty() && dy.shape() == output_shape(ids_.shape()) && dy.device() == ids_.device(), "layer ",
+                name(), ": gradient shape ", shape_str(dy.shape()));
   const int64_t n = ids_.dim(0), t = context_, d = width_;
   if (dy.on_device()) {
     gpu::embedding_backward(ids_.data(), dy.data(), token_.grad.data(), position_.grad.data(), n, t, d);
@@ -151,16 +151,19 @@ LayerNorm::LayerNorm(std::string name, int width, float eps) : Layer(std::move(n
 }
 
 Shape LayerNorm::output_shape(const Shape& in) const {
-  if (in.empty() || in.back() != width_) shape_error(detail::concat("expects rows of ", width_, ", got ", shape_str(in)));
+  if (in.empty() || in.back() != width_)
+    shape_error(detail::concat("expects rows of ", width_, ", got ", shape_str(in)));
   return in;
 }
 
 Tensor LayerNorm::forward(const Tensor& x, bool training) {
   output_shape(x.shape());
   const int64_t d = width_, rows = x.numel() / d;
-  Tensor y(x.shape(), Layout::kPlain, x.device()), xhat(x.shape(), Layout::kPlain, x.device()), rstd({rows}, Layout::kPlain, x.device());
+  Tensor y(x.shape(), Layout::kPlain, x.device()), xhat(x.shape(), Layout::kPlain, x.device()),
+      rstd({rows}, Layout::kPlain, x.device());
   if (x.on_device()) {
-    gpu::layernorm_forward(x.data(), gamma_.value.data(), beta_.value.data(), xhat.data(), y.data(), rstd.data(), rows, d, eps_);
+    gpu::layernorm_forward(x.data(), gamma_.value.data(), beta_.value.data(), xhat.data(), y.data(), rstd.data(), rows,
+                           d, eps_);
   } else {
     const float* xp = x.data();
     const float* g = gamma_.value.data();
@@ -169,7 +172,8 @@ Tensor LayerNorm::forward(const Tensor& x, bool training) {
     float* yp = y.data();
     float* rs = rstd.data();
 #pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < rows; ++r) rs[r] = kernels::layernorm_row(xp + r * d, d, eps_, g, b, xh + r * d, yp + r * d);
+    for (int64_t r = 0; r < rows; ++r)
+      rs[r] = kernels::layernorm_row(xp + r * d, d, eps_, g, b, xh + r * d, yp + r * d);
   }
   if (training) {
     xhat_ = xhat;
@@ -184,8 +188,8 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   const int64_t d = width_, rows = dy.numel() / d;
   Tensor dx(dy.shape(), Layout::kPlain, dy.device());
   if (dy.on_device()) {
-    gpu::layernorm_backward(dy.data(), xhat_.data(), gamma_.value.data(), rstd_.data(), gamma_.grad.data(), beta_.grad.data(),
-                            dx.data(), rows, d);
+    gpu::layernorm_backward(dy.data(), xhat_.data(), gamma_.value.data(), rstd_.data(), gamma_.grad.data(),
+                            beta_.grad.data(), dx.data(), rows, d);
     return dx;
   }
   const float* g = dy.data();
@@ -214,14 +218,17 @@ Tensor LayerNorm::backward(const Tensor& dy) {
 CausalAttention::CausalAttention(std::string name, int context, int width, int heads)
     : Layer(std::move(name)), t_(context), d_(width), heads_(heads) {
   if (context < 1 || width < 1 || heads < 1)
-    throw ConfigError("model.layers." + this->name(), detail::concat("causal_attention: invalid sizes (context ", context,
-                                                                     ", width ", width, ", heads ", heads, ")"));
-  if (width % heads != 0) throw ConfigError("model.heads", detail::concat(heads, " heads do not divide model.width ", width));
+    throw ConfigError("model.layers." + this->name(),
+                      detail::concat("causal_attention: invalid sizes (context ", context, ", width ", width,
+                                     ", heads ", heads, ")"));
+  if (width % heads != 0)
+    throw ConfigError("model.heads", detail::concat(heads, " heads do not divide model.width ", width));
 }
 
 Shape CausalAttention::output_shape(const Shape& in) const {
   if (in.size() != 2 || in[1] != 3 * d_ || in[0] % t_ != 0)
-    shape_error(detail::concat("expects rows (N x ", t_, ", ", 3 * d_, ") of queries, keys and values, got ", shape_str(in)));
+    shape_error(
+        detail::concat("expects rows (N x ", t_, ", ", 3 * d_, ") of queries, keys and values, got ", shape_str(in)));
   return {in[0], d_};
 }
 
@@ -251,7 +258,8 @@ Tensor CausalAttention::forward(const Tensor& qkv, bool training) {
   }
   for (int64_t i = 0; i < n; ++i) {
     const float* v = qkv.data() + i * t * ld + 2 * d;
-    gemm_batched(dev, 'N', 'N', t, dh, t, 1.0f, p.data() + i * h * t * t, t, t * t, v, ld, dh, 0.0f, y.data() + i * t * d, d, dh, h);
+    gemm_batched(dev, 'N', 'N', t, dh, t, 1.0f, p.data() + i * h * t * t, t, t * t, v, ld, dh, 0.0f,
+                 y.data() + i * t * d, d, dh, h);
   }
   if (training) {
     qkv_ = qkv;
@@ -261,8 +269,8 @@ Tensor CausalAttention::forward(const Tensor& qkv, bool training) {
 }
 
 Tensor CausalAttention::backward(const Tensor& dy) {
-  TESSERA_CHECK(!qkv_.empty() && dy.shape() == output_shape(qkv_.shape()) && dy.device() == qkv_.device(), "layer ", name(),
-                ": gradient shape ", shape_str(dy.shape()));
+  TESSERA_CHECK(!qkv_.empty() && dy.shape() == output_shape(qkv_.shape()) && dy.device() == qkv_.device(), "layer ",
+                name(), ": gradient shape ", shape_str(dy.shape()));
   const int64_t n = qkv_.dim(0) / t_, t = t_, d = d_, h = heads_, dh = d_ / heads_, ld = 3 * d_;
   const Device dev = dy.device();
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
@@ -273,7 +281,8 @@ Tensor CausalAttention::backward(const Tensor& dy) {
     const float* p = p_.data() + i * h * t * t;
     float* dq = dqkv.data() + i * t * ld;
     // dP = dY V^T; dV = P^T dY.
-    gemm_batched(dev, 'N', 'T', t, t, dh, 1.0f, g, d, dh, q + 2 * d, ld, dh, 0.0f, dp.data() + i * h * t * t, t, t * t, h);
+    gemm_batched(dev, 'N', 'T', t, t, dh, 1.0f, g, d, dh, q + 2 * d, ld, dh, 0.0f, dp.data() + i * h * t * t, t, t * t,
+                 h);
     gemm_batched(dev, 'T', 'N', t, dh, t, 1.0f, p, t, t * t, g, d, dh, 0.0f, dq + 2 * d, ld, dh, h);
   }
   if (dev == Device::kCuda) {

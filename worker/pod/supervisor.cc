@@ -78,7 +78,8 @@ std::unique_ptr<Ranks> start_ranks(const PodOptions& o, const std::vector<std::s
     }
     // A pipe, not a file: a pod's root file system is read-only.
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
+    if (pipe2(fds, O_CLOEXEC) != 0)
+      throw Error(detail::concat("cannot make a pipe for slot ", slot, ": ", std::strerror(errno)));
     so.fds = {{fds[1], kErrorFd}};
     try {
       ranks->processes.push_back(std::make_unique<Process>(o.rank_args(slot), so));
@@ -114,8 +115,8 @@ std::string read_why(int fd) {
 
 // Waits for the ranks to end (see the header): a failure ends the others, a forwarded signal gives
 // them the grace period, and a round later than `round` ends them at once.
-RanksEnd wait_ranks(Ranks& ranks, const SignalForwarding& signals, const std::atomic<int64_t>& latest_round, int64_t round,
-                    std::chrono::milliseconds grace) {
+RanksEnd wait_ranks(Ranks& ranks, const SignalForwarding& signals, const std::atomic<int64_t>& latest_round,
+                    int64_t round, std::chrono::milliseconds grace) {
   using SteadyClock = std::chrono::steady_clock;
   RanksEnd end;
   size_t running = ranks.processes.size();
@@ -150,7 +151,8 @@ RanksEnd wait_ranks(Ranks& ranks, const SignalForwarding& signals, const std::at
         // The first failure decides the pod's exit status; the other ranks are ended.
         end.status = *code;
         end.slot = static_cast<int>(slot);
-        std::fprintf(stderr, "tessera-worker: slot %zu of this pod ended with status %d; stopping the others\n", slot, *code);
+        std::fprintf(stderr, "tessera-worker: slot %zu of this pod ended with status %d; stopping the others\n", slot,
+                     *code);
         ranks.signal_all(SIGKILL);
       }
     }
@@ -187,8 +189,7 @@ class RoundWatch {
       while (!done_)
         if (const auto r = control_->await_round(latest_.load(), std::chrono::seconds(1)); r && *r > latest_.load())
           latest_ = *r;
-        else if (!r)
-          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        else if (!r) std::this_thread::sleep_for(std::chrono::milliseconds(500));
     });
   }
   ~RoundWatch() {
@@ -201,7 +202,8 @@ class RoundWatch {
   int64_t advance() { return round_ = latest_.load(); }
   // Reports the failure of the pod's rank and waits up to `wait` for the next round; true when it began.
   bool report_and_await(const PodOptions& o, const RanksEnd& end, const SignalForwarding& signals) {
-    if (!control_->report_exit(o.replica, end.slot, end.status, end.why, round_, std::chrono::seconds(10))) return false;
+    if (!control_->report_exit(o.replica, end.slot, end.status, end.why, round_, std::chrono::seconds(10)))
+      return false;
     const auto until = std::chrono::steady_clock::now() + o.restart_wait;
     while (latest_.load() <= round_ && !signals.received() && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -233,8 +235,8 @@ int supervise_pod(const PodOptions& o) {
   SignalForwarding signals;
   const std::vector<std::string> gpus = visible_gpus();
   if (!gpus.empty() && static_cast<int>(gpus.size()) < o.slots)
-    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ", detail::count(o.slots, "rank"),
-             ": ranks share them");
+    log_warn("this pod was given ", detail::count(static_cast<int>(gpus.size()), "GPU"), " for ",
+             detail::count(o.slots, "rank"), ": ranks share them");
   RoundWatch rounds(o);
   for (;;) {
     RanksEnd end;
@@ -252,8 +254,8 @@ int supervise_pod(const PodOptions& o) {
         return end.status;
       }
     }
-    log_info("the gang restarts in place (round ", rounds.advance(), "): starting this pod's ", detail::count(o.slots, "rank"),
-             " again");
+    log_info("the gang restarts in place (round ", rounds.advance(), "): starting this pod's ",
+             detail::count(o.slots, "rank"), " again");
   }
 }
 

@@ -11,13 +11,15 @@ void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst
               const std::array<int64_t, 5>& extent, bool add) {
   for (int i = 0; i < 5; ++i)
     if (extent[i] <= 0) return;
-  TESSERA_CHECK(src.layout() == dst.layout(), "copy_box between layouts: ", shape_str(src.shape()), " and ", shape_str(dst.shape()));
-  TESSERA_CHECK(src.device() == dst.device(), "copy_box between devices: ", shape_str(src.shape()), " and ", shape_str(dst.shape()));
+  TESSERA_CHECK(src.layout() == dst.layout(), "copy_box between layouts: ", shape_str(src.shape()), " and ",
+                shape_str(dst.shape()));
+  TESSERA_CHECK(src.device() == dst.device(), "copy_box between devices: ", shape_str(src.shape()), " and ",
+                shape_str(dst.shape()));
   const Shape& ss = src.shape();
   const Shape& ds = dst.shape();
   if (src.on_device()) {  // plain, as every activation on the device
-    gpu::copy_box(src.data(), {ss[0], ss[1], ss[2], ss[3], ss[4]}, from, dst.data(), {ds[0], ds[1], ds[2], ds[3], ds[4]}, to,
-                  extent, add);
+    gpu::copy_box(src.data(), {ss[0], ss[1], ss[2], ss[3], ss[4]}, from, dst.data(),
+                  {ds[0], ds[1], ds[2], ds[3], ds[4]}, to, extent, add);
     return;
   }
   // A run of `len` contiguous floats.
@@ -33,8 +35,12 @@ void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst
       for (int64_t c = 0; c < extent[1]; ++c)
         for (int64_t d = 0; d < extent[2]; ++d)
           for (int64_t h = 0; h < extent[3]; ++h)
-            run(src.data() + ((((from[0] + n) * ss[1] + from[1] + c) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4],
-                dst.data() + ((((to[0] + n) * ds[1] + to[1] + c) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4], extent[4]);
+            run(src.data() +
+                    ((((from[0] + n) * ss[1] + from[1] + c) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] +
+                    from[4],
+                dst.data() + ((((to[0] + n) * ds[1] + to[1] + c) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] +
+                    to[4],
+                extent[4]);
     return;
   }
   // (N, D, H, W, C): runs along C, or along W x C where every channel is copied.
@@ -42,8 +48,11 @@ void copy_box(const Tensor& src, const std::array<int64_t, 5>& from, Tensor& dst
   for (int64_t n = 0; n < extent[0]; ++n)
     for (int64_t d = 0; d < extent[2]; ++d)
       for (int64_t h = 0; h < extent[3]; ++h) {
-        const float* s = src.data() + ((((from[0] + n) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4]) * ss[1] + from[1];
-        float* o = dst.data() + ((((to[0] + n) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4]) * ds[1] + to[1];
+        const float* s = src.data() +
+                         ((((from[0] + n) * ss[2] + from[2] + d) * ss[3] + from[3] + h) * ss[4] + from[4]) * ss[1] +
+                         from[1];
+        float* o =
+            dst.data() + ((((to[0] + n) * ds[2] + to[2] + d) * ds[3] + to[3] + h) * ds[4] + to[4]) * ds[1] + to[1];
         if (whole_channels) {
           run(s, o, extent[4] * extent[1]);
         } else {

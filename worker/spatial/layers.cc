@@ -35,13 +35,15 @@ void check_context(const SpatialContext& ctx, const std::string& name) {
 }  // namespace
 
 template <class Local, class Options>
-DistWindowLayer<Local, Options>::DistWindowLayer(std::string name, const char* kind, Options o, const SpatialContext& ctx,
-                                                 std::array<int64_t, 3> in_extent, const std::array<Window, 3>& window)
+DistWindowLayer<Local, Options>::DistWindowLayer(std::string name, const char* kind, Options o,
+                                                 const SpatialContext& ctx, std::array<int64_t, 3> in_extent,
+                                                 const std::array<Window, 3>& window)
     : Layer(name),
       kind_(kind),
       in_(in_extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name),
       out_(output_partition(in_, window, "model.layers." + name)) {
-  if (o.spatial_dims != 3) throw ConfigError("model.layers." + name, std::string(kind) + ": spatial parallelism needs 3D layers");
+  if (o.spatial_dims != 3)
+    throw ConfigError("model.layers." + name, std::string(kind) + ": spatial parallelism needs 3D layers");
   check_halos(in_, out_, window, "model.layers." + name);
   halo_ = std::make_unique<HaloExchange>(*ctx.comm, in_, out_, window);
   o.pad_l.resize(3);
@@ -65,8 +67,8 @@ Shape DistWindowLayer<Local, Options>::extended(const Shape& block) const {
 template <class Local, class Options>
 Shape DistWindowLayer<Local, Options>::output_shape(const Shape& in) const {
   if (in.size() != 5 || in[2] != in_.owned(0).size() || in[3] != in_.owned(1).size() || in[4] != in_.owned(2).size())
-    shape_error(detail::concat("expects this rank's block (N, C, ", in_.owned(0).size(), ", ", in_.owned(1).size(), ", ",
-                               in_.owned(2).size(), "), got ", shape_str(in)));
+    shape_error(detail::concat("expects this rank's block (N, C, ", in_.owned(0).size(), ", ", in_.owned(1).size(),
+                               ", ", in_.owned(2).size(), "), got ", shape_str(in)));
   return local_->output_shape(extended(in));
 }
 
@@ -101,7 +103,9 @@ BatchNorm::StatsReducer spatial_batchnorm_reducer(Communicator& spatial) {
 }
 
 Shuffle::Shuffle(std::string name, const SpatialContext& ctx, std::array<int64_t, 3> extent)
-    : Layer(name), ctx_(ctx), part_(extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name) {}
+    : Layer(name),
+      ctx_(ctx),
+      part_(extent, ctx.grid, (check_context(ctx, name), ctx.comm->rank()), "model.layers." + name) {}
 
 std::vector<int64_t> Shuffle::held(int64_t n) const {
   std::vector<int64_t> out;
@@ -146,7 +150,8 @@ Tensor Shuffle::forward(const Tensor& x, bool training) {
   const auto mine = held(n);
   Tensor y({static_cast<int64_t>(mine.size()), c, e[0], e[1], e[2]});
   const int64_t per = c * e[0] * e[1] * e[2];
-  for (size_t i = 0; i < mine.size(); ++i) std::copy(full.data() + mine[i] * per, full.data() + (mine[i] + 1) * per, y.data() + i * per);
+  for (size_t i = 0; i < mine.size(); ++i)
+    std::copy(full.data() + mine[i] * per, full.data() + (mine[i] + 1) * per, y.data() + i * per);
   return y;
 }
 
@@ -170,7 +175,8 @@ Tensor Shuffle::backward(const Tensor& dy) {
   Tensor full({n, c, e[0], e[1], e[2]});
   size_t off = 0;
   for (int r = 0; r < S; ++r)
-    for (int64_t i = r; i < n; i += S, off += per) std::copy(all.begin() + off, all.begin() + off + per, full.data() + i * per);
+    for (int64_t i = r; i < n; i += S, off += per)
+      std::copy(all.begin() + off, all.begin() + off + per, full.data() + i * per);
   Tensor dx(in_shape_);
   copy_box(full, {0, 0, part_.owned(0).begin, part_.owned(1).begin, part_.owned(2).begin}, dx, {0, 0, 0, 0, 0},
            {in_shape_[0], in_shape_[1], in_shape_[2], in_shape_[3], in_shape_[4]}, false);

@@ -19,7 +19,7 @@ int64_t window_output(int64_t in, const Window& w) {
 Need needed_input(Range out, int64_t in_extent, const Window& w) {
   Need n;
   if (!w.transposed) {
-    const int64_t first = out.begin * w.stride - w.pad_before;            // first input read
+    const int64_t first = out.begin * w.stride - w.pad_before;                // first input read
     const int64_t last = (out.end - 1) * w.stride - w.pad_before + w.kernel;  // one past the last
     n.input = {std::max<int64_t>(0, first), std::min(in_extent, last)};
     n.pad_before = static_cast<int>(n.input.begin - first);
@@ -39,14 +39,15 @@ Need needed_input(Range out, int64_t in_extent, const Window& w) {
 Partition::Partition(std::array<int64_t, 3> extent, SpatialGrid grid, int rank, const std::string& field)
     : extent_(extent), grid_(grid), rank_(rank) {
   if (grid.d < 1 || grid.h < 1 || grid.w < 1)
-    throw ConfigError(field, detail::concat("spatial grid ", grid.d, " x ", grid.h, " x ", grid.w, " has an empty dimension"));
+    throw ConfigError(field,
+                      detail::concat("spatial grid ", grid.d, " x ", grid.h, " x ", grid.w, " has an empty dimension"));
   if (rank < 0 || rank >= grid.size())
     throw ConfigError(field, detail::concat("spatial rank ", rank, " is outside the grid of ", grid.size()));
   coord_ = {rank / (grid.h * grid.w), (rank / grid.w) % grid.h, rank % grid.w};
   for (int d = 0; d < 3; ++d)
     if (extent[d] < grid[d])
-      throw ConfigError(field, detail::concat("dimension ", kDimName[d], " of size ", extent[d], " cannot be split into ",
-                                              grid[d], " parts"));
+      throw ConfigError(field, detail::concat("dimension ", kDimName[d], " of size ", extent[d],
+                                              " cannot be split into ", grid[d], " parts"));
 }
 
 Range Partition::owned_by(int dim, int coord) const {

@@ -45,7 +45,8 @@ bool AutoExchange::remeasure_links(int rank) {
   calibrate_links();
   if (!cost::links_changed(before, calibration_)) {
     // the straggler watch's small probes were noise
-    if (rank == 0) log_info("the links between nodes seemed to change, but measure as before: ", calibration_.summary());
+    if (rank == 0)
+      log_info("the links between nodes seemed to change, but measure as before: ", calibration_.summary());
     calibration_ = before;
     return false;
   }
@@ -67,17 +68,18 @@ void AutoExchange::offer(const ControlAgent::ExchangePlan& plan) {
   received_version_ = plan.version;
 }
 
-std::string AutoExchange::choose_here(int64_t step, ExchangeSchedule& schedule, int64_t steps_per_epoch, int64_t total_steps,
-                                      int rank) {
+std::string AutoExchange::choose_here(int64_t step, ExchangeSchedule& schedule, int64_t steps_per_epoch,
+                                      int64_t total_steps, int rank) {
   const auto& cc = config_.communication;
   // the switch step: the configuration's epoch, or the one the gang has passed already
   const int64_t sparse_end =
       schedule.switch_step >= 0 ? schedule.switch_step : static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch;
   const cost::ExchangeChoice c = cost::choose_for(calibration_, step, sparse_end, total_steps, {cc.density});
-  pending_ = ControlAgent::ExchangePlan{step, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "", c.chosen.density,
-                                        cost::strategy_name(c.chosen.dense), ++received_version_};
+  pending_ = ControlAgent::ExchangePlan{step, c.chosen.hybrid ? cost::strategy_name(c.chosen.sparse) : "",
+                                        c.chosen.density, cost::strategy_name(c.chosen.dense), ++received_version_};
   if (c.chosen.hybrid && schedule.switch_step < 0) schedule.switch_step = sparse_end;
-  if (rank == 0) log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
+  if (rank == 0)
+    log_info("calibrated the exchange: ", calibration_.summary(), "; chose ", c.chosen.name(), ": ", c.reason);
   return c.reason;
 }
 
@@ -98,11 +100,13 @@ void AutoExchange::apply_due(int64_t step, ExchangeSchedule& schedule, int rank)
     schedule.sparse = std::move(dense);
     schedule.dense.reset();
   } else {
-    schedule.sparse = make_exchange(ExchangeConfig{plan.sparse, plan.density, cc.selector, buckets_on_}, exchange_groups_);
+    schedule.sparse =
+        make_exchange(ExchangeConfig{plan.sparse, plan.density, cc.selector, buckets_on_}, exchange_groups_);
     schedule.dense = std::move(dense);
   }
   schedule.flushed_residuals = false;
-  chosen_ = plan.sparse.empty() ? plan.dense : detail::concat(plan.sparse, " at density ", plan.density, ", then ", plan.dense);
+  chosen_ = plan.sparse.empty() ? plan.dense
+                                : detail::concat(plan.sparse, " at density ", plan.density, ", then ", plan.dense);
   if (rank == 0)
     log_info("exchange from step ", step, ": ",
              plan.sparse.empty()

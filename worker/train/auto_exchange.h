@@ -71,7 +71,8 @@ class AutoExchange {
   void offer(const ControlAgent::ExchangePlan& plan);
   // A gang without a controller: every rank chooses the same exchange from the same calibration,
   // from `step`; a hybrid choice with no switch step yet takes the configured epoch's. Returns why.
-  std::string choose_here(int64_t step, ExchangeSchedule& schedule, int64_t steps_per_epoch, int64_t total_steps, int rank);
+  std::string choose_here(int64_t step, ExchangeSchedule& schedule, int64_t steps_per_epoch, int64_t total_steps,
+                          int rank);
   // Takes the choice due at `step`, if any: builds its exchanges into `schedule`, and owes what the
   // sparse exchange it replaces still holds.
   void apply_due(int64_t step, ExchangeSchedule& schedule, int rank);

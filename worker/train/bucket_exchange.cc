@@ -13,11 +13,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-Fixed ms_between(Clock::time_point a, Clock::time_point b) { return {1e3 * std::chrono::duration<double>(b - a).count(), 1}; }
+Fixed ms_between(Clock::time_point a, Clock::time_point b) {
+  return {1e3 * std::chrono::duration<double>(b - a).count(), 1};
+}
 
 }  // namespace
 
-BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap, bool device_buckets)
+BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket_bytes, bool overlap,
+                               bool device_buckets)
     : overlap_(overlap), hook_([this](Layer& l) { ready(l); }) {
   const size_t cap = static_cast<size_t>(bucket_bytes) / sizeof(float);
   size_t used = cap;
@@ -37,10 +40,8 @@ BucketExchange::BucketExchange(const std::vector<Param*>& params, int64_t bucket
   const bool on_device = !params.empty() && params.front()->grad.on_device();
   TESSERA_CHECK(on_device || !device_buckets, "device buckets for gradients on the host");
   for (Bucket& k : buckets_) {
-    if (device_buckets)
-      k.device_data = Tensor({static_cast<int64_t>(k.size)}, Layout::kPlain, Device::kCuda);
-    else
-      k.data.resize(k.size);
+    if (device_buckets) k.device_data = Tensor({static_cast<int64_t>(k.size)}, Layout::kPlain, Device::kCuda);
+    else k.data.resize(k.size);
   }
   if (on_device) {
     device_ = gpu::current_device();
@@ -104,15 +105,16 @@ void BucketExchange::run_bucket(size_t b) {
     if (overlap_) ready_events_[b]->wait();
     const Device to = on_device ? Device::kCuda : Device::kCpu;  // host: staged for Gloo
     for (const Slot& s : k.slots)
-      gpu::copy(fused + s.offset, to, s.param->grad.data(), Device::kCuda, static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
+      gpu::copy(fused + s.offset, to, s.param->grad.data(), Device::kCuda,
+                static_cast<size_t>(s.param->grad.numel()) * sizeof(float));
     gpu::synchronize();  // the collectives run on other streams (NCCL's) or the host
   } else {
     for (const Slot& s : k.slots) {
       const size_t n = static_cast<size_t>(s.param->grad.numel());
       if (fill_)
-        fill_(static_cast<int>(b), s.offset, std::span<const float>(s.param->grad.data(), n), std::span<float>(k.data.data() + s.offset, n));
-      else
-        std::memcpy(k.data.data() + s.offset, s.param->grad.data(), n * sizeof(float));
+        fill_(static_cast<int>(b), s.offset, std::span<const float>(s.param->grad.data(), n),
+              std::span<float>(k.data.data() + s.offset, n));
+      else std::memcpy(k.data.data() + s.offset, s.param->grad.data(), n * sizeof(float));
     }
   }
   const auto t1 = Clock::now();

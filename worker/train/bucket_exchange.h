@@ -85,7 +85,7 @@ class BucketExchange {
 
   std::vector<Bucket> buckets_;
   std::unordered_map<const Param*, size_t> bucket_of_;
-  int device_ = -1;  // the CUDA device of the gradients; -1: on the host
+  int device_ = -1;                                        // the CUDA device of the gradients; -1: on the host
   std::vector<std::unique_ptr<gpu::Event>> ready_events_;  // per bucket, on the GPU
   bool overlap_;
   GradReady hook_;
@@ -98,8 +98,8 @@ class BucketExchange {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<size_t> queue_;    // handed over, not yet taken
-  size_t done_ = 0;              // buckets sent (or skipped after an error) this step
+  std::vector<size_t> queue_;  // handed over, not yet taken
+  size_t done_ = 0;            // buckets sent (or skipped after an error) this step
   std::exception_ptr error_;
   bool stop_ = false;
   std::thread thread_;

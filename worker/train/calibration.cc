@@ -49,7 +49,7 @@ int64_t machine_id() {
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::string id;
   std::getline(f, id);
-  return static_cast<int64_t>(std::hash<std::string>{}(id) & 0x7fffffffffffffffull);
+  return static_cast<int64_t>(std::hash<std::string>{}(id)&0x7fffffffffffffffull);
 }
 
 int usable_cores() {
@@ -73,7 +73,8 @@ double best_of(const std::function<void()>& f) {
 // The sparse exchanges' CPU work per float, on a bucket of `bucket_floats` (at most
 // kMaxSelectionFloats): out[i] the selection at densities[i], then a streaming pass, then a
 // scatter-add per pair.
-void time_sparse_work(size_t bucket_floats, const std::vector<double>& densities, const std::string& selector, double* out) {
+void time_sparse_work(size_t bucket_floats, const std::vector<double>& densities, const std::string& selector,
+                      double* out) {
   const size_t n = std::max<size_t>(1, std::min(bucket_floats, kMaxSelectionFloats));
   std::vector<float> x(n), acc(n);
   std::mt19937 rng(42);
@@ -84,18 +85,16 @@ void time_sparse_work(size_t bucket_floats, const std::vector<double>& densities
   for (size_t i = 0; i < densities.size(); ++i) {
     const size_t k = topk_count(n, densities[i]);
     const double s = best_of([&] {
-      if (selector == "exact")
-        exact_topk(x, k, idx);
-      else
-        mstopk.select(x, k, idx);
+      if (selector == "exact") exact_topk(x, k, idx);
+      else mstopk.select(x, k, idx);
     });
     out[i] = s / static_cast<double>(n);
   }
   // a pass: acc = residual + gradient (three streams count as three passes in the model)
   out[densities.size()] = best_of([&] {
-                              for (size_t i = 0; i < n; ++i) acc[i] += x[i];
-                            }) /
-                            (3.0 * static_cast<double>(n));
+                            for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+                          }) /
+                          (3.0 * static_cast<double>(n));
   // a scatter-add of pairs at random places
   const size_t pairs = std::max<size_t>(1, topk_count(n, 0.01));
   std::vector<SparseEntry> e(pairs);

@@ -117,7 +117,8 @@ CheckpointData parse_checkpoint(const std::string& s, const std::string& file) {
   for (uint64_t n = r.get<uint64_t>(); n > 0; --n) {
     std::string name(r.bytes(r.get<uint32_t>()));
     const uint64_t count = r.get<uint64_t>();
-    if (count > r.left() / sizeof(float)) throw Error("checkpoint '" + file + "': array '" + name + "' runs past the end");
+    if (count > r.left() / sizeof(float))
+      throw Error("checkpoint '" + file + "': array '" + name + "' runs past the end");
     const std::string_view raw = r.bytes(count * sizeof(float));
     std::vector<float> v(count);
     if (count) std::memcpy(v.data(), raw.data(), raw.size());
@@ -164,7 +165,8 @@ int remove_partial_checkpoints(FileSystem& fs, const std::string& dir, int rank)
 }
 
 std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                        const std::vector<size_t>& bucket_sizes, const std::string& kind) {
+                                                        const std::vector<size_t>& bucket_sizes,
+                                                        const std::string& kind) {
   const std::string prefix = kind + "/";
   std::map<int, std::vector<double>> sum;
   for (int r = 0; r < world; ++r) {
@@ -174,16 +176,18 @@ std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const st
       if (key.rfind(prefix, 0) != 0) continue;
       const int b = std::stoi(key.substr(prefix.size()));
       if (b < 0 || static_cast<size_t>(b) >= bucket_sizes.size())
-        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "' holds a ", kind, " of bucket ", b, ", which this job's ",
-                                                                 bucket_sizes.size(), " gradient buckets do not have"));
+        throw ConfigError("spec.checkpoint.path",
+                          detail::concat("'", file, "' holds a ", kind, " of bucket ", b, ", which this job's ",
+                                         bucket_sizes.size(), " gradient buckets do not have"));
       const auto off = c.counters.find(kind + "_offset/" + std::to_string(b));
       const size_t offset = off == c.counters.end() ? 0 : static_cast<size_t>(std::max<int64_t>(0, off->second));
       auto& s = sum[b];
       s.resize(bucket_sizes[b], 0.0);
       if (offset > s.size() || v.size() > s.size() - offset)
-        throw ConfigError("spec.checkpoint.path", detail::concat("'", file, "': the ", kind, " of bucket ", b, " (", v.size(),
-                                                                 " entries at ", offset, ") does not fit its ", s.size(),
-                                                                 " entries (was spec.communication.bucketSize changed?)"));
+        throw ConfigError(
+            "spec.checkpoint.path",
+            detail::concat("'", file, "': the ", kind, " of bucket ", b, " (", v.size(), " entries at ", offset,
+                           ") does not fit its ", s.size(), " entries (was spec.communication.bucketSize changed?)"));
       for (size_t i = 0; i < v.size(); ++i) s[offset + i] += v[i];
     }
   }
@@ -207,15 +211,16 @@ CheckpointData read_elastic_step(FileSystem& fs, const std::string& dir, int64_t
   // the step it was writing unwritten
   for (int64_t r = 1; r < writers; ++r)
     if (const std::string f = checkpoint_file(dir, step, static_cast<int>(r)); !std::filesystem::exists(f))
-      throw Error(detail::concat("checkpoint '", f, "' is missing: the gang of ", writers, " ranks that wrote step ", step,
-                                 " did not finish it"));
+      throw Error(detail::concat("checkpoint '", f, "' is missing: the gang of ", writers, " ranks that wrote step ",
+                                 step, " did not finish it"));
   if (rank % writers == 0) return first;
   from = checkpoint_file(dir, step, static_cast<int>(rank % writers));
   CheckpointData mine = read_checkpoint(fs, from);
   // A file left by an earlier gang that reached the same step is not this step's.
   if (const auto m = mine.counters.find("world"); m == mine.counters.end() || m->second != writers)
-    throw Error(detail::concat("checkpoint '", from, "' was written by a gang of ", m == mine.counters.end() ? 1 : m->second,
-                               " ranks, rank 0's of step ", step, " by one of ", writers));
+    throw Error(detail::concat("checkpoint '", from, "' was written by a gang of ",
+                               m == mine.counters.end() ? 1 : m->second, " ranks, rank 0's of step ", step,
+                               " by one of ", writers));
   return mine;
 }
 
@@ -262,8 +267,8 @@ AgreedCheckpoint agree_checkpoint(FileSystem& fs, const std::string& dir, int ra
 }
 
 std::map<int, std::vector<float>> reshard_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                    const std::vector<size_t>& bucket_sizes, const GradientExchange& exchange,
-                                                    bool holds) {
+                                                    const std::vector<size_t>& bucket_sizes,
+                                                    const GradientExchange& exchange, bool holds) {
   std::map<int, std::vector<double>> sum;  // bucket -> the whole bucket's residual, summed over the writers
   if (holds) sum = summed_bucket_arrays(fs, dir, step, world, bucket_sizes);
   std::map<int, std::vector<float>> out;

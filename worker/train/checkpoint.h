@@ -18,8 +18,8 @@ class FileSystem;
 class GradientExchange;
 
 struct CheckpointData {
-  std::map<std::string, int64_t> counters;             // step, optimizer steps, ...
-  std::map<std::string, std::vector<float>> arrays;    // parameters, optimizer state, residuals, ...
+  std::map<std::string, int64_t> counters;           // step, optimizer steps, ...
+  std::map<std::string, std::vector<float>> arrays;  // parameters, optimizer state, residuals, ...
 };
 
 std::string checkpoint_file(const std::string& dir, int64_t step, int rank);
@@ -46,7 +46,8 @@ void prune_checkpoints(FileSystem& fs, const std::string& dir, int rank, int kee
 // bucket_sizes: the job's buckets. ConfigError at spec.checkpoint.path naming the file when an
 // array does not fit them.
 std::map<int, std::vector<double>> summed_bucket_arrays(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                        const std::vector<size_t>& bucket_sizes, const std::string& kind = "residual");
+                                                        const std::vector<size_t>& bucket_sizes,
+                                                        const std::string& kind = "residual");
 
 // The checkpoint a gang resumes from: the newest step that every rank can read, its data as this
 // rank reads it, and the file that came from. step -1: none (training starts at step 0).
@@ -68,7 +69,7 @@ AgreedCheckpoint agree_checkpoint(FileSystem& fs, const std::string& dir, int ra
 // bucket, and this rank's share of the sum (its entries of each bucket where `holds`, none
 // elsewhere), so that what the gang still owes is neither lost nor counted twice. bucket -> entries.
 std::map<int, std::vector<float>> reshard_residuals(FileSystem& fs, const std::string& dir, int64_t step, int world,
-                                                    const std::vector<size_t>& bucket_sizes, const GradientExchange& exchange,
-                                                    bool holds);
+                                                    const std::vector<size_t>& bucket_sizes,
+                                                    const GradientExchange& exchange, bool holds);
 
 }  // namespace tessera

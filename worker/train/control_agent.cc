@@ -4,9 +4,9 @@
 
 #include <thread>
 
+#include "common/error.h"
 #include "tessera.grpc.pb.h"
 #include "worker/comm/grpc_channel.h"
-#include "common/error.h"
 
 namespace tessera {
 
@@ -71,7 +71,8 @@ ControlAgent::Answer ControlAgent::heartbeat(const Report& report, const std::at
     const auto try_deadline = std::min(deadline, Clock::now() + Millis(1000));
     ctx.set_deadline(try_deadline);
     s = impl_->stub->Heartbeat(&ctx, req, &resp);
-    const bool retry = controller_may_return(s) || (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && try_deadline < deadline);
+    const bool retry =
+        controller_may_return(s) || (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && try_deadline < deadline);
     if (s.ok() || !retry || stopping() || Clock::now() + Millis(200) >= deadline) break;
     std::this_thread::sleep_for(Millis(200));
   }
@@ -79,10 +80,12 @@ ControlAgent::Answer ControlAgent::heartbeat(const Report& report, const std::at
   // least two steps ahead, so the ranks that were told run this step's exchange as those that were not.
   if (!s.ok() && stopping()) return {};
   if (!s.ok())
-    throw CommError(detail::concat("heartbeat of rank ", impl_->rank, " at step ", report.step, ": ", s.error_message()));
+    throw CommError(
+        detail::concat("heartbeat of rank ", impl_->rank, " at step ", report.step, ": ", s.error_message()));
   Answer a;
   a.switch_step = resp.switch_step();
-  a.exchange = {resp.exchange_step(), resp.exchange_sparse(), resp.exchange_density(), resp.exchange_dense(), resp.exchange_version()};
+  a.exchange = {resp.exchange_step(), resp.exchange_sparse(), resp.exchange_density(), resp.exchange_dense(),
+                resp.exchange_version()};
   return a;
 }
 

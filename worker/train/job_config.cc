@@ -34,7 +34,8 @@ void set_data(const api::TrainingJobSpec& s, JobConfig& j) {
   j.dataset.samples = s.dataset.samples;
   j.dataset.seed = s.dataset.seed;
   if (s.model.outputs && j.dataset.kind != "cosmo") j.dataset.classes = s.model.outputs;
-  if (j.dataset.kind == "images") j.dataset.channels = s.model.in_channels ? s.model.in_channels : s.model.name == "resnet50" ? 3 : 1;
+  if (j.dataset.kind == "images")
+    j.dataset.channels = s.model.in_channels ? s.model.in_channels : s.model.name == "resnet50" ? 3 : 1;
   j.validation_samples = s.dataset.validation_samples;
   j.data.format = s.dataset.format;
   j.data.path = s.dataset.path;

@@ -45,12 +45,9 @@ int tournament_partner(int members, int round, int member) {
   // round; a seat past the members (an odd count) is a bye.
   const int seats = members + members % 2, turning = seats - 1;
   int partner;
-  if (member == seats - 1)
-    partner = round;
-  else if (member == round)
-    partner = seats - 1;
-  else
-    partner = ((2 * round - member) % turning + turning) % turning;
+  if (member == seats - 1) partner = round;
+  else if (member == round) partner = seats - 1;
+  else partner = ((2 * round - member) % turning + turning) % turning;
   return partner < members ? partner : -1;
 }
 
@@ -80,7 +77,8 @@ std::vector<double> probe_node_links(CommGroups& groups, size_t bytes, int repea
   groups.world->allreduce(std::span<double>(seconds));
   // Each end timed its own receive: the link took the longer of the two.
   for (int a = 0; a < m; ++a)
-    for (int b = a + 1; b < m; ++b) seconds[a * m + b] = seconds[b * m + a] = std::max(seconds[a * m + b], seconds[b * m + a]);
+    for (int b = a + 1; b < m; ++b)
+      seconds[a * m + b] = seconds[b * m + a] = std::max(seconds[a * m + b], seconds[b * m + a]);
   return seconds;
 }
 
@@ -101,16 +99,16 @@ StragglerReport judge_stragglers(const Topology& t, const std::vector<double>& n
       for (int a = 0; a < m; ++a)
         for (int b = a + 1; b < m; ++b) {
           const double s = node_seconds[a * m + b];
-          if (a == x || b == x)
-            fastest = std::min(fastest, s);
-          else
-            others.push_back(s);
+          if (a == x || b == x) fastest = std::min(fastest, s);
+          else others.push_back(s);
         }
       const double typical = median(others);
       if (typical > 0 && fastest > 3 * typical && fastest > kNoiseSeconds) {
         for (int r : t.node_ranks(x)) ranks.insert(r);
-        why.push_back(detail::concat("node ", t.node_name(x), " (", ranks_text(t, x), ") has a slow network: its links to the other nodes carry at most ",
-                                     mb_per_s(bytes, fastest), ", the links between the other nodes ", mb_per_s(bytes, typical)));
+        why.push_back(detail::concat("node ", t.node_name(x), " (", ranks_text(t, x),
+                                     ") has a slow network: its links to the other nodes carry at most ",
+                                     mb_per_s(bytes, fastest), ", the links between the other nodes ",
+                                     mb_per_s(bytes, typical)));
       }
     }
   }
@@ -122,8 +120,8 @@ StragglerReport judge_stragglers(const Topology& t, const std::vector<double>& n
       const double typical = median(others);
       if (typical > 0 && compute_seconds[r] > 2 * typical) {
         ranks.insert(r);
-        why.push_back(detail::concat("rank ", r, " (node ", t.placement(r).node, ") computes slowly: ", ms(compute_seconds[r]),
-                                     " per step, the other ranks ", ms(typical)));
+        why.push_back(detail::concat("rank ", r, " (node ", t.placement(r).node, ") computes slowly: ",
+                                     ms(compute_seconds[r]), " per step, the other ranks ", ms(typical)));
       }
     }
   }

@@ -73,8 +73,8 @@ class StragglerWatch {
   bool after_step(double compute_s, double step_s);
   const StragglerReport& report() const { return report_; }
   // Between two or more nodes: true once the slowest link has changed (link_changed) against the
-  // second round's (the first sizes the probe) for two rounds in a row; from then on the rounds compare with the new figure.
-  // Every rank gets the same answer on the same step (the probes are all-reduced).
+  // second round's (the first sizes the probe) for two rounds in a row; from then on the rounds compare with the new
+  // figure. Every rank gets the same answer on the same step (the probes are all-reduced).
   bool take_link_change();
   // The bytes the next round probes a link with.
   size_t link_probe_bytes() const { return link_bytes_; }
@@ -83,7 +83,7 @@ class StragglerWatch {
   CommGroups& groups_;
   double interval_s_;
   size_t bytes_;
-  int64_t steps_ = 0, every_ = 4;         // steps since the last round; a round every `every_` steps
+  int64_t steps_ = 0, every_ = 4;          // steps since the last round; a round every `every_` steps
   double compute_sum_ = 0, wall_sum_ = 0;  // since the last round
   StragglerReport report_, pending_;       // confirmed; seen in the last round
   int agreeing_rounds_ = 0;                // rounds in a row that found `pending_`

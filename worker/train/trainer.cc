@@ -12,12 +12,12 @@
 #include "common/log.h"
 #include "tessera/config.h"
 #include "worker/core/device.h"
+#include "worker/data/file_dataset.h"
+#include "worker/data/tokens.h"
 #include "worker/nn/batchnorm.h"
 #include "worker/nn/elementwise.h"
 #include "worker/nn/gpu/ops.h"
 #include "worker/spatial/halo.h"
-#include "worker/data/file_dataset.h"
-#include "worker/data/tokens.h"
 #include "worker/train/checkpoint.h"
 
 namespace tessera {
@@ -58,21 +58,25 @@ std::unique_ptr<FileDataset> open_file_dataset(const JobConfig& config, const Mo
   for (auto [key, want, name, flag] : {std::tuple{index.input_key, dc.input_key, "inputKey", "--input-key"},
                                        std::tuple{index.target_key, dc.target_key, "targetKey", "--target-key"}})
     if (!want.empty() && key != want)
-      throw ConfigError(std::string("spec.dataset.") + name,
-                        detail::concat("'", want, "', but '", dir, "' was indexed with ",
-                                       key.empty() ? std::string("unnamed .npy arrays") : "'" + key + "'", " (", index.describe(),
-                                       "); re-index with `tessera data index ", dir, " ", flag, " ", want, "`"));
+      throw ConfigError(
+          std::string("spec.dataset.") + name,
+          detail::concat("'", want, "', but '", dir, "' was indexed with ",
+                         key.empty() ? std::string("unnamed .npy arrays") : "'" + key + "'", " (", index.describe(),
+                         "); re-index with `tessera data index ", dir, " ", flag, " ", want, "`"));
   if (index.segmentation() != (model.task() == Task::kSegmentation))
-    throw ConfigError("spec.model.name", detail::concat(config.model.name, " does not train on '", dir, "' (", index.describe(), ")"));
+    throw ConfigError("spec.model.name",
+                      detail::concat(config.model.name, " does not train on '", dir, "' (", index.describe(), ")"));
   const auto extent = fit_sample(index.volume(), model.sample_shape(), dc.crop, dir);
   if (!index.segmentation() && index.target.shape != model.target_shape())
-    throw ConfigError("spec.model.outputs", detail::concat("the model predicts ", model.target_shape().at(0), " targets but the samples under '",
-                                                           dir, "' have ", index.target_key, " ", index.target.str(), "; set outputs: ",
-                                                           index.target.shape.at(0)));
+    throw ConfigError("spec.model.outputs",
+                      detail::concat("the model predicts ", model.target_shape().at(0),
+                                     " targets but the samples under '", dir, "' have ", index.target_key, " ",
+                                     index.target.str(), "; set outputs: ", index.target.shape.at(0)));
   const int classes = config.model.outputs ? config.model.outputs : 3;
   if (index.segmentation() && index.classes > classes)
-    throw ConfigError("spec.model.outputs", detail::concat("the labels under '", dir, "' go up to ", index.classes - 1, " (", index.classes,
-                                                           " classes) but the model has ", classes, "; set outputs: ", index.classes));
+    throw ConfigError("spec.model.outputs",
+                      detail::concat("the labels under '", dir, "' go up to ", index.classes - 1, " (", index.classes,
+                                     " classes) but the model has ", classes, "; set outputs: ", index.classes));
   return std::make_unique<FileDataset>(dir, std::move(index), extent, remote, cache);
 }
 
@@ -82,9 +86,9 @@ std::unique_ptr<Dataset> open_token_or_synthetic_dataset(const JobConfig& config
   if (dc.format == "tokens") {
     // nanoGPT's layout: train.bin and val.bin side by side, ids below the model's vocabulary.
     const auto& mc = config.model;
-    return std::make_unique<TokenDataset>(
-        TokenFile{dc.path + (validation ? "/val.bin" : "/train.bin"), dc.token_bytes, static_cast<uint32_t>(mc.vocab_size)},
-        mc.context, seed, validation ? dc.validation_windows : dc.windows);
+    return std::make_unique<TokenDataset>(TokenFile{dc.path + (validation ? "/val.bin" : "/train.bin"), dc.token_bytes,
+                                                    static_cast<uint32_t>(mc.vocab_size)},
+                                          mc.context, seed, validation ? dc.validation_windows : dc.windows);
   }
   SyntheticConfig c = config.dataset;
   if (validation) c.samples = config.validation_samples;
@@ -109,9 +113,11 @@ std::string resolve_transport(const JobConfig& c, Device device) {
   const std::string& t = c.communication.transport;
   if (t == "gloo" || (t == "auto" && (device != Device::kCuda || !TESSERA_HAVE_NCCL))) return "gloo";
   if (device != Device::kCuda)
-    throw ConfigError("spec.communication.transport", "nccl exchanges gradients in GPU memory, but this job trains on the CPU");
+    throw ConfigError("spec.communication.transport",
+                      "nccl exchanges gradients in GPU memory, but this job trains on the CPU");
   if (!TESSERA_HAVE_NCCL)
-    throw ConfigError("spec.communication.transport", "nccl, but this build of Tessera has no NCCL; set transport: gloo");
+    throw ConfigError("spec.communication.transport",
+                      "nccl, but this build of Tessera has no NCCL; set transport: gloo");
   return "nccl";
 }
 
@@ -139,31 +145,36 @@ void Trainer::place_replicas() {
   // checked when it was read; what is left is that the ranks that met are the job's workers (or, for
   // an elastic job, whole spatial groups of at least its minimum).
   if (!api::gang_size_fits(world, config_.workers, config_.min_workers, spatial))
-    throw ConfigError("spec.replicas", detail::concat("the job has ", config_.workers, " workers (replicas x ranksPerReplica",
-                                                      config_.min_workers ? detail::concat(", at least ", config_.min_workers, " elastic") : "",
-                                                      ") but ", world, " ranks met"));
+    throw ConfigError(
+        "spec.replicas",
+        detail::concat("the job has ", config_.workers, " workers (replicas x ranksPerReplica",
+                       config_.min_workers ? detail::concat(", at least ", config_.min_workers, " elastic") : "",
+                       ") but ", world, " ranks met"));
   const auto& tr = config_.training;
   TESSERA_CHECK(config_.workers % spatial == 0 && tr.batch_size % (config_.workers / spatial) == 0,
-                "a JobConfig the manifest rules reject: ", config_.workers, " workers, spatial groups of ", spatial, ", batch ",
-                tr.batch_size);
+                "a JobConfig the manifest rules reject: ", config_.workers, " workers, spatial groups of ", spatial,
+                ", batch ", tr.batch_size);
   replicas_ = world / spatial;
   replica_ = rank_ / spatial;
   virtual_replicas_ = config_.workers / spatial;
   for (int v = replica_; v < virtual_replicas_; v += replicas_) micro_replicas_.push_back(v);
   if (tr.threads > 0) omp_set_num_threads(tr.threads);
   if (spatial > 1 && (!groups_ || !groups_->spatial || groups_->spatial->size() != spatial))
-    throw ConfigError("spec.parallelism.spatial", detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
+    throw ConfigError("spec.parallelism.spatial",
+                      detail::concat("a spatial group of ", spatial, " ranks needs that many workers"));
 }
 
 void Trainer::build_model() {
   device_ = resolve_device(config_);
   if (device_ == Device::kCuda) gpu::set_device(rank_gpu_ordinal());
-  TESSERA_CHECK(!device_groups_ || (groups_ && device_ == Device::kCuda), "NCCL groups for a job that does not train on CUDA");
+  TESSERA_CHECK(!device_groups_ || (groups_ && device_ == Device::kCuda),
+                "NCCL groups for a job that does not train on CUDA");
   try {
     model_ = make_model(config_.model, groups_ ? groups_->spatial.get() : nullptr);
   } catch (const std::bad_alloc&) {
-    throw ConfigError("spec.model", detail::concat("its ", config_.parameters, " parameters (", config_.parameters * 8 / 1e9,
-                                                   " GB with their gradients) do not fit in this worker's memory"));
+    throw ConfigError("spec.model",
+                      detail::concat("its ", config_.parameters, " parameters (", config_.parameters * 8 / 1e9,
+                                     " GB with their gradients) do not fit in this worker's memory"));
   }
   if (device_ == Device::kCuda) model_->to(Device::kCuda);
   for (Layer* l : model_->layers())
@@ -191,17 +202,19 @@ std::pair<std::unique_ptr<ImageFolderDataset>, std::unique_ptr<ImageFolderDatase
   const int classes = static_cast<int>(index.classes.size());
   const std::string counted = detail::concat(classes, classes == 1 ? " class" : " classes");
   if (config.model.outputs != classes)
-    throw ConfigError("spec.model.outputs", detail::concat(config.model.outputs, " outputs, but the dataset under ", dc.path, " has ",
-                                                           counted, " (", index.classes.front(), "...", index.classes.back(),
-                                                           "): set outputs to ", classes));
+    throw ConfigError("spec.model.outputs", detail::concat(config.model.outputs, " outputs, but the dataset under ",
+                                                           dc.path, " has ", counted, " (", index.classes.front(),
+                                                           "...", index.classes.back(), "): set outputs to ", classes));
   const ImageCacheChoice keep = choose_image_cache(index, dc.cache);
   if (rank == 0)
     log_info("images: ", index.train.size(), " to train on and ", index.val.size(), " to validate on, ", counted,
              "; the cache keeps ", keep.decoded ? "decoded pixels" : "JPEG bytes", ": ", keep.reason);
   const int size = static_cast<int>(config.model.input_size);
   using Split = ImageFolderDataset::Split;
-  return {std::make_unique<ImageFolderDataset>(dc.path, index, Split::kTrain, size, config.training.seed, remote, cache, keep.decoded),
-          std::make_unique<ImageFolderDataset>(dc.path, index, Split::kVal, size, config.training.seed, remote, cache, keep.decoded)};
+  return {std::make_unique<ImageFolderDataset>(dc.path, index, Split::kTrain, size, config.training.seed, remote, cache,
+                                               keep.decoded),
+          std::make_unique<ImageFolderDataset>(dc.path, index, Split::kVal, size, config.training.seed, remote, cache,
+                                               keep.decoded)};
 }
 
 }  // namespace
@@ -245,15 +258,17 @@ void Trainer::open_data() {
     sample_cache_ = std::make_unique<SampleCache>(dc.device_cache_bytes, Device::kCuda);
   else if (dc.device_cache_bytes > 0 && rank_ == 0)
     log_warn("spec.cache.device has no effect: this job trains on the CPU");
-  loader_ = std::make_unique<PrefetchLoader>(*train_, dc.loader_threads, dc.prefetch_batches, box_, device_,
-                                             device_ == Device::kCuda ? gpu::current_device() : -1, sample_cache_.get());
+  loader_ =
+      std::make_unique<PrefetchLoader>(*train_, dc.loader_threads, dc.prefetch_batches, box_, device_,
+                                       device_ == Device::kCuda ? gpu::current_device() : -1, sample_cache_.get());
   if (train_->input_shape() != model_->sample_shape())
     throw ConfigError("spec.dataset", detail::concat("samples of shape ", shape_str(train_->input_shape()),
                                                      " do not fit model input ", shape_str(model_->sample_shape())));
   const auto& tr = config_.training;
   steps_per_epoch_ = static_cast<int64_t>(train_->size()) / tr.batch_size;
   if (steps_per_epoch_ < 1)
-    throw ConfigError("spec.dataset.samples", detail::concat(train_->size(), " samples make no full batch of ", tr.batch_size));
+    throw ConfigError("spec.dataset.samples",
+                      detail::concat(train_->size(), " samples make no full batch of ", tr.batch_size));
   total_steps_ = steps_per_epoch_ * tr.epochs;
 }
 
@@ -319,8 +334,7 @@ Batch Trainer::select_held(Batch b) const {
   for (size_t i = 0; i < held.size(); ++i) {
     if (t.on_device())
       gpu::copy(t.data() + i * per, Device::kCuda, b.targets.data() + held[i] * per, Device::kCuda, bytes);
-    else
-      std::memcpy(t.data() + i * per, b.targets.data() + held[i] * per, bytes);
+    else std::memcpy(t.data() + i * per, b.targets.data() + held[i] * per, bytes);
   }
   b.targets = t;
   return b;
@@ -330,7 +344,8 @@ std::vector<std::vector<uint64_t>> Trainer::epoch_schedule(int epoch, int64_t fr
   const auto order = epoch_order(train_->size(), config_.training.seed, epoch);
   std::vector<std::vector<uint64_t>> out;
   for (int64_t s = from; s < steps_per_epoch_; ++s)
-    for (int v : micro_replicas_) out.push_back(shard_batch(order, s, config_.training.batch_size, v, virtual_replicas_));
+    for (int v : micro_replicas_)
+      out.push_back(shard_batch(order, s, config_.training.batch_size, v, virtual_replicas_));
   return out;
 }
 
@@ -370,9 +385,11 @@ void Trainer::start_gradients(int micro_batches) {
     // every rank adds its share (its micro-batches, over the ranks of a spatial group, which sum
     // one replica's gradient): summed over the gang and scaled by 1 / its virtual replicas,
     // weightDecay x w, inside the velocity as in SGD
-    const float f = velocity_decay_ * static_cast<float>(micro_batches) / static_cast<float>(config_.model.spatial.size());
+    const float f =
+        velocity_decay_ * static_cast<float>(micro_batches) / static_cast<float>(config_.model.spatial.size());
     if (p->grad.on_device()) {
-      gpu::copy(p->grad.data(), Device::kCuda, p->value.data(), Device::kCuda, static_cast<size_t>(p->value.numel()) * sizeof(float));
+      gpu::copy(p->grad.data(), Device::kCuda, p->value.data(), Device::kCuda,
+                static_cast<size_t>(p->value.numel()) * sizeof(float));
       gpu::scale(p->grad.data(), static_cast<size_t>(p->grad.numel()), f);
       continue;
     }
@@ -411,11 +428,14 @@ void Trainer::begin_exchange(StepRecord& rec) {
     };
   buckets_->begin(
       [this, ex, flush, owed, on_device, mask, fill_velocity, &rec](int b, std::span<float> bucket) {
-        if (velocity_ && !fill_velocity) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
+        if (velocity_ && !fill_velocity)
+          with_host(bucket, on_device, [&](std::span<float> h) { velocity_->accumulate(b, h); });
         if (flush) schedule_.sparse->add_residual(b, bucket);
         if (owed) owed->add_owed(b, bucket, on_device);
         const ExchangeStats st = ex->exchange(b, bucket);
-        if (velocity_ && mask) with_host(bucket, on_device, [&](std::span<float> h) { velocity_->mask(b, h); }, false);
+        if (velocity_ && mask)
+          with_host(
+              bucket, on_device, [&](std::span<float> h) { velocity_->mask(b, h); }, false);
         rec.bytes_intra += st.bytes.intra;
         rec.bytes_inter += st.bytes.inter;
         rec.select_s += st.select_seconds;
@@ -535,9 +555,10 @@ void Trainer::save(int64_t next_step) {
     write_checkpoint(*posix_, config_.checkpoint.path, next_step, rank_, d);
   } catch (const Error& e) {
     const auto kept = latest_checkpoint(config_.checkpoint.path, rank_);
-    throw Error(detail::concat("the checkpoint of step ", next_step, " was not written (", e.what(), "); ",
-                               kept ? detail::concat("the one of step ", *kept, " is kept") : std::string("there is no older one"),
-                               ". Free space under spec.checkpoint.path (", config_.checkpoint.path, ") or point it elsewhere"));
+    throw Error(detail::concat(
+        "the checkpoint of step ", next_step, " was not written (", e.what(), "); ",
+        kept ? detail::concat("the one of step ", *kept, " is kept") : std::string("there is no older one"),
+        ". Free space under spec.checkpoint.path (", config_.checkpoint.path, ") or point it elsewhere"));
   }
   prune_checkpoints(*posix_, config_.checkpoint.path, rank_, config_.checkpoint.keep);
 }
@@ -563,10 +584,11 @@ void Trainer::restore() {
 }
 
 ConfigError Trainer::mismatch(const AgreedCheckpoint& c, const std::string& what) const {
-  return ConfigError("spec.checkpoint.path",
-                     detail::concat("'", c.file, "' was written by another configuration of the job: ", what,
-                                    ". To start afresh, remove the job's checkpoints (`tessera run --fresh`) or set a new "
-                                    "spec.checkpoint.path"));
+  return ConfigError(
+      "spec.checkpoint.path",
+      detail::concat("'", c.file, "' was written by another configuration of the job: ", what,
+                     ". To start afresh, remove the job's checkpoints (`tessera run --fresh`) or set a new "
+                     "spec.checkpoint.path"));
 }
 
 void Trainer::restore_model(const AgreedCheckpoint& c) {
@@ -574,8 +596,8 @@ void Trainer::restore_model(const AgreedCheckpoint& c) {
     auto it = c.data.arrays.find(key);
     if (it == c.data.arrays.end()) throw mismatch(c, "it has no '" + key + "' (did spec.model change?)");
     if (static_cast<int64_t>(it->second.size()) != into.numel())
-      throw mismatch(c, detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ", into.numel(),
-                                       " (did spec.model change?)"));
+      throw mismatch(c, detail::concat("its '", key, "' has ", it->second.size(), " values, this model's ",
+                                       into.numel(), " (did spec.model change?)"));
     Tensor h(into.shape());
     std::memcpy(h.data(), it->second.data(), it->second.size() * sizeof(float));
     into.copy_from(h);  // on the device, where the model trains there
@@ -607,9 +629,10 @@ void Trainer::restore_residuals(const AgreedCheckpoint& c, int64_t writers) {
     // otherwise each holds a whole bucket, and rank 0 alone keeps it.
     const size_t probe = buckets_->size() ? buckets_->bucket_size(0) : 0;
     const bool sharded = probe > 0 && schedule_.sparse->residual_size(probe) != probe;
-    const bool holds = rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
-    residuals = reshard_residuals(*posix_, config_.checkpoint.path, c.step, static_cast<int>(writers), buckets_->bucket_sizes(),
-                                  *schedule_.sparse, holds);
+    const bool holds =
+        rank_ == 0 || (sharded && groups_->topology.node_index(rank_) == groups_->topology.node_index(0));
+    residuals = reshard_residuals(*posix_, config_.checkpoint.path, c.step, static_cast<int>(writers),
+                                  buckets_->bucket_sizes(), *schedule_.sparse, holds);
   } else if (!resharded) {
     for (const auto& [key, v] : c.data.arrays)
       if (key.rfind("residual/", 0) == 0) residuals[std::stoi(key.substr(9))] = v;
@@ -621,9 +644,10 @@ void Trainer::restore_residuals(const AgreedCheckpoint& c, int64_t writers) {
     for (auto& [b, v] : residuals) {
       const auto off = c.data.counters.find("residual_offset/" + std::to_string(b));
       const size_t offset = resharded || off == c.data.counters.end() ? 0 : static_cast<size_t>(off->second);
-      if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || offset + v.size() > buckets_->bucket_size(static_cast<size_t>(b)))
-        throw mismatch(c, detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries at ", offset, ")",
-                                         changed));
+      if (b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
+          offset + v.size() > buckets_->bucket_size(static_cast<size_t>(b)))
+        throw mismatch(c, detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries at ",
+                                         offset, ")", changed));
       auto_->owe(b, offset, std::move(v));
     }
     return;
@@ -631,7 +655,8 @@ void Trainer::restore_residuals(const AgreedCheckpoint& c, int64_t writers) {
   for (const auto& [b, v] : residuals)
     if (!schedule_.sparse || b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
         v.size() != schedule_.sparse->residual_size(buckets_->bucket_size(b)))
-      throw mismatch(c, detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries)", changed));
+      throw mismatch(c,
+                     detail::concat("its error-feedback residual of bucket ", b, " (", v.size(), " entries)", changed));
   if (schedule_.sparse) schedule_.sparse->restore_residuals(residuals);
 }
 
@@ -652,9 +677,12 @@ void Trainer::restore_velocity(const AgreedCheckpoint& c, int64_t writers) {
   for (const auto& [key, v] : c.data.arrays) {
     if (key.rfind("velocity/", 0) != 0) continue;
     const int b = std::stoi(key.substr(9));
-    if (b < 0 || static_cast<size_t>(b) >= buckets_->size() || v.size() != buckets_->bucket_size(static_cast<size_t>(b)))
-      throw mismatch(c, detail::concat("its momentum-correction velocity of bucket ", b, " (", v.size(),
-                                       " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
+    if (b < 0 || static_cast<size_t>(b) >= buckets_->size() ||
+        v.size() != buckets_->bucket_size(static_cast<size_t>(b)))
+      throw mismatch(
+          c, detail::concat(
+                 "its momentum-correction velocity of bucket ", b, " (", v.size(),
+                 " entries) does not fit this job's gradient buckets (was spec.communication.bucketSize changed?)"));
     velocities[b] = v;
   }
   velocity_->restore(std::move(velocities));
@@ -685,10 +713,10 @@ class ProgressWindow {
     auto per_step_ms = [&](double v) { return static_cast<int>(std::lround(1000 * v / steps_)); };
     const std::string line = detail::concat(
         "epoch ", last.epoch + 1, "/", epochs, " step ", last.step + 1, "/", total_steps, " | ",
-        static_cast<int>(samples_ / since), " samples/s | loss ", last.loss, " | lr ", last.lr, " | ", last.strategy, " | data ",
-        pct(w.data_s), "% fwd ", pct(w.forward_s), "% bwd ", pct(w.backward_s), "% comm ", pct(w.comm_s), "% update ",
-        pct(w.update_s), "% | comm exposed ", per_step_ms(w.comm_s), " of ", per_step_ms(w.comm_total_s), " ms/step",
-        overlapped ? " (overlapped)" : "");
+        static_cast<int>(samples_ / since), " samples/s | loss ", last.loss, " | lr ", last.lr, " | ", last.strategy,
+        " | data ", pct(w.data_s), "% fwd ", pct(w.forward_s), "% bwd ", pct(w.backward_s), "% comm ", pct(w.comm_s),
+        "% update ", pct(w.update_s), "% | comm exposed ", per_step_ms(w.comm_s), " of ", per_step_ms(w.comm_total_s),
+        " ms/step", overlapped ? " (overlapped)" : "");
     *this = ProgressWindow{};
     return line;
   }
@@ -706,41 +734,45 @@ void Trainer::log_start() const {
   const auto& tr = config_.training;
   const int local_batch = tr.batch_size / virtual_replicas_;
   const std::string elastic =
-      replicas_ != virtual_replicas_ ? detail::concat(" (", virtual_replicas_, " micro-batches of ", local_batch, " over ", replicas_,
-                                                      " replicas: elastic, the job's ", virtual_replicas_, " replicas' batch kept)")
-                                     : "";
-  const std::string switching =
-      schedule_.switch_step >= 0
-          ? detail::concat(" (switch to ", config_.communication.dense, " at step ", schedule_.switch_step, ")")
+      replicas_ != virtual_replicas_
+          ? detail::concat(" (", virtual_replicas_, " micro-batches of ", local_batch, " over ", replicas_,
+                           " replicas: elastic, the job's ", virtual_replicas_, " replicas' batch kept)")
           : "";
-  const std::string where =
-      device_ == Device::kCuda
-          ? detail::concat(", on CUDA device ", gpu::current_device(),
-                           !groups_ ? "" : device_groups_ ? " (gradients exchanged by NCCL)" : " (gradients exchanged through host memory)")
-          : ", on the CPU";
+  const std::string switching = schedule_.switch_step >= 0 ? detail::concat(" (switch to ", config_.communication.dense,
+                                                                            " at step ", schedule_.switch_step, ")")
+                                                           : "";
+  const std::string where = device_ == Device::kCuda
+                                ? detail::concat(", on CUDA device ", gpu::current_device(),
+                                                 !groups_         ? ""
+                                                 : device_groups_ ? " (gradients exchanged by NCCL)"
+                                                                  : " (gradients exchanged through host memory)")
+                                : ", on the CPU";
   log_info("training ", model_->name(), " (", model_->num_params(), " parameters, ", model_->forward_flops() / 1e9,
            " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
-           config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ", steps_per_epoch_,
-           " steps, global batch ", tr.batch_size, elastic, ", strategy ", config_.communication.strategy, switching, where);
+           config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ",
+           steps_per_epoch_, " steps, global batch ", tr.batch_size, elastic, ", strategy ",
+           config_.communication.strategy, switching, where);
 }
 
 void Trainer::heartbeat(int epoch, TrainSummary& summary) {
   // auto: rank 0 reports the calibration once the first steps are timed
   const GangCalibration* cal = auto_ && rank_ == 0 ? auto_->take_report() : nullptr;
-  const ControlAgent::Answer a = control_->heartbeat(
-      {step_, epoch, steps_per_epoch_, last_loss_, last_sps_, stragglers_ ? stragglers_->report() : StragglerReport{}, cal},
-      stop_flag_);
+  const ControlAgent::Answer a = control_->heartbeat({step_, epoch, steps_per_epoch_, last_loss_, last_sps_,
+                                                      stragglers_ ? stragglers_->report() : StragglerReport{}, cal},
+                                                     stop_flag_);
   const int64_t s = a.switch_step;
   if ((schedule_.dense || auto_) && schedule_.switch_step < 0 && s >= 0) {
     schedule_.switch_step = s;
     summary.switch_step = s;
-    if (rank_ == 0 && schedule_.dense) log_info("the controller chose step ", s, " to switch to ", schedule_.dense->name());
+    if (rank_ == 0 && schedule_.dense)
+      log_info("the controller chose step ", s, " to switch to ", schedule_.dense->name());
   }
   if (auto_) auto_->offer(a.exchange);
 }
 
 std::pair<double, double> Trainer::compute(StepRecord& rec) {
-  const int local_batch = config_.training.batch_size / virtual_replicas_;  // a micro-batch: one virtual replica's share
+  const int local_batch =
+      config_.training.batch_size / virtual_replicas_;  // a micro-batch: one virtual replica's share
   const int micro = rec.micro_batches;
   start_gradients(micro);
   // The replica's micro-batches (one unless an elastic gang shrank): their gradients add up, and
@@ -767,7 +799,8 @@ std::pair<double, double> Trainer::compute(StepRecord& rec) {
     t0 = Clock::now();
     const bool last = m + 1 == micro;
     if (last) begin_exchange(rec);
-    model_->backward(loss.grad, last && buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
+    model_->backward(loss.grad,
+                     last && buckets_ ? buckets_->hook() : nullptr);  // with overlap, buckets leave as they are ready
     rec.backward_s += seconds_since(t0);
     loss_sum += (out.dim(0) ? loss.loss : 0.0) * (share * local_batch);
     loss_weight += share * local_batch;
@@ -800,9 +833,9 @@ bool Trainer::finish_step(StepRecord& rec, std::pair<double, double> loss) {
   const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
   last_sps_ = tr.batch_size / std::max(1e-9, step_s);
   auto ms = [](double s) { return Fixed{1e3 * s, 1}; };
-  log_debug("step ", step_ + 1, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ", ms(rec.backward_s),
-            " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s), " ms (selection ", ms(rec.select_s),
-            " ms), update ", ms(rec.update_s), " ms");
+  log_debug("step ", step_ + 1, ": data ", ms(rec.data_s), " ms, forward ", ms(rec.forward_s), " ms, backward ",
+            ms(rec.backward_s), " ms, communication ", ms(rec.comm_s), " ms exposed of ", ms(rec.comm_total_s),
+            " ms (selection ", ms(rec.select_s), " ms), update ", ms(rec.update_s), " ms");
   return stop;
 }
 
@@ -819,10 +852,8 @@ void Trainer::after_step(const StepRecord& rec, TrainSummary& summary) {
   const double step_s = rec.data_s + rec.forward_s + rec.backward_s + rec.comm_s + rec.update_s;
   if (stragglers_ && stragglers_->after_step(compute_s, step_s) && rank_ == 0) {
     const StragglerReport& s = stragglers_->report();
-    if (s.ranks.empty())
-      log_info("no rank holds the gang back any more");
-    else
-      log_warn("straggler: ", s.message);
+    if (s.ranks.empty()) log_info("no rank holds the gang back any more");
+    else log_warn("straggler: ", s.message);
   }
   // auto: links that changed are measured again, and the exchange chosen again from them
   if (auto_ && stragglers_->take_link_change() && auto_->remeasure_links(rank_) && !control_ && auto_->calibrated())
@@ -847,8 +878,9 @@ void Trainer::end_epoch(int epoch, TrainSummary& summary) {
   if (rank_ != 0) return;
   if (cache_) {
     const auto c = cache_->counters();
-    log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (", c.bytes[2] / 1e6,
-             " MB)", c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
+    log_info("data cache: memory ", c.hits[0], " hits, SSD ", c.hits[1], " hits, remote ", c.hits[2], " reads (",
+             c.bytes[2] / 1e6, " MB)",
+             c.ssd_write_failures ? detail::concat(", ", c.ssd_write_failures, " SSD write failures") : "");
   }
   const auto& e = summary.last_epoch;
   if (!e.validated) {
@@ -856,9 +888,9 @@ void Trainer::end_epoch(int epoch, TrainSummary& summary) {
     return;
   }
   const std::string scale =  // what the figures compare with
-      model_->task() == Task::kRegression
-          ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (", e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
-          : class_scores_text(e.baseline_metric, e.iou);
+      model_->task() == Task::kRegression ? detail::concat(", predict-the-mean baseline ", e.baseline_loss, " (",
+                                                           e.val_loss / std::max(e.baseline_loss, 1e-12), "x)")
+                                          : class_scores_text(e.baseline_metric, e.iou);
   log_info("epoch ", epoch + 1, " validation: loss ", e.val_loss, ", ", model_->metric_name(), " ", e.val_metric,
            e.val_top5 >= 0 ? detail::concat(", top-5 ", e.val_top5) : "", scale);
 }
@@ -877,15 +909,16 @@ TrainSummary Trainer::run() {
   while (step_ < total_steps_) {
     const int epoch = static_cast<int>(step_ / steps_per_epoch_);
     if (epoch != loader_epoch_) {
-      if (!images_.empty()) images_[0]->set_epoch(epoch);  // the loader is idle: the last epoch's batches are all consumed
+      if (!images_.empty())
+        images_[0]->set_epoch(epoch);  // the loader is idle: the last epoch's batches are all consumed
       loader_->start(epoch_schedule(epoch, step_ % steps_per_epoch_));
       loader_epoch_ = epoch;
     }
     if (control_) heartbeat(epoch, summary);
     if (auto_) auto_->apply_due(step_, schedule_, rank_);
     if (schedule_.dense && schedule_.switch_step >= 0 && step_ == schedule_.switch_step && rank_ == 0)
-      log_info("switching gradient exchange ", schedule_.sparse->name(), " -> ", schedule_.dense->name(), " at step ", step_,
-               " (epoch ", epoch, ")");
+      log_info("switching gradient exchange ", schedule_.sparse->name(), " -> ", schedule_.dense->name(), " at step ",
+               step_, " (epoch ", epoch, ")");
     StepRecord rec;
     rec.step = step_;
     rec.epoch = epoch;
@@ -902,8 +935,9 @@ TrainSummary Trainer::run() {
     if (summary.stopped) {
       if (rank_ == 0)
         log_info("stopping at step ", step_, " of ", total_steps_, " on request (SIGTERM), agreed by every rank",
-                 summary.checkpointed ? detail::concat("; checkpoint of step ", step_, " written in ", Fixed{rec.checkpoint_s, 2}, " s")
-                                      : std::string("; no checkpoint: spec.checkpoint.path is not set"));
+                 summary.checkpointed
+                     ? detail::concat("; checkpoint of step ", step_, " written in ", Fixed{rec.checkpoint_s, 2}, " s")
+                     : std::string("; no checkpoint: spec.checkpoint.path is not set"));
       break;
     }
     if (step_ % steps_per_epoch_ == 0) end_epoch(epoch, summary);

@@ -41,22 +41,22 @@ namespace tessera {
 class Dropout;
 
 struct StepRecord {
-  int64_t step = 0;            // 0-based global step
+  int64_t step = 0;  // 0-based global step
   int epoch = 0;
-  double loss = 0;             // mean over the global batch
+  double loss = 0;  // mean over the global batch
   double lr = 0;
-  std::string strategy;        // exchange strategy used this step
-  int64_t exchange_choice = 0; // strategy auto: the choices the gang has taken by this step (0: none yet)
+  std::string strategy;         // exchange strategy used this step
+  int64_t exchange_choice = 0;  // strategy auto: the choices the gang has taken by this step (0: none yet)
   double data_s = 0, forward_s = 0, backward_s = 0, update_s = 0;
-  double comm_s = 0;           // communication the step waited for (exposed), after the backward pass
-  double comm_total_s = 0;     // all communication of the step, overlapped with backward or not
-  double select_s = 0;         // of which error feedback and top-k selection (sparse strategies)
+  double comm_s = 0;                          // communication the step waited for (exposed), after the backward pass
+  double comm_total_s = 0;                    // all communication of the step, overlapped with backward or not
+  double select_s = 0;                        // of which error feedback and top-k selection (sparse strategies)
   uint64_t bytes_intra = 0, bytes_inter = 0;  // this rank, this step
-  bool dense = true;           // the exchange was dense (dense, torus or a single process)
-  double density = 1;          // fraction of gradient entries the exchange sent
-  double checkpoint_s = 0;     // writing this rank's checkpoint after the step (0: none)
-  int64_t global_batch = 0;    // samples of the step over all replicas (spec.training.batchSize)
-  int micro_batches = 1;       // this replica's micro-batches (more than 1 when an elastic gang shrank)
+  bool dense = true;                          // the exchange was dense (dense, torus or a single process)
+  double density = 1;                         // fraction of gradient entries the exchange sent
+  double checkpoint_s = 0;                    // writing this rank's checkpoint after the step (0: none)
+  int64_t global_batch = 0;                   // samples of the step over all replicas (spec.training.batchSize)
+  int micro_batches = 1;                      // this replica's micro-batches (more than 1 when an elastic gang shrank)
 };
 
 struct EpochRecord {
@@ -71,13 +71,13 @@ struct EpochRecord {
 };
 
 struct TrainSummary {
-  int64_t first_step = 0;      // where this run started (after a restore)
-  int64_t steps = 0;           // last step + 1
+  int64_t first_step = 0;  // where this run started (after a restore)
+  int64_t steps = 0;       // last step + 1
   double seconds = 0;
   double samples_per_second = 0;
-  int64_t switch_step = -1;    // hybrid: the first dense step
-  std::string exchange;        // strategy auto: the exchange chosen ("hitopk at density 0.01, then torus"); empty: none
-  std::string exchange_reason; // and why, where this gang chose it (without a controller)
+  int64_t switch_step = -1;  // hybrid: the first dense step
+  std::string exchange;      // strategy auto: the exchange chosen ("hitopk at density 0.01, then torus"); empty: none
+  std::string exchange_reason;  // and why, where this gang chose it (without a controller)
   EpochRecord last_epoch;
   // The run stopped on request (set_stop_flag) before its last step: every rank stopped after step
   // `steps` - 1, and checkpointed that step unless the job has no spec.checkpoint.path.
@@ -192,7 +192,7 @@ class Trainer {
   // What the job is, and where this rank stands in its gang.
   JobConfig config_;
   CommGroups* groups_;
-  CommGroups* device_groups_;  // null: gradients exchanged in host memory
+  CommGroups* device_groups_;                  // null: gradients exchanged in host memory
   int rank_ = 0, replicas_ = 1, replica_ = 0;  // data-parallel replicas; each is a spatial group
   // The job's data-parallel replicas (spec.replicas' gang); fewer run (replicas_) when an elastic gang
   // shrank, each training the micro-batches of the virtual replicas micro_replicas_ every step.
@@ -209,7 +209,7 @@ class Trainer {
   std::unique_ptr<TieredCache> cache_;
   std::unique_ptr<SampleCache> sample_cache_;
   std::unique_ptr<Dataset> train_, val_;
-  std::vector<const FileDataset*> files_;  // the file datasets under train_ and val_
+  std::vector<const FileDataset*> files_;    // the file datasets under train_ and val_
   std::vector<ImageFolderDataset*> images_;  // format imagefolder: train_ and val_
   std::unique_ptr<PrefetchLoader> loader_;
   VolumeBox box_;  // this rank's block of each sample (empty: whole samples)
@@ -230,7 +230,7 @@ class Trainer {
 
   // The run.
   int64_t steps_per_epoch_ = 0, total_steps_ = 0, step_ = 0;
-  int loader_epoch_ = -1;  // the epoch the loader serves
+  int loader_epoch_ = -1;                // the epoch the loader serves
   double last_loss_ = 0, last_sps_ = 0;  // the last step's, reported to the controller
   ControlAgent* control_ = nullptr;
   const std::atomic<bool>* stop_flag_ = nullptr;

@@ -133,8 +133,7 @@ void GlooCommunicator::wait(Op& op, gloo::transport::UnboundBuffer& buf, bool is
                       ": ", why));
 }
 
-void GlooCommunicator::sendrecv(Op& op, const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes,
-                                int from) {
+void GlooCommunicator::sendrecv(Op& op, const void* sbuf, size_t sbytes, int to, void* rbuf, size_t rbytes, int from) {
   std::unique_ptr<gloo::transport::UnboundBuffer> s, r;
   const uint64_t slot = op.slot();
   ++op.step;
@@ -210,8 +209,8 @@ void GlooCommunicator::reduce_scatter(const void* in, void* out, const std::vect
   Op op = begin("reduce_scatter", timeout);
   const int p = size(), me = rank();
   if (static_cast<int>(counts.size()) != p)
-    throw std::invalid_argument(detail::concat(where("reduce_scatter"), ": ", counts.size(), " counts for ", p,
-                                               " members"));
+    throw std::invalid_argument(
+        detail::concat(where("reduce_scatter"), ": ", counts.size(), " counts for ", p, " members"));
   const size_t elem = dtype_size(t);
   const char* src = static_cast<const char*>(in);
   std::vector<size_t> offset(p + 1, 0);
@@ -243,8 +242,8 @@ void GlooCommunicator::allgatherv(const void* in, void* out, const std::vector<s
                                   Millis timeout) {
   Op op = begin("allgather", timeout);
   if (static_cast<int>(counts.size()) != size())
-    throw std::invalid_argument(detail::concat(where("allgather"), ": ", counts.size(), " counts for ", size(),
-                                               " members"));
+    throw std::invalid_argument(
+        detail::concat(where("allgather"), ": ", counts.size(), " counts for ", size(), " members"));
   const size_t elem = dtype_size(t);
   size_t mine = 0;
   for (int i = 0; i < rank(); ++i) mine += counts[i];
@@ -282,7 +281,8 @@ void GlooCommunicator::broadcast(void* data, size_t count, DType t, int root, Mi
 }
 
 void GlooCommunicator::send(const void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) {
-  if (!broken_.empty()) throw CommError(where("send") + ": communicator is unusable after an earlier failure: " + broken_);
+  if (!broken_.empty())
+    throw CommError(where("send") + ": communicator is unusable after an earlier failure: " + broken_);
   if (peer < 0 || peer >= size() || peer == rank())
     throw std::invalid_argument(detail::concat(where("send"), ": invalid peer ", peer));
   Millis t = resolve(timeout);
@@ -291,7 +291,8 @@ void GlooCommunicator::send(const void* data, size_t bytes, int peer, uint32_t t
 }
 
 void GlooCommunicator::recv(void* data, size_t bytes, int peer, uint32_t tag, Millis timeout) {
-  if (!broken_.empty()) throw CommError(where("recv") + ": communicator is unusable after an earlier failure: " + broken_);
+  if (!broken_.empty())
+    throw CommError(where("recv") + ": communicator is unusable after an earlier failure: " + broken_);
   if (peer < 0 || peer >= size() || peer == rank())
     throw std::invalid_argument(detail::concat(where("recv"), ": invalid peer ", peer));
   Millis t = resolve(timeout);

@@ -27,8 +27,8 @@ namespace tessera {
 class GlooCommunicator final : public Communicator {
  public:
   struct Options {
-    std::string group = "world";   // names the group in errors and namespaces its store keys
-    Millis timeout{30000};         // rendezvous deadline and default deadline of every operation
+    std::string group = "world";  // names the group in errors and namespaces its store keys
+    Millis timeout{30000};        // rendezvous deadline and default deadline of every operation
     // Transport device; shared by the sub-groups of one process. Created on loopback when null.
     std::shared_ptr<gloo::transport::Device> device;
   };
@@ -78,8 +78,8 @@ class GlooCommunicator final : public Communicator {
   void ring_allgather(Op& op, char* data, const std::vector<size_t>& counts, size_t elem);
 
   std::shared_ptr<gloo::Context> context_;
-  uint64_t seq_ = 0;        // collectives issued; names their slots
-  std::string broken_;      // the first failure; non-empty once broken
+  uint64_t seq_ = 0;    // collectives issued; names their slots
+  std::string broken_;  // the first failure; non-empty once broken
   std::vector<char> scratch_;
 };
 

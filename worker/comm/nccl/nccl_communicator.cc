@@ -84,7 +84,8 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::connect(Store& store, int ra
     from_hex(ns.get("nccl_id", o.timeout), &id, sizeof(id));
   }
   auto impl = std::make_unique<Impl>();
-  if (cudaSetDevice(o.device) != cudaSuccess || cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking) != cudaSuccess)
+  if (cudaSetDevice(o.device) != cudaSuccess ||
+      cudaStreamCreateWithFlags(&impl->stream, cudaStreamNonBlocking) != cudaSuccess)
     throw CommError(detail::concat("nccl: cannot use CUDA device ", o.device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -135,13 +136,13 @@ void NcclCommunicator::complete(const char* op, Millis timeout) {
   }
 }
 
-#define TESSERA_NCCL(op, call)                                                           \
-  do {                                                                                   \
-    ncclResult_t r_ = (call);                                                            \
-    if (r_ != ncclSuccess && r_ != ncclInProgress) {                                     \
-      broken_ = where(op) + ": " + ncclGetErrorString(r_);                               \
-      throw CommError(broken_);                                                          \
-    }                                                                                    \
+#define TESSERA_NCCL(op, call)                             \
+  do {                                                     \
+    ncclResult_t r_ = (call);                              \
+    if (r_ != ncclSuccess && r_ != ncclInProgress) {       \
+      broken_ = where(op) + ": " + ncclGetErrorString(r_); \
+      throw CommError(broken_);                            \
+    }                                                      \
   } while (0)
 
 void NcclCommunicator::allreduce(void* data, size_t count, DType t, ReduceOp op, Millis timeout) {

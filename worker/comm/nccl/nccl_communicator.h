@@ -49,7 +49,9 @@ class NcclCommunicator final : public Communicator {
   void check_usable(const char* op) const;
   // Waits for the stream until the deadline; aborts and throws CommError on timeout or async error.
   void complete(const char* op, Millis timeout);
-  void count_ring(size_t bytes) { if (size() > 1) count_sent((rank() + 1) % size(), bytes); }
+  void count_ring(size_t bytes) {
+    if (size() > 1) count_sent((rank() + 1) % size(), bytes);
+  }
 
   std::unique_ptr<Impl> impl_;
   std::string broken_;

@@ -68,7 +68,8 @@ __global__ void pack_kernel(const uint32_t* __restrict idx, const float* __restr
 }
 
 __global__ void zero_kernel(float* __restrict x, const uint32_t* __restrict idx, size_t k) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x) x[idx[i]] = 0.0f;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < k; i += (size_t)gridDim.x * blockDim.x)
+    x[idx[i]] = 0.0f;
 }
 
 int grid_for(size_t n) {

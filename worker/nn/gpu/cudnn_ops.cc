@@ -21,7 +21,8 @@ void check(cudnnStatus_t s, const char* what) {
   if (s != CUDNN_STATUS_SUCCESS) throw Error(std::string("cudnn: ") + what + ": " + cudnnGetErrorString(s));
 }
 void check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS) throw Error(std::string("cublas: ") + what + ": status " + std::to_string(static_cast<int>(s)));
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(std::string("cublas: ") + what + ": status " + std::to_string(static_cast<int>(s)));
 }
 
 struct Handles {
@@ -84,8 +85,9 @@ std::mutex g_algos_mu;
 std::map<std::string, Algos> g_algos;
 
 std::string key_of(const ConvShape& s, bool tf32) {
-  std::string k = detail::concat(shape_str(s.in), shape_str(s.out), s.in_channels, '>', s.out_channels, 'k', s.kernel, 's',
-                                 s.stride, s.transposed ? "T" : "C", tf32 ? "tf32" : "fp32", s.channels_last ? "cl" : "", 'p');
+  std::string k =
+      detail::concat(shape_str(s.in), shape_str(s.out), s.in_channels, '>', s.out_channels, 'k', s.kernel, 's',
+                     s.stride, s.transposed ? "T" : "C", tf32 ? "tf32" : "fp32", s.channels_last ? "cl" : "", 'p');
   for (int p : s.pad) k += std::to_string(p) + ",";
   return k;
 }
@@ -130,10 +132,11 @@ Conv::Conv(const ConvShape& s) : shape_(s), impl_(std::make_unique<Impl>()) {
         "cudnnSetFilterNdDescriptor");
   check(cudnnCreateConvolutionDescriptor(&m.conv), "cudnnCreateConvolutionDescriptor");
   const std::vector<int> stride(sd, s.stride), dilation(sd, 1);
-  check(cudnnSetConvolutionNdDescriptor(m.conv, sd, s.pad.data(), stride.data(), dilation.data(), CUDNN_CROSS_CORRELATION,
-                                        CUDNN_DATA_FLOAT),
+  check(cudnnSetConvolutionNdDescriptor(m.conv, sd, s.pad.data(), stride.data(), dilation.data(),
+                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
         "cudnnSetConvolutionNdDescriptor");
-  check(cudnnSetConvolutionMathType(m.conv, g_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  check(cudnnSetConvolutionMathType(m.conv, g_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH),
+        "cudnnSetConvolutionMathType");
 
   const std::string key = key_of(s, g_tf32);
   std::lock_guard<std::mutex> lock(g_algos_mu);
@@ -143,7 +146,8 @@ Conv::Conv(const ConvShape& s) : shape_(s), impl_(std::make_unique<Impl>()) {
     Algos a{};
     int got = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    check(cudnnFindConvolutionForwardAlgorithm(h.cudnn, m.cx, m.filter, m.conv, m.cy, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fp),
+    check(cudnnFindConvolutionForwardAlgorithm(h.cudnn, m.cx, m.filter, m.conv, m.cy, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                               &got, fp),
           "cudnnFindConvolutionForwardAlgorithm");
     int i = 0;
     while (i < got && fp[i].status != CUDNN_STATUS_SUCCESS) ++i;
@@ -173,7 +177,8 @@ Conv::Conv(const ConvShape& s) : shape_(s), impl_(std::make_unique<Impl>()) {
   m.algos = it->second;
   check(cudnnGetConvolutionForwardWorkspaceSize(h.cudnn, m.cx, m.filter, m.conv, m.cy, m.algos.fwd, &m.ws_fwd),
         "cudnnGetConvolutionForwardWorkspaceSize");
-  check(cudnnGetConvolutionBackwardDataWorkspaceSize(h.cudnn, m.filter, m.cy, m.conv, m.cx, m.algos.bwd_data, &m.ws_bwd_data),
+  check(cudnnGetConvolutionBackwardDataWorkspaceSize(h.cudnn, m.filter, m.cy, m.conv, m.cx, m.algos.bwd_data,
+                                                     &m.ws_bwd_data),
         "cudnnGetConvolutionBackwardDataWorkspaceSize");
   check(cudnnGetConvolutionBackwardFilterWorkspaceSize(h.cudnn, m.cx, m.cy, m.conv, m.filter, m.algos.bwd_filter,
                                                        &m.ws_bwd_filter),
@@ -201,8 +206,8 @@ void Conv::forward(const float* x, const float* w, float* y) {
   const float one = 1.0f, zero = 0.0f;
   if (!shape_.transposed) {
     check(cudnnSetConvolutionMathType(m.conv, m.algos.fwd_math), "cudnnSetConvolutionMathType");
-    check(cudnnConvolutionForward(h.cudnn, &one, m.cx, x, m.filter, w, m.conv, m.algos.fwd, workspace(m.ws_fwd), m.ws_fwd,
-                                  &zero, m.cy, y),
+    check(cudnnConvolutionForward(h.cudnn, &one, m.cx, x, m.filter, w, m.conv, m.algos.fwd, workspace(m.ws_fwd),
+                                  m.ws_fwd, &zero, m.cy, y),
           "cudnnConvolutionForward");
     return;
   }
@@ -227,8 +232,8 @@ void Conv::backward_data(const float* dy, const float* w, float* dx) {
   }
   swap_leading_dims(w, m.wt.data(), shape_.out_channels, shape_.in_channels, kernel_volume(shape_), false);
   check(cudnnSetConvolutionMathType(m.conv, m.algos.fwd_math), "cudnnSetConvolutionMathType");
-  check(cudnnConvolutionForward(h.cudnn, &one, m.cx, dy, m.filter, m.wt.data(), m.conv, m.algos.fwd, workspace(m.ws_fwd),
-                                m.ws_fwd, &zero, m.cy, dx),
+  check(cudnnConvolutionForward(h.cudnn, &one, m.cx, dy, m.filter, m.wt.data(), m.conv, m.algos.fwd,
+                                workspace(m.ws_fwd), m.ws_fwd, &zero, m.cy, dx),
         "cudnnConvolutionForward");
 }
 
@@ -293,13 +298,15 @@ Pool::~Pool() = default;
 void Pool::forward(const float* x, float* y) {
   if (impl_->tiles) return max_pool_tiles(x, y, impl_->dims, impl_->kd, impl_->k);
   const float one = 1.0f, zero = 0.0f;
-  check(cudnnPoolingForward(handles().cudnn, impl_->pool, &one, impl_->x, x, &zero, impl_->y, y), "cudnnPoolingForward");
+  check(cudnnPoolingForward(handles().cudnn, impl_->pool, &one, impl_->x, x, &zero, impl_->y, y),
+        "cudnnPoolingForward");
 }
 
 void Pool::backward(const float* x, const float* y, const float* dy, float* dx) {
   if (impl_->tiles) return max_pool_tiles_backward(x, dy, dx, impl_->dims, impl_->kd, impl_->k);
   const float one = 1.0f, zero = 0.0f;
-  check(cudnnPoolingBackward(handles().cudnn, impl_->pool, &one, impl_->y, y, impl_->y, dy, impl_->x, x, &zero, impl_->x, dx),
+  check(cudnnPoolingBackward(handles().cudnn, impl_->pool, &one, impl_->y, y, impl_->y, dy, impl_->x, x, &zero,
+                             impl_->x, dx),
         "cudnnPoolingBackward");
 }
 
@@ -307,24 +314,27 @@ void Pool::backward(const float* x, const float* y, const float* dy, float* dx) 
 void linear_forward(const float* x, const float* w, float* y, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
   const float one = 1.0f, zero = 0.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(n), static_cast<int>(in),
-                    &one, w, static_cast<int>(in), x, static_cast<int>(in), &zero, y, static_cast<int>(out)),
+  check(cublasSgemm(handles().cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(n),
+                    static_cast<int>(in), &one, w, static_cast<int>(in), x, static_cast<int>(in), &zero, y,
+                    static_cast<int>(out)),
         "linear forward");
 }
 
 void linear_backward_data(const float* dy, const float* w, float* dx, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
   const float one = 1.0f, zero = 0.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(in), static_cast<int>(n), static_cast<int>(out),
-                    &one, w, static_cast<int>(in), dy, static_cast<int>(out), &zero, dx, static_cast<int>(in)),
+  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(in), static_cast<int>(n),
+                    static_cast<int>(out), &one, w, static_cast<int>(in), dy, static_cast<int>(out), &zero, dx,
+                    static_cast<int>(in)),
         "linear backward-data");
 }
 
 void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
   const float one = 1.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in), static_cast<int>(out), static_cast<int>(n),
-                    &one, x, static_cast<int>(in), dy, static_cast<int>(out), &one, dw, static_cast<int>(in)),
+  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in), static_cast<int>(out),
+                    static_cast<int>(n), &one, x, static_cast<int>(in), dy, static_cast<int>(out), &one, dw,
+                    static_cast<int>(in)),
         "linear backward-weights");
 }
 
@@ -335,8 +345,9 @@ void gemm_batched(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, f
   if (m == 0 || n == 0 || batch == 0) return;
   auto op = [](char t) { return t == 'T' ? CUBLAS_OP_T : CUBLAS_OP_N; };
   check(cublasSgemmStridedBatched(handles().cublas, op(trans_b), op(trans_a), static_cast<int>(n), static_cast<int>(m),
-                                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a, static_cast<int>(lda),
-                                  stride_a, &beta, c, static_cast<int>(ldc), stride_c, static_cast<int>(batch)),
+                                  static_cast<int>(k), &alpha, b, static_cast<int>(ldb), stride_b, a,
+                                  static_cast<int>(lda), stride_a, &beta, c, static_cast<int>(ldc), stride_c,
+                                  static_cast<int>(batch)),
         "batched gemm");
 }
 

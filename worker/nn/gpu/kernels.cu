@@ -50,8 +50,8 @@ void for_each(const char* what, int64_t n, F f) {
 
 // y = leaky(y + b) (b may be null; without `act` only the sum) over planes of `inner` entries: block
 // row blockIdx.y takes whole planes, so that no entry divides its index to find its channel.
-__global__ void k_bias_act_planes(float* __restrict y, const float* __restrict b, int64_t planes, int64_t c, int64_t inner,
-                                  bool act, float slope) {
+__global__ void k_bias_act_planes(float* __restrict y, const float* __restrict b, int64_t planes, int64_t c,
+                                  int64_t inner, bool act, float slope) {
   for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
     const float add = b ? b[p % c] : 0.0f;
     float* row = y + p * inner;
@@ -89,12 +89,13 @@ __global__ void k_mse(const float* __restrict y, const float* __restrict t, floa
   block_sum_into(s, out);
 }
 // One thread per position (n * inner); out[1] counts labels outside [0, c), out[2] holds the first's position + 1.
-__global__ void k_softmax_xent(const float* __restrict x, const float* __restrict labels, float* __restrict g, int64_t n,
-                               int64_t c, int64_t inner, double inv, double eps, double* out) {
+__global__ void k_softmax_xent(const float* __restrict x, const float* __restrict labels, float* __restrict g,
+                               int64_t n, int64_t c, int64_t inner, double inv, double eps, double* out) {
   double s = 0;
   TESSERA_GRID_STRIDE(p, n * inner) {
     const int64_t i = p / inner, j = p % inner, base = i * c * inner + j;
-    const double term = kernels::softmax_xent_position(x + base, inner, c, static_cast<int64_t>(labels[p]), inv, g + base, eps);
+    const double term =
+        kernels::softmax_xent_position(x + base, inner, c, static_cast<int64_t>(labels[p]), inv, g + base, eps);
     if (term != term) {
       atomicAdd(&out[1], 1.0);
     } else {
@@ -108,8 +109,8 @@ __global__ void k_softmax_xent(const float* __restrict x, const float* __restric
 // into out[c + ch]. Block (ch, part) takes part `blockIdx.y` of each sample's run of `inner`
 // entries, so that a layer of few channels over a large volume still fills the GPU; the blocks'
 // partial sums meet by atomic addition.
-__global__ void k_channel_sums(const float* __restrict a, const float* __restrict b, int64_t n, int64_t c, int64_t inner,
-                               double* out, bool second) {
+__global__ void k_channel_sums(const float* __restrict a, const float* __restrict b, int64_t n, int64_t c,
+                               int64_t inner, double* out, bool second) {
   const int64_t ch = blockIdx.x;
   double s = 0, q = 0;
   for (int64_t i = 0; i < n; ++i) {
@@ -145,7 +146,8 @@ struct Box {
 class Scratch {
  public:
   explicit Scratch(size_t n) : n_(n) {
-    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), std::max<size_t>(1, n) * sizeof(double), cur()), "cudaMallocAsync");
+    check(cudaMallocAsync(reinterpret_cast<void**>(&d_), std::max<size_t>(1, n) * sizeof(double), cur()),
+          "cudaMallocAsync");
     check(cudaMemsetAsync(d_, 0, n * sizeof(double), cur()), "cudaMemsetAsync");
   }
   explicit Scratch(const std::vector<double>& v) : Scratch(v.size()) {
@@ -210,12 +212,12 @@ void max_pool_tiles_launch(const float* x, float* y, const float* dy, float* dx,
     check(cudaMemsetAsync(dx, 0, entries * sizeof(float), cur()), "cudaMemsetAsync");
   if (outputs <= 0) return;
   if (entries < (int64_t(1) << 31))
-    k_max_pool_tiles<uint32_t><<<blocks_for(outputs), kThreads, 0, cur()>>>(
-        x, y, dy, dx, uint32_t(outputs), uint32_t(in[2]), uint32_t(in[3]), uint32_t(in[4]), uint32_t(od), uint32_t(oh),
-        uint32_t(ow), kd, k);
+    k_max_pool_tiles<uint32_t>
+        <<<blocks_for(outputs), kThreads, 0, cur()>>>(x, y, dy, dx, uint32_t(outputs), uint32_t(in[2]), uint32_t(in[3]),
+                                                      uint32_t(in[4]), uint32_t(od), uint32_t(oh), uint32_t(ow), kd, k);
   else
-    k_max_pool_tiles<int64_t><<<blocks_for(outputs), kThreads, 0, cur()>>>(x, y, dy, dx, outputs, in[2], in[3], in[4], od,
-                                                                          oh, ow, kd, k);
+    k_max_pool_tiles<int64_t>
+        <<<blocks_for(outputs), kThreads, 0, cur()>>>(x, y, dy, dx, outputs, in[2], in[3], in[4], od, oh, ow, kd, k);
   check_launch("max_pool_tiles");
 }
 
@@ -234,7 +236,8 @@ void leaky_relu(const float* x, float* y, int64_t n, float slope) {
   for_each("leaky_relu", n, [=] __device__(int64_t i) { y[i] = kernels::leaky_relu(x[i], slope); });
 }
 void leaky_relu_grad(const float* gate, const float* dy, float* dx, int64_t n, float slope) {
-  for_each("leaky_relu_grad", n, [=] __device__(int64_t i) { dx[i] = kernels::leaky_relu_grad(gate[i], dy[i], slope); });
+  for_each("leaky_relu_grad", n,
+           [=] __device__(int64_t i) { dx[i] = kernels::leaky_relu_grad(gate[i], dy[i], slope); });
 }
 void gelu(const float* x, float* y, int64_t n) {
   for_each("gelu", n, [=] __device__(int64_t i) { y[i] = kernels::gelu(x[i]); });
@@ -276,13 +279,15 @@ void layernorm_backward(const float* dy, const float* xhat, const float* gamma, 
     dbeta[j] += static_cast<float>(b);
   });
 }
-void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t, int64_t d) {
+void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t,
+                       int64_t d) {
   for_each("embedding_forward", n * t * d, [=] __device__(int64_t i) {
     const int64_t row = i / d, col = i % d;
     y[i] = token[static_cast<int64_t>(ids[row]) * d + col] + position[(row % t) * d + col];
   });
 }
-void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t, int64_t d) {
+void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t,
+                        int64_t d) {
   for_each("embedding_backward", n * t * d, [=] __device__(int64_t i) {
     const int64_t row = i / d, col = i % d;
     atomicAdd(dtoken + static_cast<int64_t>(ids[row]) * d + col, dy[i]);
@@ -383,8 +388,8 @@ double softmax_cross_entropy(const float* logits, const float* labels, float* gr
   const int64_t positions = n * inner;
   if (positions <= 0) return 0;
   Scratch out(2);
-  k_softmax_xent<<<blocks_for(positions), kThreads, 0, cur()>>>(logits, labels, grad, n, c, inner,
-                                                                 1.0 / static_cast<double>(positions), label_smoothing, out.get());
+  k_softmax_xent<<<blocks_for(positions), kThreads, 0, cur()>>>(
+      logits, labels, grad, n, c, inner, 1.0 / static_cast<double>(positions), label_smoothing, out.get());
   check_launch("softmax_cross_entropy");
   const std::vector<double> r = out.read();
   if (r[1] > 0)
@@ -435,8 +440,8 @@ void bn_param_grads(const double* sums, float* dgamma, float* dbeta, int64_t c) 
   });
 }
 // dx from dy, xhat and the sums of dy and dy * xhat over `count` entries a channel.
-void bn_backward(const float* dy, const float* xhat, const float* gamma, const float* inv, const double* sums, float* dx,
-                 int64_t total, int64_t c, int64_t inner, double count) {
+void bn_backward(const float* dy, const float* xhat, const float* gamma, const float* inv, const double* sums,
+                 float* dx, int64_t total, int64_t c, int64_t inner, double count) {
   for_each("batchnorm backward", total, [=] __device__(int64_t i) {
     const int64_t ch = (i / inner) % c;
     const float k = gamma[ch] * inv[ch];
@@ -448,8 +453,8 @@ void bn_backward(const float* dy, const float* xhat, const float* gamma, const f
 }  // namespace
 
 void batchnorm_forward_train(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
-                             float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
-                             float momentum, float eps) {
+                             float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c,
+                             int64_t inner, float momentum, float eps) {
   const int64_t total = n * c * inner;
   if (total <= 0) return;
   Scratch sums(2 * c);
@@ -482,17 +487,18 @@ std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int6
   return sums.read();
 }
 
-void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
-                                 float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
-                                 const std::vector<double>& sums, double count, float momentum, float eps) {
+void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta,
+                                 float* mean, float* inv_std, float* running_mean, float* running_var, int64_t n,
+                                 int64_t c, int64_t inner, const std::vector<double>& sums, double count,
+                                 float momentum, float eps) {
   const Scratch s(sums);
   bn_finalize(s.get(), mean, inv_std, running_mean, running_var, c, count, momentum, eps);
   bn_normalize(x, xhat, y, gamma, beta, mean, inv_std, n * c * inner, c, inner);
 }
 
-void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
-                                  float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner, const std::vector<double>& local,
-                                  const std::vector<double>& reduced, double count) {
+void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std,
+                                  float* dgamma, float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner,
+                                  const std::vector<double>& local, const std::vector<double>& reduced, double count) {
   const Scratch l(local), r(reduced);
   bn_param_grads(l.get(), dgamma, dbeta, c);
   bn_backward(dy, xhat, gamma, inv_std, r.get(), dx, n * c * inner, c, inner, count);

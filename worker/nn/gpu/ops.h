@@ -24,12 +24,12 @@ void gelu(const float* x, float* y, int64_t n);
 void gelu_grad(const float* x, const float* dy, float* dx, int64_t n);
 // y = x * mask with mask[i] = kernels::dropout_scale(seed, call, i, rate).
 void dropout(const float* x, float* y, float* mask, int64_t n, float rate, uint64_t seed, uint64_t call);
-void multiply(const float* a, const float* b, float* y, int64_t n);  // y = a * b
+void multiply(const float* a, const float* b, float* y, int64_t n);               // y = a * b
 void add_bias(float* y, const float* bias, int64_t n, int64_t c, int64_t inner);  // y(n, c, inner) += bias(c)
 // y(n, c, inner) = leaky_relu(y + bias(c), slope) in one pass (bias may be null): a convolution's
 // bias and activation.
 void bias_leaky_relu(float* y, const float* bias, int64_t n, int64_t c, int64_t inner, float slope);
-void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);   // db(c) += sum over n, inner
+void bias_grad(const float* dy, float* db, int64_t n, int64_t c, int64_t inner);  // db(c) += sum over n, inner
 // The box `extent` at offset `from` of src (5-D, plain) into dst at offset `to` (+= when adding):
 // halos, explicit padding and crops on the device.
 using Dims5 = std::array<int64_t, 5>;
@@ -60,9 +60,9 @@ void lars_update(float* w, float* v, const float* g, int64_t n, float rate, floa
 // ---- batch normalisation over (n, c, inner), statistics kept on the device ----
 // Training forward: per-channel mean and inverse deviation into mean/inv_std (c each), running
 // averages updated (momentum; running variance unbiased), xhat and y written.
-void batchnorm_forward_train(const float* x, float* xhat, float* y, const float* gamma, const float* beta,
-                             float* mean, float* inv_std, float* running_mean, float* running_var, int64_t n,
-                             int64_t c, int64_t inner, float momentum, float eps);
+void batchnorm_forward_train(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
+                             float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c,
+                             int64_t inner, float momentum, float eps);
 void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const float* beta, const float* running_mean,
                             const float* running_var, int64_t n, int64_t c, int64_t inner, float eps);
 // With statistics shared across ranks (spatial parallelism) the per-channel sums go through the host:
@@ -70,12 +70,13 @@ void batchnorm_forward_eval(const float* x, float* y, const float* gamma, const 
 // the _with_sums variants take them reduced (sums: 2c; count: the entries they cover). Backward's
 // parameter gradients take this rank's `local` sums, its input gradient the reduced ones.
 std::vector<double> channel_sums(const float* a, const float* b, int64_t n, int64_t c, int64_t inner);
-void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta, float* mean,
-                                 float* inv_std, float* running_mean, float* running_var, int64_t n, int64_t c, int64_t inner,
-                                 const std::vector<double>& sums, double count, float momentum, float eps);
-void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
-                                  float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner, const std::vector<double>& local,
-                                  const std::vector<double>& reduced, double count);
+void batchnorm_forward_with_sums(const float* x, float* xhat, float* y, const float* gamma, const float* beta,
+                                 float* mean, float* inv_std, float* running_mean, float* running_var, int64_t n,
+                                 int64_t c, int64_t inner, const std::vector<double>& sums, double count,
+                                 float momentum, float eps);
+void batchnorm_backward_with_sums(const float* dy, const float* xhat, const float* gamma, const float* inv_std,
+                                  float* dgamma, float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner,
+                                  const std::vector<double>& local, const std::vector<double>& reduced, double count);
 // dgamma, dbeta accumulate (+=); dx written.
 void batchnorm_backward(const float* dy, const float* xhat, const float* gamma, const float* inv_std, float* dgamma,
                         float* dbeta, float* dx, int64_t n, int64_t c, int64_t inner);
@@ -88,9 +89,11 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
 void layernorm_backward(const float* dy, const float* xhat, const float* gamma, const float* rstd, float* dgamma,
                         float* dbeta, float* dx, int64_t rows, int64_t d);
 // y (n*t, d): row (i, j) = token[ids[i, j]] + position[j]. ids are floats, already checked below the vocabulary.
-void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t, int64_t d);
+void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t,
+                       int64_t d);
 // dtoken[ids[i, j]] += dy row (i, j); dposition[j] += the same.
-void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t, int64_t d);
+void embedding_backward(const float* ids, const float* dy, float* dtoken, float* dposition, int64_t n, int64_t t,
+                        int64_t d);
 // Rows of t scores, row r the query at position r % t: kernels::causal_softmax_row in place.
 void causal_softmax(float* s, int64_t rows, int64_t t);
 // kernels::softmax_row_grad of each row, in place into dp.
@@ -103,11 +106,11 @@ void gemm_batched(char trans_a, char trans_b, int64_t m, int64_t n, int64_t k, f
 
 // ---- cuDNN convolution: conv (y = x * w) or transposed (deconv), 2D or 3D ----
 struct ConvShape {
-  Shape in;                       // (N, C, spatial...)
-  Shape out;                      // (N, K, spatial...)
+  Shape in;   // (N, C, spatial...)
+  Shape out;  // (N, K, spatial...)
   int in_channels = 0, out_channels = 0, kernel = 1, stride = 1;
-  std::vector<int> pad;           // per spatial dimension (cuDNN pads both sides alike)
-  bool transposed = false;        // deconv: the weight is (out_channels, in_channels, k...) as on the CPU
+  std::vector<int> pad;     // per spatial dimension (cuDNN pads both sides alike)
+  bool transposed = false;  // deconv: the weight is (out_channels, in_channels, k...) as on the CPU
   // Input, output and weight stored channels-last, (N, spatial..., C) and (K, k..., C); the shapes
   // above still name (N, C, spatial...).
   bool channels_last = false;
@@ -154,8 +157,9 @@ class Pool {
 
 // ---- cuBLAS ----
 // Row-major products for a fully connected layer with x (n, in), w (out, in), y (n, out):
-void linear_forward(const float* x, const float* w, float* y, int64_t n, int64_t in, int64_t out);   // y = x w^T
+void linear_forward(const float* x, const float* w, float* y, int64_t n, int64_t in, int64_t out);          // y = x w^T
 void linear_backward_data(const float* dy, const float* w, float* dx, int64_t n, int64_t in, int64_t out);  // dx = dy w
-void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t n, int64_t in, int64_t out);  // dw += dy^T x
+void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t n, int64_t in,
+                             int64_t out);  // dw += dy^T x
 
 }  // namespace tessera::gpu

@@ -17,16 +17,19 @@ void multiply(const float*, const float*, float*, int64_t) { no_cuda(); }
 void add_bias(float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void bias_leaky_relu(float*, const float*, int64_t, int64_t, int64_t, float) { no_cuda(); }
 void bias_grad(const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
-void copy_box(const float*, const Dims5&, const Dims5&, float*, const Dims5&, const Dims5&, const Dims5&, bool) { no_cuda(); }
+void copy_box(const float*, const Dims5&, const Dims5&, float*, const Dims5&, const Dims5&, const Dims5&, bool) {
+  no_cuda();
+}
 void max_pool_tiles(const float*, float*, const Dims5&, int, int) { no_cuda(); }
 void max_pool_tiles_backward(const float*, const float*, float*, const Dims5&, int, int) { no_cuda(); }
 std::vector<double> channel_sums(const float*, const float*, int64_t, int64_t, int64_t) { no_cuda(); }
-void batchnorm_forward_with_sums(const float*, float*, float*, const float*, const float*, float*, float*, float*, float*,
-                                 int64_t, int64_t, int64_t, const std::vector<double>&, double, float, float) {
+void batchnorm_forward_with_sums(const float*, float*, float*, const float*, const float*, float*, float*, float*,
+                                 float*, int64_t, int64_t, int64_t, const std::vector<double>&, double, float, float) {
   no_cuda();
 }
-void batchnorm_backward_with_sums(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
-                                  int64_t, int64_t, const std::vector<double>&, const std::vector<double>&, double) {
+void batchnorm_backward_with_sums(const float*, const float*, const float*, const float*, float*, float*, float*,
+                                  int64_t, int64_t, int64_t, const std::vector<double>&, const std::vector<double>&,
+                                  double) {
   no_cuda();
 }
 void swap_leading_dims(const float*, float*, int64_t, int64_t, int64_t, bool) { no_cuda(); }
@@ -40,12 +43,12 @@ void batchnorm_forward_train(const float*, float*, float*, const float*, const f
                              int64_t, int64_t, int64_t, float, float) {
   no_cuda();
 }
-void batchnorm_forward_eval(const float*, float*, const float*, const float*, const float*, const float*, int64_t, int64_t,
-                            int64_t, float) {
+void batchnorm_forward_eval(const float*, float*, const float*, const float*, const float*, const float*, int64_t,
+                            int64_t, int64_t, float) {
   no_cuda();
 }
-void batchnorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t,
-                        int64_t) {
+void batchnorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
+                        int64_t, int64_t) {
   no_cuda();
 }
 struct Conv::Impl {};
@@ -63,16 +66,19 @@ void Pool::backward(const float*, const float*, const float*, float*) { no_cuda(
 void linear_forward(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void linear_backward_data(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void linear_backward_weights(const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
-void layernorm_forward(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float) { no_cuda(); }
-void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t) {
+void layernorm_forward(const float*, const float*, const float*, float*, float*, float*, int64_t, int64_t, float) {
+  no_cuda();
+}
+void layernorm_backward(const float*, const float*, const float*, const float*, float*, float*, float*, int64_t,
+                        int64_t) {
   no_cuda();
 }
 void embedding_forward(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void embedding_backward(const float*, const float*, float*, float*, int64_t, int64_t, int64_t) { no_cuda(); }
 void causal_softmax(float*, int64_t, int64_t) { no_cuda(); }
 void causal_softmax_grad(const float*, float*, int64_t, int64_t, float) { no_cuda(); }
-void gemm_batched(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t, int64_t,
-                  float, float*, int64_t, int64_t, int64_t) {
+void gemm_batched(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t, int64_t, const float*, int64_t,
+                  int64_t, float, float*, int64_t, int64_t, int64_t) {
   no_cuda();
 }
 
