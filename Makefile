@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 # ccache hashes paths relative to the build directory, so the build trees below share its objects.
 export CCACHE_BASEDIR := $(CURDIR)
 
-.PHONY: all deps configure build cluster-tools images test check-options test-asan fuzz run bench bench-cluster bench-parity clean
+.PHONY: all deps configure build cluster-tools images test check-options format test-asan fuzz run bench bench-cluster bench-parity clean
 
 all: build
 
@@ -46,6 +46,10 @@ check-options: deps
 	cmake --build build-notests -j $(JOBS)
 	cmake -S . -B build-minimal -DCMAKE_BUILD_TYPE=Release -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_BENCH=OFF $(CMAKE_ARGS)
 	cmake --build build-minimal -j $(JOBS)
+
+# The C++ and CUDA sources formatted in place to .clang-format (`make test` checks it: ctest clang_format).
+format: deps
+	@bash scripts/format.sh
 
 # The libFuzzer targets (fuzz/), built with clang in build-fuzz: `make test` runs each on a fixed
 # number of inputs from a fixed seed; `make fuzz FUZZ_SECONDS=600` runs each that long, seeded at random.

@@ -13,6 +13,7 @@ packages=(
   libgtest-dev googletest
   python3 python3-yaml python3-jsonschema
   universal-ctags                                  # function lengths (scripts/longest_functions.py)
+  clang-format-14                                  # the C++ sources' formatting (scripts/format.sh, .clang-format)
   clang libclang-rt-14-dev                         # the libFuzzer targets (scripts/fuzz.sh)
   python3-h5py python3-numpy python3-pil           # datasets written as users' tools write them (tests/e2e/dataset_files_test.py, image_folder_run_test.py)
   etcd-server golang-1.19-go rsync openssl curl   # the test API server (scripts/test-cluster.sh)
