@@ -971,6 +971,27 @@ class Reconciler {
   }
 
   // ---- progress: Running, and the workers' progress, written at most every status interval ----
+  // auto: the controller's choice of exchange into the status and an Event, each time a new one is
+  // made; whether it was news.
+  bool report_exchange(const ExchangeDecision& x) {
+    if (x.version <= 0 || x.from_step < 0 ||
+        x.version == status.s.value("exchange", json::object()).value("choice", int64_t{0}))
+      return false;
+    json e = {{"choice", x.version}, {"fromStep", x.from_step}, {"strategy", x.sparse.empty() ? x.dense : x.sparse},
+              {"dense", x.dense},    {"reason", x.reason},      {"computeSeconds", x.compute_s}};
+    if (!x.sparse.empty()) e["density"] = x.density;
+    if (x.inter_bits_per_second > 0) e["interNodeGbps"] = x.inter_bits_per_second / 1e9;
+    json predicted = json::array();
+    for (const auto& [name, seconds] : x.predicted) predicted.push_back({{"exchange", name}, {"stepSeconds", seconds}});
+    e["predicted"] = predicted;
+    status.set("exchange", e);
+    event(false, Reason::kExchangeChosen,
+          detail::concat(
+              x.sparse.empty() ? x.dense : detail::concat(x.sparse, " at density ", x.density, ", then ", x.dense),
+              " from step ", x.from_step, ": ", x.reason));
+    return true;
+  }
+
   void progress() {
     const auto& sp = s();
     int running = 0;
@@ -991,25 +1012,8 @@ class Reconciler {
       const auto last = parse_time(status.s.value("lastProgressTime", ""));
       const int64_t known_switch = status.s.value("switchStep", int64_t{-1});
       const bool switch_news = p.switch_step >= 0 && p.switch_step != known_switch;
-      // auto: the controller's choice of exchange, news each time it is made
       const ExchangeDecision& x = p.exchange;
-      const bool exchange_news = x.version > 0 && x.from_step >= 0 &&
-                                 x.version != status.s.value("exchange", json::object()).value("choice", int64_t{0});
-      if (exchange_news) {
-        json e = {{"choice", x.version}, {"fromStep", x.from_step}, {"strategy", x.sparse.empty() ? x.dense : x.sparse},
-                  {"dense", x.dense},    {"reason", x.reason},      {"computeSeconds", x.compute_s}};
-        if (!x.sparse.empty()) e["density"] = x.density;
-        if (x.inter_bits_per_second > 0) e["interNodeGbps"] = x.inter_bits_per_second / 1e9;
-        json predicted = json::array();
-        for (const auto& [name, seconds] : x.predicted)
-          predicted.push_back({{"exchange", name}, {"stepSeconds", seconds}});
-        e["predicted"] = predicted;
-        status.set("exchange", e);
-        event(false, Reason::kExchangeChosen,
-              detail::concat(
-                  x.sparse.empty() ? x.dense : detail::concat(x.sparse, " at density ", x.density, ", then ", x.dense),
-                  " from step ", x.from_step, ": ", x.reason));
-      }
+      const bool exchange_news = report_exchange(x);
       if (switch_news) {
         status.set("switchStep", p.switch_step);
         const bool chosen = sp.communication.strategy == "auto";
