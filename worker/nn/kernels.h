@@ -166,6 +166,18 @@ TESSERA_HD void layernorm_row_grad(const float* dy, const float* xhat, const flo
   mgx /= d;
   for (int64_t i = 0; i < d; ++i) dx[i] = static_cast<float>(rstd * (double(dy[i]) * gamma[i] - mg - xhat[i] * mgx));
 }
+// Column j of the parameter gradients over `rows` rows of d: dgamma[j] += sum of dy * xhat, dbeta[j]
+// += sum of dy (in double, row by row).
+TESSERA_HD void layernorm_column_grads(const float* dy, const float* xhat, int64_t rows, int64_t d, int64_t j,
+                                       float* dgamma, float* dbeta) {
+  double g = 0, b = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    g += double(dy[r * d + j]) * xhat[r * d + j];
+    b += dy[r * d + j];
+  }
+  dgamma[j] += static_cast<float>(g);
+  dbeta[j] += static_cast<float>(b);
+}
 
 // ---- causal attention, one row of scores ----
 // Softmax over the first `len` entries of s (the positions a query may attend to: itself and those

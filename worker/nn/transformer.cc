@@ -201,15 +201,7 @@ Tensor LayerNorm::backward(const Tensor& dy) {
   for (int64_t r = 0; r < rows; ++r) kernels::layernorm_row_grad(g + r * d, xh + r * d, gm, rs[r], d, o + r * d);
   float* dg = gamma_.grad.data();
   float* db = beta_.grad.data();
-  for (int64_t j = 0; j < d; ++j) {
-    double sg = 0, sb = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      sg += double(g[r * d + j]) * xh[r * d + j];
-      sb += g[r * d + j];
-    }
-    dg[j] += static_cast<float>(sg);
-    db[j] += static_cast<float>(sb);
-  }
+  for (int64_t j = 0; j < d; ++j) kernels::layernorm_column_grads(g, xh, rows, d, j, dg, db);
   return dx;
 }
 

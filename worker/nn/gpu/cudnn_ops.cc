@@ -310,32 +310,20 @@ void Pool::backward(const float* x, const float* y, const float* dy, float* dx) 
         "cudnnPoolingBackward");
 }
 
-// Row-major matrices seen by column-major cuBLAS as their transposes.
+// The fully connected layer's three products, row-major, as gemm_batched's one product.
 void linear_forward(const float* x, const float* w, float* y, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
-  const float one = 1.0f, zero = 0.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(n),
-                    static_cast<int>(in), &one, w, static_cast<int>(in), x, static_cast<int>(in), &zero, y,
-                    static_cast<int>(out)),
-        "linear forward");
+  gemm_batched('N', 'T', n, out, in, 1.0f, x, in, 0, w, in, 0, 0.0f, y, out, 0, 1);  // y = x w^T
 }
 
 void linear_backward_data(const float* dy, const float* w, float* dx, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
-  const float one = 1.0f, zero = 0.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(in), static_cast<int>(n),
-                    static_cast<int>(out), &one, w, static_cast<int>(in), dy, static_cast<int>(out), &zero, dx,
-                    static_cast<int>(in)),
-        "linear backward-data");
+  gemm_batched('N', 'N', n, in, out, 1.0f, dy, out, 0, w, in, 0, 0.0f, dx, in, 0, 1);  // dx = dy w
 }
 
 void linear_backward_weights(const float* dy, const float* x, float* dw, int64_t n, int64_t in, int64_t out) {
   if (n == 0) return;
-  const float one = 1.0f;
-  check(cublasSgemm(handles().cublas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(in), static_cast<int>(out),
-                    static_cast<int>(n), &one, x, static_cast<int>(in), dy, static_cast<int>(out), &one, dw,
-                    static_cast<int>(in)),
-        "linear backward-weights");
+  gemm_batched('T', 'N', out, in, n, 1.0f, dy, out, 0, x, in, 0, 1.0f, dw, in, 0, 1);  // dw += dy^T x
 }
 
 // C = op(A) op(B) row-major is C^T = op(B)^T op(A)^T column-major: the operands swap places.

@@ -269,15 +269,8 @@ void layernorm_backward(const float* dy, const float* xhat, const float* gamma, 
   for_each("layernorm_backward", rows, [=] __device__(int64_t r) {
     kernels::layernorm_row_grad(dy + r * d, xhat + r * d, gamma, rstd[r], d, dx + r * d);
   });
-  for_each("layernorm_param_grad", d, [=] __device__(int64_t j) {
-    double g = 0, b = 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      g += double(dy[r * d + j]) * xhat[r * d + j];
-      b += dy[r * d + j];
-    }
-    dgamma[j] += static_cast<float>(g);
-    dbeta[j] += static_cast<float>(b);
-  });
+  for_each("layernorm_param_grad", d,
+           [=] __device__(int64_t j) { kernels::layernorm_column_grads(dy, xhat, rows, d, j, dgamma, dbeta); });
 }
 void embedding_forward(const float* ids, const float* token, const float* position, float* y, int64_t n, int64_t t,
                        int64_t d) {
