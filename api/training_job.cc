@@ -96,13 +96,14 @@ DatasetSpec parse_dataset(const ConfigNode& d) {
 }
 
 TrainingSpec parse_training(const ConfigNode& t) {
-  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "labelSmoothing", "threads",
+  t.allow_only({"epochs", "batchSize", "optimizer", "schedule", "gradClip", "labelSmoothing", "precision", "threads",
                 "logEverySeconds", "seed", "loaderThreads", "prefetchBatches"});
   TrainingSpec s;
   s.epochs = static_cast<int>(t.integer("epochs", s.epochs, 1, 1000000));
   s.batch_size = static_cast<int>(t.integer("batchSize", s.batch_size, 1, 1 << 24));
   s.grad_clip = t.number("gradClip", 0, Interval::at_least(0));
   s.label_smoothing = t.number("labelSmoothing", 0, {0, 1, false, true});
+  s.precision = t.choice("precision", s.precision, {"fp32", "bf16"});
   s.threads = static_cast<int>(t.integer("threads", 0, 0, 4096));
   s.log_every_seconds = t.number("logEverySeconds", s.log_every_seconds, Interval::above(0));
   s.seed = static_cast<uint64_t>(t.integer("seed", 1, 0, INT64_MAX));

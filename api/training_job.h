@@ -95,8 +95,11 @@ struct TrainingSpec {
   OptimizerSpec optimizer;
   ScheduleSpec schedule;
   double grad_clip = 0;  // max global gradient norm; 0: off
-  double label_smoothing =
-      0;            // classifiers: the cross-entropy's target puts 1 - eps on the label, eps / C on each class
+  // Classifiers: the cross-entropy's target puts 1 - eps on the label, eps / C on each class.
+  double label_smoothing = 0;
+  // fp32 | bf16: bf16 as torch.autocast(bfloat16) means it: convolutions and matrix products take
+  // bf16 inputs and accumulate in fp32; everything else, weights and optimiser state stay fp32.
+  std::string precision = "fp32";
   int threads = 0;  // compute threads per rank; 0: the launcher's or OpenMP's choice
   double log_every_seconds = 5;
   uint64_t seed = 1;  // data order
@@ -111,8 +114,8 @@ struct ParallelismSpec {
 };
 
 struct CommunicationSpec {
-  std::string strategy =
-      "auto";  // auto | dense | torus | topk | hitopk | hybrid (auto, the default: the controller chooses)
+  // auto | dense | torus | topk | hitopk | hybrid (auto, the default: the controller chooses)
+  std::string strategy = "auto";
   std::string sparse = "hitopk";  // hybrid: the strategy of the first epochs (topk | hitopk)
   std::string dense = "torus";    // hybrid: the strategy from the switch on (dense | torus)
   double density = 0.01;

@@ -33,23 +33,27 @@ double time_it(const std::function<void()>& fn, int iters) {
 }
 
 // The PyTorch baseline of `train`, or null when python3 with torch is not installed.
-nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const std::string& hidden) {
+nlohmann::json torch_baseline(int size, int batch, int threads, int iters, const std::string& hidden,
+                              Precision precision, const char* layout) {
   return python_peer(detail::concat("torch_cosmoflow.py --size ", size, " --batch ", batch, " --threads ", threads,
-                                    " --iters ", iters, " --hidden ", hidden));
+                                    " --iters ", iters, " --hidden ", hidden, " --precision ",
+                                    precision_name(precision), " --layout ", layout));
 }
 
 // The Transformer's peer (bench/torch/torch_transformer.py), or null without python3-torch.
 nlohmann::json torch_transformer(const ModelConfig& m, int batch, int threads, int iters) {
   return python_peer(detail::concat("torch_transformer.py --vocab ", m.vocab_size, " --context ", m.context,
                                     " --width ", m.width, " --depth ", m.depth, " --heads ", m.heads, " --batch ",
-                                    batch, " --threads ", threads, " --iters ", iters));
+                                    batch, " --threads ", threads, " --iters ", iters, " --precision ",
+                                    precision_name(m.precision)));
 }
 
 // ResNet-50's peer (bench/torch/torch_resnet50.py) in one of PyTorch's layouts (nhwc: channels_last),
 // or null without python3-torch.
-nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const char* layout) {
+nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const char* layout, Precision precision) {
   return python_peer(detail::concat("torch_resnet50.py --size ", size, " --batch ", batch, " --threads ", threads,
-                                    " --iters ", iters, " --layout ", layout));
+                                    " --iters ", iters, " --layout ", layout, " --precision ",
+                                    precision_name(precision)));
 }
 
 int train(int argc, char** argv) {
@@ -62,9 +66,11 @@ int train(int argc, char** argv) {
   mc.heads = 8;
   int batch = 4, threads = 2, iters = 5;
   bool json = false, layers = false;
+  std::string precision = "fp32";
   Flags flags(
       "tessera-bench train",
       "usage: tessera-bench train --model cosmoflow|unet3d|cnn2d --size W [--batch B --threads T --iters I] [--json]\n"
+      "       [--precision fp32|bf16]: bf16 as spec.training.precision, the peer under torch.autocast(bfloat16)\n"
       "       [--layers]: where the step goes, by kind of layer (forward and backward ms a step)\n"
       "       tessera-bench train --model resnet50 --size 224 ...   (PyTorch in both of its layouts)\n"
       "       tessera-bench train --model transformer [--context 256 --width 512 --depth 8 --heads 8 --vocab 256] "
@@ -80,8 +86,10 @@ int train(int argc, char** argv) {
       .integer("--threads", &threads, 1, 1024)
       .integer("--iters", &iters, 1, 100000)
       .toggle("--json", &json)
-      .toggle("--layers", &layers);
+      .toggle("--layers", &layers)
+      .text("--precision", &precision);
   if (!flags.parse(argc, argv, 2)) return 0;
+  mc.precision = parse_precision(precision, "--precision");
   omp_set_num_threads(threads);
   const bool language = mc.name == "transformer", resnet = mc.name == "resnet50";
   if (resnet) mc.label_smoothing = 0.1;  // as its peer
@@ -140,6 +148,7 @@ int train(int argc, char** argv) {
   for (Layer* l : in.size() == 5 ? model->layers() : std::vector<Layer*>{}) {
     if (auto* c = dynamic_cast<Conv*>(l); c && c->options().spatial_dims == 3) {
       Conv conv("bench", c->options());
+      conv.set_precision(mc.precision);
       // In the layout the model's convolutions see (channels-last), so no reorder is timed.
       Tensor xi = dnnl_util::to_layout(random_tensor(shape, 3), Layout::kChannelsLast);
       const double flops = conv.forward_flops(shape);
@@ -160,6 +169,7 @@ int train(int argc, char** argv) {
                         {"model", mc.name},
                         {"batch", batch},
                         {"threads", threads},
+                        {"precision", precision_name(mc.precision)},
                         {"parameters", model->num_params()},
                         {"samples_per_second", sps},
                         {"step_ms", step_s * 1e3},
@@ -177,8 +187,8 @@ int train(int argc, char** argv) {
     torch = torch_transformer(mc, batch, threads, iters);
   } else if (resnet) {
     // The user's best of PyTorch's two layouts is the peer; both are reported.
-    const nlohmann::json nhwc = torch_resnet50(mc.input_size, batch, threads, iters, "nhwc");
-    const nlohmann::json nchw = torch_resnet50(mc.input_size, batch, threads, iters, "nchw");
+    const nlohmann::json nhwc = torch_resnet50(mc.input_size, batch, threads, iters, "nhwc", mc.precision);
+    const nlohmann::json nchw = torch_resnet50(mc.input_size, batch, threads, iters, "nchw", mc.precision);
     if (!nhwc.is_null() && !nchw.is_null()) {
       out["torch_channels_last_samples_per_second"] = nhwc["samples_per_second"];
       out["torch_nchw_samples_per_second"] = nchw["samples_per_second"];
@@ -187,7 +197,14 @@ int train(int argc, char** argv) {
   } else if (mc.name == "cosmoflow") {
     std::string hidden;
     for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
-    torch = torch_baseline(mc.input_size, batch, threads, iters, hidden);
+    // As for ResNet-50: the faster of PyTorch's two layouts (channels_last_3d, its default).
+    const nlohmann::json ndhwc = torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ndhwc");
+    const nlohmann::json ncdhw = torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ncdhw");
+    if (!ndhwc.is_null() && !ncdhw.is_null()) {
+      out["torch_channels_last_samples_per_second"] = ndhwc["samples_per_second"];
+      out["torch_ncdhw_samples_per_second"] = ncdhw["samples_per_second"];
+      torch = ndhwc["samples_per_second"].get<double>() >= ncdhw["samples_per_second"].get<double>() ? ndhwc : ncdhw;
+    }
   }
   out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];
   out["ratio_vs_torch"] =

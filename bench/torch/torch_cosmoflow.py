@@ -4,7 +4,8 @@
 Prints one JSON line: samples/s of forward + backward + SGD update, and forward / backward GFLOP/s
 of each conv3d layer shape. --device cuda runs it on the GPU as a user would tune it there
 (channels_last_3d, torch.backends.cudnn.benchmark, TF32 for convolutions as PyTorch's default);
---layout ncdhw keeps PyTorch's default contiguous layout there instead.
+--layout ncdhw keeps PyTorch's default contiguous layout instead (on either device).
+--precision bf16 runs the step under torch.autocast(bfloat16).
 """
 import argparse
 import json
@@ -48,8 +49,9 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
     p.add_argument("--hidden", type=str, default="2048,256")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: torch.autocast(bfloat16)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--layout", choices=["ndhwc", "ncdhw"], default="ndhwc", help="on the GPU: channels_last_3d or not")
+    p.add_argument("--layout", choices=["ndhwc", "ncdhw"], default="ndhwc", help="channels_last_3d or not")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
@@ -58,9 +60,12 @@ def main():
     sync = lambda: None
     x = torch.randn(a.batch, 4, a.size, a.size, a.size)
     y = torch.randn(a.batch, 4)
+    layout = torch.channels_last_3d if a.layout == "ndhwc" else torch.contiguous_format
+    if a.device == "cpu":
+        net = net.to(memory_format=layout)
+        x = x.to(memory_format=layout)
     if a.device == "cuda":
         torch.backends.cudnn.benchmark = True
-        layout = torch.channels_last_3d if a.layout == "ndhwc" else torch.contiguous_format
         net = net.to("cuda", memory_format=layout)
         x = x.to("cuda", memory_format=layout)
         y = y.to("cuda")
@@ -69,7 +74,8 @@ def main():
 
     def step():
         opt.zero_grad()
-        loss = nn.functional.mse_loss(net(x), y)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = nn.functional.mse_loss(net(x).float(), y)
         loss.backward()
         opt.step()
 
@@ -92,8 +98,8 @@ def main():
         bwd = timed(lambda: torch.autograd.grad(conv(xi), [xi, conv.weight], g), a.iters) - fwd
         convs.append({"in": ci, "out": co, "size": s, "fwd_gflops": flops / fwd / 1e9,
                       "bwd_gflops": 2 * flops / bwd / 1e9 if bwd > 0 else None})  # None: within the noise
-    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "samples_per_second": a.batch / step_s,
-                      "step_ms": step_s * 1e3, "convs": convs}))
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "precision": a.precision, "layout": a.layout,
+                      "samples_per_second": a.batch / step_s, "step_ms": step_s * 1e3, "convs": convs}))
 
 
 if __name__ == "__main__":

@@ -168,11 +168,13 @@ def speed(a):
 
     def step():
         opt.zero_grad()
-        F.cross_entropy(model(x), y, label_smoothing=0.1).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(x)
+        F.cross_entropy(logits.float(), y, label_smoothing=0.1).backward()
         opt.step()
 
     step_s = step_seconds(step, a.iters)
-    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "layout": a.layout,
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "layout": a.layout, "precision": a.precision,
                       "samples_per_second": a.batch / step_s, "step_ms": step_s * 1e3,
                       "parameters": sum(p.numel() for p in model.parameters())}))
 
@@ -187,6 +189,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--iters", type=int, default=3)
     p.add_argument("--layout", choices=["nhwc", "nchw"], default="nhwc")
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: torch.autocast(bfloat16)")
     a = p.parse_args()
     if a.dump:
         dump(a.dump, a.seed)

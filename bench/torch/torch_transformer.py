@@ -113,11 +113,14 @@ def speed(a):
 
     def step():
         opt.zero_grad()
-        loss_of(model(ids), targets).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            logits = model(ids)
+        loss_of(logits.float(), targets).backward()
         opt.step()
 
     step_s = step_seconds(step, a.iters)
-    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "samples_per_second": a.batch / step_s,
+    print(json.dumps({"framework": "pytorch", "version": torch.__version__, "precision": a.precision,
+                      "samples_per_second": a.batch / step_s,
                       "step_ms": step_s * 1e3, "parameters": sum(p.numel() for p in model.parameters())}))
 
 
@@ -130,6 +133,7 @@ def main():
     p.add_argument("--width", type=int, default=512)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="bf16: torch.autocast(bfloat16)")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)

@@ -358,8 +358,9 @@ TEST(TrainingJobTest, CorpusOfManifestsEachRejectedAtItsField) {
     ++invalid;
   }
   EXPECT_GE(invalid, 30);
-  for (const char* example : {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml",
-                              "transformer-local.yaml", "resnet50-local.yaml", "resnet50-imagenet.yaml"}) {
+  for (const char* example :
+       {"cosmoflow-small.yaml", "cosmoflow-spatial.yaml", "cosmoflow-local.yaml", "transformer-local.yaml",
+        "resnet50-local.yaml", "resnet50-imagenet.yaml", "cosmoflow-bf16.yaml"}) {
     auto p = api::read_training_job(std::string(TESSERA_SOURCE_DIR) + "/examples/" + example);
     EXPECT_TRUE(p.ok()) << example;
   }

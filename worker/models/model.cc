@@ -509,6 +509,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& c, Communicator* spatial) {
     throw ConfigError("training.labelSmoothing",
                       "applies to classifiers' cross-entropy; " + c.name + " is a regression");
   m->set_label_smoothing(c.label_smoothing);
+  if (c.precision == Precision::kBf16) require_bf16_cpu();
+  for (Layer* l : m->layers()) l->set_precision(c.precision);
   return m;
 }
 

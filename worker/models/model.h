@@ -32,7 +32,8 @@ struct ModelConfig {
   // transformer: a sample is `context` token ids of a vocabulary of `vocab_size` (the dataset's);
   // `depth` pre-norm blocks of `width`, `heads` attention heads each.
   int vocab_size = 0, context = 256, width = 256, depth = 4, heads = 4;
-  double label_smoothing = 0;  // classifiers' cross-entropy (training.labelSmoothing)
+  double label_smoothing = 0;              // classifiers' cross-entropy (training.labelSmoothing)
+  Precision precision = Precision::kFp32;  // every layer's products (training.precision)
 };
 
 // The fully connected widths the model builds: c.hidden, or the model's default when empty.

@@ -129,10 +129,16 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   // Activations channels-last (on CPU the fastest for all three primitives here: backward-weights
   // has no direct kernel for 3D blocked layouts and runs about 2x faster on channels-last than on
   // plain), weights in whatever layout each primitive picks.
+  // Under bf16 the primitives' inputs (src, weights, diff_dst) are bf16 in the layouts they pick,
+  // and what they write (dst, diff_src, diff_weights) fp32 as in fp32.
+  const auto in_type = precision() == Precision::kBf16 ? memory::data_type::bf16 : memory::data_type::f32;
   auto act = [](const Shape& s) { return dnnl_util::desc_of(s, Layout::kChannelsLast); };
-  auto any = [](const Shape& s) {
-    return memory::desc(dnnl_util::dims_of(s), memory::data_type::f32, memory::format_tag::any);
+  auto any = [](const Shape& s, memory::data_type t = memory::data_type::f32) {
+    return memory::desc(dnnl_util::dims_of(s), t, memory::format_tag::any);
   };
+  auto input = [&](const Shape& s) { return in_type == memory::data_type::f32 ? act(s) : any(s, in_type); };
+  // oneDNN's bf16 kernels take their fp32 outputs in the blocked layouts they choose too.
+  auto output = [&](const Shape& s) { return in_type == memory::data_type::f32 ? act(s) : any(s); };
   memory::dims strides(o.spatial_dims, o.stride), pad_l(o.spatial_dims), pad_r(o.spatial_dims);
   for (int i = 0; i < o.spatial_dims; ++i) {
     pad_l[i] = pad_before(o, i);
@@ -140,8 +146,8 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   }
   memory::desc bias_md = o.bias ? dnnl_util::plain_desc(bias_.value.shape()) : memory::desc();
   auto& eng = dnnl_util::engine();
-  typename T::Fwd::desc fd(dnnl::prop_kind::forward_training, T::kAlg, act(in), any(weight_.value.shape()), bias_md,
-                           act(p->out), strides, pad_l, pad_r);
+  typename T::Fwd::desc fd(dnnl::prop_kind::forward_training, T::kAlg, input(in), any(weight_.value.shape(), in_type),
+                           bias_md, output(p->out), strides, pad_l, pad_r);
   dnnl::primitive_attr attr;
   if (o.activation) {
     dnnl::post_ops ops;
@@ -150,11 +156,12 @@ detail::ConvPlan<T>& ConvLayer<T>::plan_for(const Shape& in) {
   }
   p->fwd_pd = typename T::Fwd::primitive_desc(fd, attr, eng);
   p->fwd = typename T::Fwd(p->fwd_pd);
-  typename T::BwdData::desc bdd(T::kAlg, act(in), any(weight_.value.shape()), act(p->out), strides, pad_l, pad_r);
+  typename T::BwdData::desc bdd(T::kAlg, output(in), any(weight_.value.shape(), in_type), input(p->out), strides, pad_l,
+                                pad_r);
   p->bd_pd = typename T::BwdData::primitive_desc(bdd, eng, p->fwd_pd);
   p->bd = typename T::BwdData(p->bd_pd);
-  typename T::BwdWeights::desc bwd(T::kAlg, act(in), any(weight_.value.shape()), bias_md, act(p->out), strides, pad_l,
-                                   pad_r);
+  typename T::BwdWeights::desc bwd(T::kAlg, input(in), any(weight_.value.shape()), bias_md, input(p->out), strides,
+                                   pad_l, pad_r);
   p->bw_pd = typename T::BwdWeights::primitive_desc(bwd, eng, p->fwd_pd);
   p->bw = typename T::BwdWeights(p->bw_pd);
   plan_ = std::move(p);
@@ -448,6 +455,13 @@ Tensor ConvLayer<T>::backward(const Tensor& dy) {
   if (options_.bias)
     for (int64_t i = 0; i < db.numel(); ++i) bias_.grad[i] += db[i];
   return dx;
+}
+
+template <class T>
+void ConvLayer<T>::set_precision(Precision p) {
+  if (p == precision()) return;
+  Layer::set_precision(p);
+  plan_.reset();  // the primitives are made for one precision
 }
 
 template <class T>

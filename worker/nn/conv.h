@@ -61,6 +61,9 @@ class ConvLayer : public Layer {
   Tensor backward(const Tensor& dy) override;
   Layouts layouts() const override { return Layouts::kChannelsLast; }
   std::vector<Param*> params() override;
+  // kBf16: oneDNN's bf16 primitives (inputs, weights and output gradients rounded to bf16; outputs,
+  // input and weight gradients fp32).
+  void set_precision(Precision p) override;
   double forward_flops(const Shape& in) const override;
   const ConvOptions& options() const { return options_; }
   Param& weight() { return weight_; }

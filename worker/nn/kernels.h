@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__CUDACC__)
 #define TESSERA_HD __host__ __device__ inline
@@ -15,6 +16,23 @@
 #endif
 
 namespace tessera::kernels {
+
+// ---- bf16: the top 16 bits of a float ----
+// The bf16 nearest to x, ties to even (as oneDNN and PyTorch round); a NaN stays a quiet NaN.
+TESSERA_HD uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+TESSERA_HD float bf16_value(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+TESSERA_HD float round_bf16(float x) { return bf16_value(bf16_bits(x)); }
 
 // ---- activations ----
 TESSERA_HD float leaky_relu(float x, float slope) { return x > 0.0f ? x : slope * x; }

@@ -13,6 +13,7 @@
 
 #include "common/cost_model.h"
 #include "worker/core/tensor.h"
+#include "worker/nn/precision.h"
 
 namespace tessera {
 
@@ -56,6 +57,10 @@ class Layer {
   }
   // The layers inside this one (a residual block's), nested ones included.
   virtual std::vector<Layer*> sublayers() { return {}; }
+  // The arithmetic of the layer's products (nn/precision.h: convolutions and matrix products take
+  // bf16 inputs under kBf16); a layer without products keeps it and computes in fp32.
+  virtual void set_precision(Precision p) { precision_ = p; }
+  Precision precision() const { return precision_; }
 
  protected:
   // Throws ConfigError("model.layers.<name>", reason).
@@ -64,6 +69,7 @@ class Layer {
  private:
   std::string name_;
   bool input_grad_ = true;
+  Precision precision_ = Precision::kFp32;
 };
 
 // Called during a backward pass as soon as a layer's parameter gradients are final (each layer's

@@ -1,7 +1,5 @@
 #include "worker/nn/linear.h"
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include "common/error.h"
 #include "worker/nn/gpu/ops.h"
 
@@ -36,7 +34,7 @@ Tensor Linear::forward(const Tensor& x, bool training) {
   }
   for (int64_t i = 0; i < n; ++i)
     for (int j = 0; j < out_; ++j) y[i * out_ + j] = bias_.value[j];
-  dnnl_sgemm('N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
+  gemm(precision(), 'N', 'T', n, out_, in_, 1.0f, x.data(), in_, weight_.value.data(), in_, 1.0f, y.data(), out_);
   return y;
 }
 
@@ -53,8 +51,8 @@ Tensor Linear::backward(const Tensor& dy) {
     gpu::bias_grad(dy.data(), bias_.grad.data(), n, out_, 1);
     return dx;
   }
-  dnnl_sgemm('N', 'N', n, in_, out_, 1.0f, dy.data(), out_, weight_.value.data(), in_, 0.0f, dx.data(), in_);
-  dnnl_sgemm('T', 'N', out_, in_, n, 1.0f, dy.data(), out_, x_.data(), in_, 1.0f, weight_.grad.data(), in_);
+  gemm(precision(), 'N', 'N', n, in_, out_, 1.0f, dy.data(), out_, weight_.value.data(), in_, 0.0f, dx.data(), in_);
+  gemm(precision(), 'T', 'N', out_, in_, n, 1.0f, dy.data(), out_, x_.data(), in_, 1.0f, weight_.grad.data(), in_);
   for (int64_t i = 0; i < n; ++i)
     for (int j = 0; j < out_; ++j) bias_.grad[j] += dy[i * out_ + j];
   return dx;

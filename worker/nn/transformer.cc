@@ -1,7 +1,5 @@
 #include "worker/nn/transformer.h"
 
-#include <oneapi/dnnl/dnnl.h>
-
 #include <cmath>
 
 #include "common/error.h"
@@ -11,16 +9,16 @@
 namespace tessera {
 namespace {
 
-// gpu::gemm_batched's products, on the device or (one oneDNN sgemm each) on the host.
-void gemm_batched(Device device, char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                  int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb, float beta, float* c, int64_t ldc,
-                  int64_t sc, int64_t batch) {
+// gpu::gemm_batched's products, on the device or (one gemm() each, in the layer's precision) on the host.
+void gemm_batched(Device device, Precision precision, char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb, float beta,
+                  float* c, int64_t ldc, int64_t sc, int64_t batch) {
   if (device == Device::kCuda) {
     gpu::gemm_batched(ta, tb, m, n, k, alpha, a, lda, sa, b, ldb, sb, beta, c, ldc, sc, batch);
     return;
   }
   for (int64_t i = 0; i < batch; ++i)
-    dnnl_sgemm(ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
+    gemm(precision, ta, tb, m, n, k, alpha, a + i * sa, lda, b + i * sb, ldb, beta, c + i * sc, ldc);
 }
 
 }  // namespace
@@ -121,7 +119,7 @@ Tensor TiedOutput::forward(const Tensor& x, bool training) {
     gpu::linear_forward(x.data(), e_->value.data(), y.data(), n, d, v);
     return y;
   }
-  if (n) dnnl_sgemm('N', 'T', n, v, d, 1.0f, x.data(), d, e_->value.data(), d, 0.0f, y.data(), v);
+  if (n) gemm(precision(), 'N', 'T', n, v, d, 1.0f, x.data(), d, e_->value.data(), d, 0.0f, y.data(), v);
   return y;
 }
 
@@ -137,8 +135,8 @@ Tensor TiedOutput::backward(const Tensor& dy) {
     return dx;
   }
   if (n == 0) return dx;
-  dnnl_sgemm('N', 'N', n, d, v, 1.0f, dy.data(), v, e_->value.data(), d, 0.0f, dx.data(), d);
-  dnnl_sgemm('T', 'N', v, d, n, 1.0f, dy.data(), v, x_.data(), d, 1.0f, e_->grad.data(), d);
+  gemm(precision(), 'N', 'N', n, d, v, 1.0f, dy.data(), v, e_->value.data(), d, 0.0f, dx.data(), d);
+  gemm(precision(), 'T', 'N', v, d, n, 1.0f, dy.data(), v, x_.data(), d, 1.0f, e_->grad.data(), d);
   return dx;
 }
 
@@ -239,7 +237,8 @@ Tensor CausalAttention::forward(const Tensor& qkv, bool training) {
   Tensor p({n, h, t, t}, Layout::kPlain, dev), y(out, Layout::kPlain, dev);
   for (int64_t i = 0; i < n; ++i) {
     const float* q = qkv.data() + i * t * ld;
-    gemm_batched(dev, 'N', 'T', t, t, dh, scale, q, ld, dh, q + d, ld, dh, 0.0f, p.data() + i * h * t * t, t, t * t, h);
+    gemm_batched(dev, precision(), 'N', 'T', t, t, dh, scale, q, ld, dh, q + d, ld, dh, 0.0f, p.data() + i * h * t * t,
+                 t, t * t, h);
   }
   if (dev == Device::kCuda) {
     gpu::causal_softmax(p.data(), n * h * t, t);
@@ -250,7 +249,7 @@ Tensor CausalAttention::forward(const Tensor& qkv, bool training) {
   }
   for (int64_t i = 0; i < n; ++i) {
     const float* v = qkv.data() + i * t * ld + 2 * d;
-    gemm_batched(dev, 'N', 'N', t, dh, t, 1.0f, p.data() + i * h * t * t, t, t * t, v, ld, dh, 0.0f,
+    gemm_batched(dev, precision(), 'N', 'N', t, dh, t, 1.0f, p.data() + i * h * t * t, t, t * t, v, ld, dh, 0.0f,
                  y.data() + i * t * d, d, dh, h);
   }
   if (training) {
@@ -273,9 +272,9 @@ Tensor CausalAttention::backward(const Tensor& dy) {
     const float* p = p_.data() + i * h * t * t;
     float* dq = dqkv.data() + i * t * ld;
     // dP = dY V^T; dV = P^T dY.
-    gemm_batched(dev, 'N', 'T', t, t, dh, 1.0f, g, d, dh, q + 2 * d, ld, dh, 0.0f, dp.data() + i * h * t * t, t, t * t,
-                 h);
-    gemm_batched(dev, 'T', 'N', t, dh, t, 1.0f, p, t, t * t, g, d, dh, 0.0f, dq + 2 * d, ld, dh, h);
+    gemm_batched(dev, precision(), 'N', 'T', t, t, dh, 1.0f, g, d, dh, q + 2 * d, ld, dh, 0.0f,
+                 dp.data() + i * h * t * t, t, t * t, h);
+    gemm_batched(dev, precision(), 'T', 'N', t, dh, t, 1.0f, p, t, t * t, g, d, dh, 0.0f, dq + 2 * d, ld, dh, h);
   }
   if (dev == Device::kCuda) {
     gpu::causal_softmax_grad(p_.data(), dp.data(), n * h * t, t, scale);
@@ -290,8 +289,8 @@ Tensor CausalAttention::backward(const Tensor& dy) {
     const float* ds = dp.data() + i * h * t * t;
     float* dq = dqkv.data() + i * t * ld;
     // dQ = dS K; dK = dS^T Q (the scale is in dS).
-    gemm_batched(dev, 'N', 'N', t, dh, t, 1.0f, ds, t, t * t, q + d, ld, dh, 0.0f, dq, ld, dh, h);
-    gemm_batched(dev, 'T', 'N', t, dh, t, 1.0f, ds, t, t * t, q, ld, dh, 0.0f, dq + d, ld, dh, h);
+    gemm_batched(dev, precision(), 'N', 'N', t, dh, t, 1.0f, ds, t, t * t, q + d, ld, dh, 0.0f, dq, ld, dh, h);
+    gemm_batched(dev, precision(), 'T', 'N', t, dh, t, 1.0f, ds, t, t * t, q, ld, dh, 0.0f, dq + d, ld, dh, h);
   }
   return dqkv;
 }

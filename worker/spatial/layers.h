@@ -42,6 +42,10 @@ class DistWindowLayer : public Layer, public HaloLayer {
   Tensor forward(const Tensor& x, bool training) override;
   Tensor backward(const Tensor& dy) override;
   std::vector<Param*> params() override { return local_->params(); }
+  void set_precision(Precision p) override {
+    Layer::set_precision(p);
+    local_->set_precision(p);
+  }
   double forward_flops(const Shape& in) const override { return local_->forward_flops(extended(in)); }
   const Partition& out_partition() const { return out_; }
   uint64_t halo_bytes() const { return halo_->bytes_sent(); }

@@ -26,6 +26,7 @@ void set_model(const api::TrainingJobSpec& s, JobConfig& j) {
   j.model.depth = s.model.depth;
   j.model.heads = s.model.heads;
   j.model.label_smoothing = s.training.label_smoothing;
+  j.model.precision = parse_precision(s.training.precision);
 }
 
 void set_data(const api::TrainingJobSpec& s, JobConfig& j) {

@@ -176,6 +176,11 @@ void Trainer::build_model() {
                       detail::concat("its ", config_.parameters, " parameters (", config_.parameters * 8 / 1e9,
                                      " GB with their gradients) do not fit in this worker's memory"));
   }
+  if (device_ == Device::kCuda && config_.model.precision != Precision::kFp32)
+    throw ConfigError(
+        "spec.training.precision",
+        "bf16 runs on the CPU (oneDNN's bf16 kernels); on the GPU it is not available yet: set precision: "
+        "fp32 or spec.device: cpu");
   if (device_ == Device::kCuda) model_->to(Device::kCuda);
   for (Layer* l : model_->layers())
     if (auto* d = dynamic_cast<Dropout*>(l)) dropouts_.push_back(d);
@@ -751,7 +756,10 @@ void Trainer::log_start() const {
            " GFLOP per sample forward on this rank) on ", replicas_ * config_.model.spatial.size(), " rank(s) (",
            config_.model.spatial.size(), " spatial x ", replicas_, " data-parallel): ", tr.epochs, " epochs x ",
            steps_per_epoch_, " steps, global batch ", tr.batch_size, elastic, ", strategy ",
-           config_.communication.strategy, switching, where);
+           config_.communication.strategy, switching, where, ", in ", precision_name(config_.model.precision),
+           config_.model.precision == Precision::kBf16
+               ? (bf16_native() ? " (native bf16 instructions)" : " (bf16 emulated on AVX-512)")
+               : "");
 }
 
 void Trainer::heartbeat(int epoch, TrainSummary& summary) {
