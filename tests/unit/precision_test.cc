@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "testing/tensors.h"
 #include "worker/data/dataset.h"
 #include "worker/models/model.h"
 #include "worker/nn/conv.h"
@@ -38,22 +39,11 @@ bool has_bf16_cpu() {
 #define SKIP_WITHOUT_BF16() \
   if (!has_bf16_cpu()) GTEST_SKIP() << "this CPU has no AVX-512: no bf16 path (precision_isa_cap tests the refusal)"
 
-Tensor random_tensor(Shape s, uint32_t seed, float scale = 1.0f) {
-  Tensor t(std::move(s));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  for (auto& v : t.span()) v = u(rng);
-  return t;
-}
+using testing::random_tensor;
 
 double rel_l2(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return testing::relative_l2(a, b);
 }
 
 TEST(Bf16, RoundsToNearestEven) {

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "testing/rank_threads.h"
+#include "testing/tensors.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/models/model.h"
 #include "worker/nn/dnnl_util.h"
@@ -39,12 +40,7 @@ Tensor crop(const Tensor& full, const Partition& p) {
 
 double rel_error(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) {
-    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    den += double(b[i]) * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-30));
+  return testing::relative_l2(a, b);
 }
 
 std::unique_ptr<Communicator> spatial_comm(MemoryStore& store, int rank, int size) {
