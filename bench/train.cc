@@ -56,6 +56,17 @@ nlohmann::json torch_resnet50(int size, int batch, int threads, int iters, const
                                     precision_name(precision)));
 }
 
+// The peer of a convolutional model: the faster of PyTorch's runs in its two layouts (channels-last
+// and its default, `plain`), as a user would pick; both figures go into `out`. Null where either run is.
+nlohmann::json faster_layout(nlohmann::json& out, const nlohmann::json& channels_last, const nlohmann::json& plain,
+                             const std::string& plain_name) {
+  if (channels_last.is_null() || plain.is_null()) return nullptr;
+  out["torch_channels_last_samples_per_second"] = channels_last["samples_per_second"];
+  out["torch_" + plain_name + "_samples_per_second"] = plain["samples_per_second"];
+  return channels_last["samples_per_second"].get<double>() >= plain["samples_per_second"].get<double>() ? channels_last
+                                                                                                        : plain;
+}
+
 int train(int argc, char** argv) {
   ModelConfig mc;
   mc.name = "cosmoflow";
@@ -186,25 +197,13 @@ int train(int argc, char** argv) {
   if (language) {
     torch = torch_transformer(mc, batch, threads, iters);
   } else if (resnet) {
-    // The user's best of PyTorch's two layouts is the peer; both are reported.
-    const nlohmann::json nhwc = torch_resnet50(mc.input_size, batch, threads, iters, "nhwc", mc.precision);
-    const nlohmann::json nchw = torch_resnet50(mc.input_size, batch, threads, iters, "nchw", mc.precision);
-    if (!nhwc.is_null() && !nchw.is_null()) {
-      out["torch_channels_last_samples_per_second"] = nhwc["samples_per_second"];
-      out["torch_nchw_samples_per_second"] = nchw["samples_per_second"];
-      torch = nhwc["samples_per_second"].get<double>() >= nchw["samples_per_second"].get<double>() ? nhwc : nchw;
-    }
+    torch = faster_layout(out, torch_resnet50(mc.input_size, batch, threads, iters, "nhwc", mc.precision),
+                          torch_resnet50(mc.input_size, batch, threads, iters, "nchw", mc.precision), "nchw");
   } else if (mc.name == "cosmoflow") {
     std::string hidden;
     for (int h : hidden_widths(mc)) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
-    // As for ResNet-50: the faster of PyTorch's two layouts (channels_last_3d, its default).
-    const nlohmann::json ndhwc = torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ndhwc");
-    const nlohmann::json ncdhw = torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ncdhw");
-    if (!ndhwc.is_null() && !ncdhw.is_null()) {
-      out["torch_channels_last_samples_per_second"] = ndhwc["samples_per_second"];
-      out["torch_ncdhw_samples_per_second"] = ncdhw["samples_per_second"];
-      torch = ndhwc["samples_per_second"].get<double>() >= ncdhw["samples_per_second"].get<double>() ? ndhwc : ncdhw;
-    }
+    torch = faster_layout(out, torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ndhwc"),
+                          torch_baseline(mc.input_size, batch, threads, iters, hidden, mc.precision, "ncdhw"), "ncdhw");
   }
   out["torch_samples_per_second"] = torch.is_null() ? nlohmann::json(nullptr) : torch["samples_per_second"];
   out["ratio_vs_torch"] =

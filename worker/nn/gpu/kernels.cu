@@ -397,8 +397,7 @@ void sgd_update(float* w, float* v, const float* g, int64_t n, float lr, float m
   });
 }
 void adam_update(float* w, float* m, float* v, const float* g, int64_t n, const kernels::AdamArgs& a, float wd) {
-  const kernels::AdamArgs args = a;
-  for_each("adam_update", n, [=] __device__(int64_t i) { kernels::adam_update(w[i], m[i], v[i], g[i], args, wd); });
+  for_each("adam_update", n, [=] __device__(int64_t i) { kernels::adam_update(w[i], m[i], v[i], g[i], a, wd); });
 }
 void lars_update(float* w, float* v, const float* g, int64_t n, float rate, float mu, float wd) {
   for_each("lars_update", n, [=] __device__(int64_t i) { kernels::lars_update(w[i], v[i], g[i], rate, mu, wd); });
