@@ -149,7 +149,7 @@ TrainingSpec parse_training(const ConfigNode& t) {
 
 CommunicationSpec parse_communication(const ConfigNode& c) {
   c.allow_only({"strategy", "sparse", "dense", "density", "switchAtEpoch", "selector", "bucketSize", "overlap",
-                "timeoutSeconds", "transport", "momentumCorrection"});
+                "timeoutSeconds", "transport", "momentumCorrection", "gradientPrecision"});
   CommunicationSpec s;
   s.strategy = c.choice("strategy", s.strategy, {"auto", "dense", "torus", "topk", "hitopk", "hybrid"});
   s.sparse = c.choice("sparse", s.sparse, {"topk", "hitopk"});
@@ -164,6 +164,7 @@ CommunicationSpec parse_communication(const ConfigNode& c) {
       static_cast<int64_t>(c.number("timeoutSeconds", s.timeout_ms / 1000.0, {0.001, 86400, false, false}) * 1000);
   s.transport = c.choice("transport", s.transport, {"auto", "nccl", "gloo"});
   s.momentum_correction = c.boolean("momentumCorrection", false);
+  s.gradient_precision = c.choice("gradientPrecision", s.gradient_precision, {"fp32", "bf16"});
   return s;
 }
 
@@ -260,6 +261,9 @@ void check_job(const ConfigNode& spec, TrainingJobSpec& s) {
 
   ConfigNode comm = spec.child("communication");
   momentum_correction(comm, s);
+  if (!comm.has("gradientPrecision")) s.communication.gradient_precision = s.training.precision;
+  if (s.communication.gradient_precision == "bf16" && s.device == "cuda")
+    comm.problem("gradientPrecision", "bf16 gradients travel from host memory; a job on CUDA sends fp32");
   // auto: a sparse phase may last until switchAtEpoch; by default the last half of the epochs stay
   // dense, and with an optimizer that applies momentum to the exchanged gradient (sgd, lars) there is
   // no sparse phase unless switchAtEpoch allows one: the few entries a sparse step sends carry many

@@ -131,6 +131,10 @@ struct CommunicationSpec {
   // correction): what a sparse exchange sends is velocity, and a sent entry's velocity restarts.
   // Default: on where sgd (momentum > 0, not Nesterov, no gradClip) may exchange sparsely.
   bool momentum_correction = false;
+  // fp32 | bf16: how gradient values travel. bf16 halves dense and torus's bytes (summed in bf16
+  // along the rings) and sends the sparse strategies' values as bf16 (6-byte pairs), their residuals
+  // kept in fp32. Default: the training precision.
+  std::string gradient_precision = "fp32";
 };
 
 struct CacheSpec {

@@ -135,11 +135,12 @@ int plan(int argc, char** argv) {
   const double params = static_cast<double>(model->num_params());
   const auto& c = job.communication;
   const double bucket = static_cast<double>(c.bucket_bytes);
+  const int value_bytes = c.gradient_precision == "bf16" ? 2 : 4;
   // momentum correction's passes where the job keeps velocities: its sparse strategies and both
   // phases of its hybrid schedule (a job that exchanges densely throughout keeps none)
   auto step = [&](const std::string& s, bool corrected = false) {
     return cost::step_cost(layers, cost::parse_strategy(s), c.density, m, n, mc, compute_ms / 1e3, 0, c.overlap, bucket,
-                           corrected && c.momentum_correction);
+                           corrected && c.momentum_correction, value_bytes);
   };
   nlohmann::json rows = nlohmann::json::array();
   auto row = [&](const std::string& name, double density, const cost::StepCost& p) {
@@ -169,6 +170,7 @@ int plan(int argc, char** argv) {
   choice_in.machine = mc;
   choice_in.compute_s = compute_ms / 1e3;
   choice_in.overlap = c.overlap;
+  choice_in.value_bytes = value_bytes;
   const int sparse_epochs = c.strategy == "auto" || c.strategy == "hybrid"        ? c.switch_at_epoch
                             : api::momentum_after_exchange(spec.spec.training, c) ? 0
                                                                                   : job.training.epochs / 2;
@@ -186,6 +188,7 @@ int plan(int argc, char** argv) {
                                        {"compute_ms", compute_ms},
                                        {"compute_from", compute_from},
                                        {"overlap", c.overlap},
+                                       {"gradient_precision", c.gradient_precision},
                                        {"device", gpu ? "gpu" : "cpu"},
                                        {"strategies", rows},
                                        {"auto",
@@ -198,10 +201,10 @@ int plan(int argc, char** argv) {
   }
   std::printf(
       "%s: %s (%.1fM parameters), %s x %s, links of %s, global batch %d; a step's compute %.1f ms (%s);\n"
-      "overlap %s; costs of %s ranks (tessera plan --help)\n\n",
+      "overlap %s; gradients sent in %s; costs of %s ranks (tessera plan --help)\n\n",
       spec.name.c_str(), job.model.name.c_str(), params / 1e6, detail::count(m, "node").c_str(),
       detail::count(n, "rank").c_str(), links.c_str(), job.training.batch_size, compute_ms, compute_from.c_str(),
-      c.overlap ? "on" : "off", gpu ? "GPU" : "CPU");
+      c.overlap ? "on" : "off", c.gradient_precision.c_str(), gpu ? "GPU" : "CPU");
   std::printf("  %-48s %8s %10s %12s %10s\n", "strategy", "density", "step ms", "exposed ms", "samples/s");
   size_t best = 0;
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -244,16 +244,19 @@ int validate(int argc, char** argv) {
       if (p.ok()) {
         out.back()["parameters"] = parameters;
         out.back()["precision"] = p.job.spec.training.precision;
+        out.back()["gradient_precision"] = p.job.spec.communication.gradient_precision;
       }
       continue;
     }
     if (p.ok()) {
       const auto& s = p.job.spec;
-      std::printf("%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s (%s parameters), %s, %s\n",
-                  file.c_str(), p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(),
-                  detail::count(s.replicas, "replica").c_str(), detail::count(s.ranks_per_replica, "rank").c_str(),
-                  s.parallelism.spatial_size(), s.data_replicas(), s.model.name.c_str(),
-                  short_count(parameters).c_str(), s.communication.strategy.c_str(), s.training.precision.c_str());
+      std::printf(
+          "%s: valid: TrainingJob %s, %s (%s x %s), spatial %d x data %d, %s (%s parameters), %s, %s "
+          "(gradients %s)\n",
+          file.c_str(), p.job.name.c_str(), detail::count(s.workers(), "worker").c_str(),
+          detail::count(s.replicas, "replica").c_str(), detail::count(s.ranks_per_replica, "rank").c_str(),
+          s.parallelism.spatial_size(), s.data_replicas(), s.model.name.c_str(), short_count(parameters).c_str(),
+          s.communication.strategy.c_str(), s.training.precision.c_str(), s.communication.gradient_precision.c_str());
       for (const auto& w : p.warnings) std::printf("  warning: %s: %s\n", w.field.c_str(), w.reason.c_str());
     } else {
       std::printf("%s: %s\n", file.c_str(), detail::count(p.problems.size(), "problem").c_str());

@@ -111,31 +111,33 @@ class Phases {
 
 }  // namespace
 
-ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const Machine& mc) {
+ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const Machine& mc, int value_bytes) {
   TESSERA_CHECK(m >= 1 && n >= 1, "cost model: ", m, " nodes x ", n, " ranks");
   const int N = m * n;
   const bool sparse = s == Strategy::kTopk || s == Strategy::kHitopk;
   Phases ph(m, n, mc, sparse ? mc.sparse_work : 1.0);
+  TESSERA_CHECK(value_bytes == 4 || value_bytes == 2, "cost model: gradient values of ", value_bytes, " bytes");
   const double k = std::ceil(d * S);
+  const double v = value_bytes, pair = 4.0 + value_bytes;  // a value; an (index, value) pair
   switch (s) {
-    case Strategy::kDense: ph.world_ring(2.0 * (N - 1), 4.0 * S / N); break;
+    case Strategy::kDense: ph.world_ring(2.0 * (N - 1), v * S / N); break;
     case Strategy::kTorus:
       // with one rank per node it is the ring across nodes alone, on the gradient in place
       // reduce-scatter inside the node; the shard's all-reduce across nodes (n rings side by side
       // share the link); all-gather inside the node
-      if (n > 1) ph.intra(n - 1, 4.0 * S / n);
+      if (n > 1) ph.intra(n - 1, v * S / n);
       if (m > 1) {
         if (n > 1) ph.next();
-        ph.inter(2.0 * (m - 1), 4.0 * S / (n * m), n);
+        ph.inter(2.0 * (m - 1), v * S / (n * m), n);
       }
       if (n > 1) {
         if (m > 1) ph.next();
-        ph.intra(n - 1, 4.0 * S / n);
+        ph.intra(n - 1, v * S / n);
       }
       break;
     case Strategy::kTopk:
       ph.selection(S, k, d);
-      ph.world_ring(N - 1, 8.0 * k);
+      ph.world_ring(N - 1, pair * k);
       ph.next();
       ph.cpu(S, N * k);  // zeroing the bucket, scatter-add
       break;
@@ -145,10 +147,10 @@ ExchangeCost exchange_cost(Strategy s, double S, double d, int m, int n, const M
       else  // a reduce-scatter of one member is a copy (two streams)
         ph.cpu(2 * S, 0);
       ph.selection(S / n, ks, d);
-      if (m > 1) ph.inter(m - 1, 8.0 * ks, n);
+      if (m > 1) ph.inter(m - 1, pair * ks, n);
       if (n > 1) {
         ph.next();
-        ph.intra(n - 1, 8.0 * m * ks);
+        ph.intra(n - 1, pair * m * ks);
       }
       ph.next();
       ph.cpu(S, m * n * ks);  // zeroing the bucket, scatter-add
@@ -181,12 +183,14 @@ std::vector<Bucket> buckets(const std::vector<LayerCost>& layers, double bucket_
 }
 
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double d, int m, int n, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap, double bucket_bytes, bool momentum_correction) {
-  return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction);
+                   double compute_s, double rest_s, bool overlap, double bucket_bytes, bool momentum_correction,
+                   int value_bytes) {
+  return step_cost(buckets(layers, bucket_bytes), s, d, m, n, mc, compute_s, rest_s, overlap, momentum_correction,
+                   value_bytes);
 }
 
 StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d, int m, int n, const Machine& mc,
-                   double compute_s, double rest_s, bool overlap, bool momentum_correction) {
+                   double compute_s, double rest_s, bool overlap, bool momentum_correction, int value_bytes) {
   const double slow = mc.slow(m * n);
   // the streams over each bucket besides the exchange: the copy in and the scaled copy out; under
   // momentum correction the copy in reads and writes the velocity too, and a sparse exchange's sum
@@ -198,7 +202,7 @@ StepCost step_cost(const std::vector<Bucket>& bucket_list, Strategy s, double d,
   StepCost out;
   for (const Bucket& b : bucket_list) {
     floats += b.floats;
-    const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc);
+    const ExchangeCost e = exchange_cost(s, b.floats, d, m, n, mc, value_bytes);
     const double fuse = slow * mc.pass * streams * b.floats;
     const double c = e.seconds + fuse;
     out.total += c;

@@ -10,14 +10,15 @@
 // rings running side by side (torus, hitopk: one per local rank) share their node's link: r of them
 // take max(1, r * link_sharing) times one ring's wire time per byte (1: they only take turns; below
 // 1 where a ring alone leaves the link idle between its steps and the others fill the gaps). With n
-// ranks on each of m nodes (N = nm), a bucket of S floats, density d, k = dS pairs of 8 bytes:
+// ranks on each of m nodes (N = nm), a bucket of S floats, density d, values of v bytes on the wire
+// (4: fp32; 2: bf16, communication.gradientPrecision), k = dS pairs of p = 4 + v bytes:
 //
-//   dense   a world ring: 2(N-1) steps of 4S/N bytes
-//   torus   2(n-1) loopback steps of 4S/n bytes; 2(m-1) steps of 4S/(nm) bytes across, n rings per link
+//   dense   a world ring: 2(N-1) steps of vS/N bytes
+//   torus   2(n-1) loopback steps of vS/n bytes; 2(m-1) steps of vS/(nm) bytes across, n rings per link
 //           (with n = 1 the ring across nodes alone, in place)
-//   topk    sel(S); a world ring of N-1 steps of 8k bytes; add(Nk)
-//   hitopk  n-1 loopback steps of 4S/n bytes; sel(S/n); m-1 steps of 8dS/n bytes across (n rings per
-//           link); n-1 loopback steps of 8mdS/n bytes; add(mdS)
+//   topk    sel(S); a world ring of N-1 steps of pk bytes; add(Nk)
+//   hitopk  n-1 loopback steps of 4S/n bytes (fp32 always); sel(S/n); m-1 steps of pdS/n bytes across
+//           (n rings per link); n-1 loopback steps of pmdS/n bytes; add(mdS)
 //
 // The phases (between semicolons) run one after the other, as in the code: nothing is sent before
 // the selection ends. Two resources bound each phase: the wire of each node's link and the CPU.
@@ -91,8 +92,10 @@ struct ExchangeCost {
   double select = 0;   // of the time: error feedback and selection (sparse strategies)
 };
 
-// One exchange of `floats` at `density` on `nodes` x `local` ranks.
-ExchangeCost exchange_cost(Strategy s, double floats, double density, int nodes, int local, const Machine& mc);
+// One exchange of `floats` at `density` on `nodes` x `local` ranks, each value `value_bytes` (4 or 2)
+// on the wire.
+ExchangeCost exchange_cost(Strategy s, double floats, double density, int nodes, int local, const Machine& mc,
+                           int value_bytes = 4);
 
 // A layer as the step model sees it (forward order): its parameters and forward FLOPs per sample.
 struct LayerCost {
@@ -122,9 +125,10 @@ struct StepCost {
 // without correction).
 StepCost step_cost(const std::vector<LayerCost>& layers, Strategy s, double density, int nodes, int local,
                    const Machine& mc, double compute_s, double rest_s, bool overlap, double bucket_bytes = kBucketBytes,
-                   bool momentum_correction = false);
+                   bool momentum_correction = false, int value_bytes = 4);
 // The same from the buckets (a caller that has them and not the layers).
 StepCost step_cost(const std::vector<Bucket>& buckets, Strategy s, double density, int nodes, int local,
-                   const Machine& mc, double compute_s, double rest_s, bool overlap, bool momentum_correction = false);
+                   const Machine& mc, double compute_s, double rest_s, bool overlap, bool momentum_correction = false,
+                   int value_bytes = 4);
 
 }  // namespace tessera::cost

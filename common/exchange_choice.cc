@@ -40,8 +40,12 @@ ExchangeChoice choose_exchange(const ChoiceInput& in) {
   if (!(in.compute_s >= 0)) throw ConfigError("compute", detail::concat(in.compute_s, " s is not a time"));
   for (double d : in.densities)
     if (!(d > 0 && d <= 1)) throw ConfigError("densities", detail::concat(d, " is outside (0, 1]"));
+  if (in.value_bytes != 4 && in.value_bytes != 2)
+    throw ConfigError("value_bytes", detail::concat(in.value_bytes, " bytes a gradient value (expected 4 or 2)"));
   auto step = [&](Strategy s, double density) {
-    return step_cost(in.buckets, s, density, in.nodes, in.local, in.machine, in.compute_s, 0, in.overlap).seconds;
+    return step_cost(in.buckets, s, density, in.nodes, in.local, in.machine, in.compute_s, 0, in.overlap, false,
+                     in.value_bytes)
+        .seconds;
   };
   ExchangeChoice out;
   // The dense strategies first: on a tie the earlier (the plain ring) stays chosen.
@@ -116,6 +120,7 @@ ExchangeChoice choose_for(const Calibration& c, int64_t from, int64_t sparse_end
   in.machine = c.machine;
   in.compute_s = c.compute_s;
   in.overlap = c.overlap;
+  in.value_bytes = c.value_bytes;
   in.sparse_share = sparse_share(from, sparse_end, total);
   in.sparse_allowed = sparse_end > 0;
   in.densities = densities;

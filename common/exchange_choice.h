@@ -27,6 +27,7 @@ struct ChoiceInput {
   Machine machine;              // the measured links and CPU costs
   double compute_s = 0;         // a step's forward, backward and update, every rank computing
   bool overlap = true;
+  int value_bytes = 4;                     // a gradient value on the wire: 4 (fp32) or 2 (bf16)
   double sparse_share = 0;                 // the share of the remaining steps a sparse phase may take, [0, 1]
   bool sparse_allowed = true;              // false: the job allows no sparse phase at all (its switch epoch is 0)
   std::vector<double> densities = {0.01};  // candidate densities of the sparse strategies
@@ -66,6 +67,7 @@ struct Calibration {
   double compute_s = 0;         // a step's forward, backward and update
   std::vector<Bucket> buckets;  // the job's, in send order
   bool overlap = true;
+  int value_bytes = 4;          // a gradient value on the wire (communication.gradientPrecision): 4 or 2
   std::string summary() const;  // one line: the links, the selection, the sharing, the compute
 };
 

@@ -100,6 +100,8 @@ Status check_calibration(const v1::ExchangeCalibration& c, size_t world) {
     if (!std::isfinite(v) || v < 0)
       return invalid(std::string("calibration.") + name, "is not a finite number of at least 0");
   if (c.shared_cores() < 0) return invalid("calibration.shared_cores", "is negative");
+  if (c.value_bytes() != 0 && c.value_bytes() != 2 && c.value_bytes() != 4)
+    return invalid("calibration.value_bytes", detail::concat(c.value_bytes(), " is not 4 (fp32) or 2 (bf16)"));
   if (c.bucket_floats_size() == 0 || c.bucket_floats_size() != c.bucket_ready_size() || c.bucket_floats_size() > 100000)
     return invalid("calibration.bucket_floats",
                    detail::concat(c.bucket_floats_size(), " buckets with ", c.bucket_ready_size(),
@@ -133,6 +135,7 @@ cost::Calibration calibration_of(const v1::ExchangeCalibration& c) {
   out.compute_s = c.compute_s();
   for (int i = 0; i < c.bucket_floats_size(); ++i) out.buckets.push_back({c.bucket_floats(i), c.bucket_ready(i)});
   out.overlap = c.overlap();
+  out.value_bytes = c.value_bytes() == 0 ? 4 : c.value_bytes();
   return out;
 }
 

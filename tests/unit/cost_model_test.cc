@@ -31,6 +31,19 @@ TEST(CostModelTest, DenseIsAWorldRing) {
   EXPECT_NEAR(exchange_cost(Strategy::kDense, S, 1, 1, 2, machine()).seconds, 2 * (kAl + 4 * S / 2 * kCl), 1e-12);
 }
 
+// communication.gradientPrecision bf16: dense and torus move 2 bytes a value, the sparse pairs 6.
+TEST(CostModelTest, Bf16GradientsCountTheirBytes) {
+  const double S = 1e6;
+  EXPECT_DOUBLE_EQ(exchange_cost(Strategy::kDense, S, 1, 2, 1, machine(), 2).seconds, 2 * (kAi + 2 * S / 2 * kBi));
+  EXPECT_DOUBLE_EQ(exchange_cost(Strategy::kTorus, S, 1, 4, 1, machine(), 2).seconds,
+                   exchange_cost(Strategy::kDense, S, 1, 4, 1, machine(), 2).seconds);
+  // topk on 2 x 1 with no CPU costs: one step of k pairs across the link
+  const double k = std::ceil(0.001 * S);
+  EXPECT_NEAR(exchange_cost(Strategy::kTopk, S, 0.001, 2, 1, machine(), 2).seconds, kAi + 6 * k * kBi, 1e-12);
+  EXPECT_NEAR(exchange_cost(Strategy::kTopk, S, 0.001, 2, 1, machine(), 4).seconds, kAi + 8 * k * kBi, 1e-12);
+  EXPECT_THROW(exchange_cost(Strategy::kDense, S, 1, 2, 1, machine(), 3), std::logic_error);
+}
+
 TEST(CostModelTest, TorusRingsShareTheNodeLink) {
   const double S = 1e6;
   const int m = 2, n = 4;

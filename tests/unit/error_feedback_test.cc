@@ -5,6 +5,7 @@
 #include <random>
 
 #include "worker/compress/topk.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 namespace {
@@ -39,6 +40,30 @@ TEST(ErrorFeedbackTest, ConservesTheGradientExactly) {
         ASSERT_TRUE(sent[i] == 0.0f || after[i] == 0.0f);
       }
     }
+  }
+}
+
+// Sent in bf16, an entry leaves what the rounding dropped in the residual: sent + residual_after ==
+// residual_before + grad still holds exactly, and what stays is at most half a bf16 step (2^-8 of
+// the value: bf16 keeps 8 significant bits).
+TEST(ErrorFeedbackTest, Bf16KeepsWhatRoundingLeftOut) {
+  ErrorFeedback ef;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<uint32_t> idx;
+  for (int step = 0; step < 10; ++step) {
+    std::vector<float> g(4096);
+    for (auto& v : g) v = n(rng);
+    std::vector<float> before(ef.residual(0).begin(), ef.residual(0).end());
+    if (before.empty()) before.assign(g.size(), 0.0f);
+    auto acc = ef.accumulate(0, g);
+    exact_topk(acc, 64, idx, "b");
+    std::vector<float> sent(g.size(), 0.0f);
+    for (uint32_t i : idx) sent[i] = kernels::round_bf16(acc[i]);
+    ef.mark_sent(0, idx, /*bf16=*/true);
+    auto after = ef.residual(0);
+    for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(sent[i] + after[i], before[i] + g[i]) << "step " << step;
+    for (uint32_t i : idx) ASSERT_LE(std::abs(after[i]), std::abs(sent[i]) * 0x1p-8f) << "step " << step;
   }
 }
 

@@ -1,6 +1,7 @@
-// Every gradient-exchange strategy over world sizes 1..8 and node shapes, one thread per rank:
-// results equal the reference sum, sparse strategies at density 1 equal dense, error feedback
-// conserves the gradient across ranks and steps, and uneven nodes are rejected where required.
+// Every gradient-exchange strategy over world sizes 1..8 and node shapes, one thread per rank, with
+// fp32 and bf16 on the wire: results equal the reference sum, sparse strategies at density 1 equal
+// dense, error feedback conserves the gradient across ranks and steps, and uneven nodes are
+// rejected where required. bf16 on the wire: within bf16's rounding of fp32, half the bytes.
 #include "worker/comm/exchange.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include "common/error.h"
 #include "testing/rank_threads.h"
 #include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 namespace {
@@ -18,7 +20,7 @@ namespace {
 using testing::rethrow_first;
 using testing::run_ranks;
 
-// Small integers, so every summation order gives the same float.
+// Small integers, so every summation order gives the same float, and bf16 holds every sum exactly.
 float grad_value(int rank, int step, size_t i) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + step * 5 + (i * i) % 29) % 23) - 11);
 }
@@ -43,9 +45,10 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
   rethrow_first(run_ranks(world, [&](int r) {
     CommGroups g = connect_groups(store, Topology::grid(shape.nodes, shape.local), r, gloo_factory(Millis(20000)));
     for (const char* s : {"dense", "torus", "topk", "hitopk"}) {
-      for (double density : {1.0, 0.05}) {
+      for (const auto& [density, wire] : {std::pair{1.0, DType::kFloat32}, std::pair{0.05, DType::kFloat32},
+                                          std::pair{1.0, DType::kBFloat16}, std::pair{0.05, DType::kBFloat16}}) {
         if ((s == std::string("dense") || s == std::string("torus")) && density < 1.0) continue;
-        auto ex = make_exchange(ExchangeConfig{s, density, "mstopk"}, g);
+        auto ex = make_exchange(ExchangeConfig{s, density, "mstopk", Device::kCpu, wire}, g);
         for (size_t d : sizes) {
           const int bucket = static_cast<int>(d);
           std::vector<float> total_out(d, 0.0f), total_in(d, 0.0f);
@@ -70,8 +73,8 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
               ASSERT_EQ(st.select_seconds, 0.0) << s;
             }
             std::lock_guard<std::mutex> lock(mu);
-            auto key =
-                std::string(s) + "/" + std::to_string(density) + "/" + std::to_string(d) + "/" + std::to_string(step);
+            auto key = std::string(s) + "/" + std::to_string(density) + "/" + dtype_name(wire) + "/" +
+                       std::to_string(d) + "/" + std::to_string(step);
             auto [it, inserted] = first_result.emplace(key, grad);
             if (!inserted) {
               ASSERT_EQ(it->second, grad) << "ranks disagree on " << key;
@@ -83,7 +86,7 @@ TEST_P(ExchangeTest, StrategiesMatchReferenceSum) {
           g.world->allreduce(std::span<float>(residual));
           for (size_t i = 0; i < d; ++i)
             ASSERT_EQ(total_out[i] + residual[i], total_in[i])
-                << s << " density " << density << " d=" << d << " i=" << i;
+                << s << " density " << density << " " << dtype_name(wire) << " d=" << d << " i=" << i;
         }
       }
     }
@@ -160,6 +163,69 @@ TEST(ExchangeConfigTest, BadConfigurationNamesTheField) {
   EXPECT_EQ(field_of({"topk", 1.5, "mstopk"}), "communication.density");
   EXPECT_EQ(field_of({"topk", 0.1, "sort"}), "communication.selector");
   EXPECT_EQ(field_of({"topk", 0.1, "exact"}), "accepted");
+  EXPECT_EQ(field_of({"torus", 1.0, "exact", Device::kCpu, DType::kBFloat16}), "accepted");
+  EXPECT_EQ(field_of({"dense", 1.0, "exact", Device::kCuda, DType::kBFloat16}), "communication.gradientPrecision");
+}
+
+// Gradients that bf16 does not hold: with bf16 on the wire every strategy's sum is within bf16's
+// rounding of the fp32 sum (each value rounded once, each partial sum of the rings once more: at
+// most world rounds of 2^-9 of the largest partial sum), every rank gets the same bits, dense and
+// torus send exactly half the bytes of fp32 and the sparse pairs 6 bytes of 8; the sparse
+// strategies' residual keeps what rounding left out, so the gradient is still conserved.
+TEST(ExchangeBf16Test, WithinBf16RoundingOfFp32AtHalfTheBytes) {
+  const Shape shape{2, 2};
+  const int world = 4;
+  const size_t d = 3001;
+  auto value = [](int rank, int step, size_t i) {
+    return std::sin(0.37f * static_cast<float>(i) + 1.3f * rank + 0.7f * step) * (1.0f + (i % 5) * 0.013f);
+  };
+  MemoryStore store;
+  std::mutex mu;
+  std::map<std::string, std::vector<float>> first_result;
+  std::map<std::string, uint64_t> bytes_fp32, bytes_bf16;
+  rethrow_first(run_ranks(world, [&](int r) {
+    CommGroups g = connect_groups(store, Topology::grid(shape.nodes, shape.local), r, gloo_factory(Millis(20000)));
+    for (const char* s : {"dense", "torus", "topk", "hitopk"}) {
+      const double density = std::string(s) == "topk" || std::string(s) == "hitopk" ? 0.1 : 1.0;
+      auto fp32 = make_exchange(ExchangeConfig{s, density, "exact"}, g);
+      auto bf16 = make_exchange(ExchangeConfig{s, density, "exact", Device::kCpu, DType::kBFloat16}, g);
+      std::vector<double> total_in(d, 0.0), total_out(d, 0.0);
+      for (int step = 0; step < 3; ++step) {
+        std::vector<float> a(d), b(d);
+        for (size_t i = 0; i < d; ++i) {
+          a[i] = b[i] = value(r, step, i);
+          for (int q = 0; q < world; ++q) total_in[i] += value(q, step, i);
+        }
+        const ExchangeStats sa = fp32->exchange(0, a), sb = bf16->exchange(0, b);
+        for (size_t i = 0; i < d; ++i) total_out[i] += b[i];
+        if (density == 1.0) {
+          for (size_t i = 0; i < d; ++i) {
+            float bound = 0;
+            for (int q = 0; q < world; ++q) bound += std::abs(value(q, step, i));
+            ASSERT_NEAR(b[i], a[i], world * bound * 0x1p-8f) << s << " step " << step << " i=" << i;
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        bytes_fp32[s] += sa.bytes.intra + sa.bytes.inter;
+        bytes_bf16[s] += sb.bytes.intra + sb.bytes.inter;
+        auto [it, inserted] = first_result.emplace(std::string(s) + std::to_string(step), b);
+        if (!inserted) {
+          ASSERT_EQ(it->second, b) << "ranks disagree on " << s << " step " << step;
+        }
+      }
+      if (density == 1.0) continue;
+      std::vector<float> residual(d, 0.0f);
+      bf16->add_residual(0, residual);
+      g.world->allreduce(std::span<float>(residual));
+      for (size_t i = 0; i < d; ++i)
+        ASSERT_NEAR(total_out[i] + residual[i], total_in[i], 1e-4 * (1 + std::abs(total_in[i]))) << s << " i=" << i;
+    }
+  }));
+  EXPECT_EQ(2 * bytes_bf16["dense"], bytes_fp32["dense"]);
+  EXPECT_EQ(2 * bytes_bf16["torus"], bytes_fp32["torus"]);
+  // topk sends only pairs; hitopk's reduce-scatter inside the node stays fp32.
+  EXPECT_EQ(8 * bytes_bf16["topk"], 6 * bytes_fp32["topk"]);
+  EXPECT_LT(bytes_bf16["hitopk"], bytes_fp32["hitopk"]);
 }
 
 TEST(ExchangeBytesTest, HierarchicalTopkSendsLittleBetweenNodes) {

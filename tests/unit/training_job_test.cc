@@ -187,6 +187,22 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.dense"}));
 }
 
+// communication.gradientPrecision: the training precision unless set.
+TEST(TrainingJobTest, GradientPrecisionDefaultsToTheTrainingPrecision) {
+  const std::string head =
+      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+      "  dataset: {format: synthetic}\n";
+  auto wire = [&](const std::string& comm, const std::string& training) {
+    return api::parse_training_job(
+               ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"))
+        .job.spec.communication.gradient_precision;
+  };
+  EXPECT_EQ(wire("{}", "{}"), "fp32");
+  EXPECT_EQ(wire("{}", "{precision: bf16}"), "bf16");
+  EXPECT_EQ(wire("{gradientPrecision: fp32}", "{precision: bf16}"), "fp32");
+  EXPECT_EQ(wire("{gradientPrecision: bf16}", "{precision: fp32}"), "bf16");
+}
+
 // communication.momentumCorrection: on by default where sgd with momentum may exchange sparsely; set,
 // it is refused (named, with the reason) where it cannot keep SGD's momentum.
 TEST(TrainingJobTest, MomentumCorrectionDefaultsAndLimits) {

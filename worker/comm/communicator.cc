@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 
@@ -13,6 +14,7 @@ size_t dtype_size(DType t) {
     case DType::kInt32: return 4;
     case DType::kInt64: return 8;
     case DType::kUInt8: return 1;
+    case DType::kBFloat16: return 2;
   }
   TESSERA_CHECK(false, "unknown dtype ", static_cast<int>(t));
 }
@@ -24,6 +26,7 @@ const char* dtype_name(DType t) {
     case DType::kInt32: return "int32";
     case DType::kInt64: return "int64";
     case DType::kUInt8: return "uint8";
+    case DType::kBFloat16: return "bfloat16";
   }
   return "?";
 }
@@ -45,6 +48,15 @@ void reduce_typed(T* __restrict out, const T* __restrict in, size_t n, ReduceOp 
   }
 }
 
+// bf16 entries: each pair combined in fp32 and the result rounded to nearest even.
+void reduce_bf16(uint16_t* __restrict out, const uint16_t* __restrict in, size_t n, ReduceOp op) {
+  for (size_t i = 0; i < n; ++i) {
+    const float a = kernels::bf16_value(out[i]), b = kernels::bf16_value(in[i]);
+    const float r = op == ReduceOp::kSum ? a + b : op == ReduceOp::kMax ? std::max(a, b) : std::min(a, b);
+    out[i] = kernels::bf16_bits(r);
+  }
+}
+
 }  // namespace
 
 void reduce_into(void* out, const void* in, size_t count, DType t, ReduceOp op) {
@@ -54,6 +66,7 @@ void reduce_into(void* out, const void* in, size_t count, DType t, ReduceOp op) 
     case DType::kInt32: return reduce_typed(static_cast<int32_t*>(out), static_cast<const int32_t*>(in), count, op);
     case DType::kInt64: return reduce_typed(static_cast<int64_t*>(out), static_cast<const int64_t*>(in), count, op);
     case DType::kUInt8: return reduce_typed(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in), count, op);
+    case DType::kBFloat16: return reduce_bf16(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(in), count, op);
   }
 }
 

@@ -21,7 +21,9 @@
 
 namespace tessera {
 
-enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt8 };
+// kBFloat16: bf16 bit patterns (uint16_t, kernels::bf16_bits); a sum of two is rounded to bf16 again,
+// as NCCL's ncclBfloat16 sums.
+enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBFloat16 };
 enum class ReduceOp : uint8_t { kSum, kMax, kMin };
 
 size_t dtype_size(DType t);

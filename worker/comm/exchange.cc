@@ -12,6 +12,7 @@
 #include "worker/compress/sparse.h"
 #include "worker/core/device.h"
 #include "worker/core/tensor.h"
+#include "worker/nn/kernels.h"
 #if TESSERA_HAVE_CUDA
 #include "worker/compress/cuda/topk_cuda.h"
 #endif
@@ -19,14 +20,40 @@
 namespace tessera {
 namespace {
 
+// A bucket's values as they travel: the bucket itself in fp32, or its values rounded to bf16 in a
+// buffer kept between calls (to_wire), written back into the bucket after the exchange (from_wire).
+class WireBuffer {
+ public:
+  explicit WireBuffer(DType wire) : wire_(wire) {}
+  DType dtype() const { return wire_; }
+  void* to_wire(std::span<float> grad) {
+    if (wire_ == DType::kFloat32) return grad.data();
+    bits_.resize(grad.size());
+    for (size_t i = 0; i < grad.size(); ++i) bits_[i] = kernels::bf16_bits(grad[i]);
+    return bits_.data();
+  }
+  void from_wire(std::span<float> grad) const {
+    if (wire_ == DType::kFloat32) return;
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = kernels::bf16_value(bits_[i]);
+  }
+
+ private:
+  DType wire_;
+  std::vector<uint16_t> bits_;
+};
+
 // ---- dense: ring all-reduce ----
 class DenseAllreduce final : public GradientExchange {
  public:
-  explicit DenseAllreduce(CommGroups& g) : GradientExchange("dense", g) {}
+  DenseAllreduce(CommGroups& g, DType wire) : GradientExchange("dense", g), wire_(wire) {}
   size_t run(int, std::span<float> grad) override {
-    groups_.world->allreduce(grad);
+    groups_.world->allreduce(wire_.to_wire(grad), grad.size(), wire_.dtype(), ReduceOp::kSum, Millis(0));
+    wire_.from_wire(grad);
     return grad.size();
   }
+
+ private:
+  WireBuffer wire_;
 };
 
 // ---- torus: 2D-torus all-reduce ----
@@ -38,11 +65,15 @@ class DenseAllreduce final : public GradientExchange {
 // the same order on each communicator.
 class TorusAllreduce final : public GradientExchange {
  public:
-  TorusAllreduce(CommGroups& g, Device device) : GradientExchange("torus", g), device_(device) {}
+  TorusAllreduce(CommGroups& g, Device device, DType wire)
+      : GradientExchange("torus", g), device_(device), wire_(wire) {}
   size_t run(int, std::span<float> grad) override {
     Communicator& intra = *groups_.intra;
+    const DType t = wire_.dtype();
+    char* data = static_cast<char*>(wire_.to_wire(grad));
     if (intra.size() == 1) {  // one rank per node: the torus is the ring across nodes, on the gradient in place
-      groups_.inter->allreduce(grad.data(), grad.size(), DType::kFloat32, ReduceOp::kSum, Millis(0));
+      groups_.inter->allreduce(data, grad.size(), t, ReduceOp::kSum, Millis(0));
+      wire_.from_wire(grad);
       return grad.size();
     }
     const bool two_levels = intra.size() > 1 && groups_.inter->size() > 1;
@@ -50,10 +81,12 @@ class TorusAllreduce final : public GradientExchange {
     const auto sizes = even_split(grad.size(), static_cast<int>(n));
     chunks_.resize(n);
     for (size_t c = 0, offset = 0; c < n; offset += sizes[c++]) {
-      chunks_[c].data = grad.subspan(offset, sizes[c]);
+      chunks_[c].data = data + offset * dtype_size(t);
       chunks_[c].counts = even_split(sizes[c], intra.size());
-      const auto len = static_cast<int64_t>(chunks_[c].counts[intra.rank()]);
-      if (chunks_[c].shard.numel() != len) chunks_[c].shard = Tensor({len}, Layout::kPlain, device_);
+      chunks_[c].shard_count = chunks_[c].counts[intra.rank()];
+      // the shard's entries, in floats (two bf16 values a float)
+      const auto floats = static_cast<int64_t>((chunks_[c].shard_count * dtype_size(t) + 3) / 4);
+      if (chunks_[c].shard.numel() != floats) chunks_[c].shard = Tensor({floats}, Layout::kPlain, device_);
     }
     if (n == 1) {
       reduce_scatter(chunks_[0]);
@@ -62,27 +95,26 @@ class TorusAllreduce final : public GradientExchange {
     } else {
       pipelined();
     }
+    wire_.from_wire(grad);
     return grad.size();
   }
 
  private:
   static constexpr size_t kChunkFloats = size_t{1} << 20, kMaxChunks = 8;
   struct Chunk {
-    std::span<float> data;
+    char* data;  // the chunk's first entry in the wire buffer
     std::vector<size_t> counts;
-    Tensor shard;  // on the gradient's device
+    size_t shard_count = 0;  // counts[intra rank]
+    Tensor shard;            // on the gradient's device
   };
 
   void shard_allreduce(Chunk& c) {
-    groups_.inter->allreduce(c.shard.data(), static_cast<size_t>(c.shard.numel()), DType::kFloat32, ReduceOp::kSum,
-                             Millis(0));
+    groups_.inter->allreduce(c.shard.data(), c.shard_count, wire_.dtype(), ReduceOp::kSum, Millis(0));
   }
   void reduce_scatter(Chunk& c) {
-    groups_.intra->reduce_scatter(c.data.data(), c.shard.data(), c.counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
+    groups_.intra->reduce_scatter(c.data, c.shard.data(), c.counts, wire_.dtype(), ReduceOp::kSum, Millis(0));
   }
-  void allgather(Chunk& c) {
-    groups_.intra->allgatherv(c.shard.data(), c.data.data(), c.counts, DType::kFloat32, Millis(0));
-  }
+  void allgather(Chunk& c) { groups_.intra->allgatherv(c.shard.data(), c.data, c.counts, wire_.dtype(), Millis(0)); }
 
   void pipelined() {
     const size_t n = chunks_.size();
@@ -145,18 +177,25 @@ class TorusAllreduce final : public GradientExchange {
   }
 
   Device device_;
+  WireBuffer wire_;
   std::vector<Chunk> chunks_;
+};
+
+// What a sparse strategy selected: `count` entries in its wire format, at `data`.
+struct Selected {
+  const void* data;
+  size_t count;
 };
 
 // Shared by the sparse strategies: error feedback plus the configured selector.
 class SparseSelector {
  public:
-  SparseSelector(double density, bool exact) : density_(density), exact_(exact) {}
+  SparseSelector(double density, bool exact, bool bf16) : density_(density), exact_(exact), bf16_(bf16) {}
 
   // acc := residual + grad; picks k = topk_count(acc) entries; packs them with `offset` added to
-  // their indices; zeroes them in the residual.
-  // Adds the seconds it took to `seconds`.
-  const std::vector<SparseEntry>& select(int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
+  // their indices (values rounded to bf16 where they travel so); takes what was sent from the
+  // residual. Adds the seconds it took to `seconds`.
+  Selected select(int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
     const auto t0 = std::chrono::steady_clock::now();
     std::span<float> acc = feedback_.accumulate(bucket, grad);
     const size_t k = topk_count(acc.size(), density_);
@@ -166,11 +205,19 @@ class SparseSelector {
     } else {
       mstopk_.select(acc, k, idx_, name);
     }
-    entries_.resize(idx_.size());
-    pack_entries(acc, idx_, offset, entries_);
-    feedback_.mark_sent(bucket, idx_);
+    Selected out{nullptr, idx_.size()};
+    if (bf16_) {
+      entries_bf16_.resize(idx_.size());
+      pack_entries(acc, idx_, offset, entries_bf16_);
+      out.data = entries_bf16_.data();
+    } else {
+      entries_.resize(idx_.size());
+      pack_entries(acc, idx_, offset, entries_);
+      out.data = entries_.data();
+    }
+    feedback_.mark_sent(bucket, idx_, bf16_);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    return entries_;
+    return out;
   }
 
   std::map<int, std::vector<float>> residuals() const {
@@ -189,11 +236,12 @@ class SparseSelector {
 
  private:
   double density_;
-  bool exact_;
+  bool exact_, bf16_;
   ErrorFeedback feedback_;
   MSTopK mstopk_;
   std::vector<uint32_t> idx_;
   std::vector<SparseEntry> entries_;
+  std::vector<SparseEntryBf16> entries_bf16_;
 };
 
 // This rank's shard (offset, length) of a bucket of `size` split over the ranks of its node: what
@@ -224,10 +272,14 @@ class SparseStrategy : public GradientExchange {
   void restore_residuals(const std::map<int, std::vector<float>>& r) override { selector_.restore(r); }
 
  protected:
-  SparseStrategy(std::string name, CommGroups& g, Selector selector, bool sharded)
-      : GradientExchange(std::move(name), g), selector_(std::move(selector)), sharded_(sharded) {}
+  SparseStrategy(std::string name, CommGroups& g, Selector selector, bool sharded, DType wire)
+      : GradientExchange(std::move(name), g),
+        selector_(std::move(selector)),
+        sharded_(sharded),
+        entry_bytes_(wire == DType::kBFloat16 ? sizeof(SparseEntryBf16) : sizeof(SparseEntry)) {}
   Selector selector_;
   bool sharded_;
+  size_t entry_bytes_;  // of the wire format
 };
 
 // Where a sparse strategy's buffers live and how its device-specific steps run. HostBuffers: host
@@ -235,26 +287,29 @@ class SparseStrategy : public GradientExchange {
 struct HostBuffers {
   using Selector = SparseSelector;
   using Floats = std::vector<float>;
-  using Entries = std::vector<SparseEntry>;
-  static Selector selector(const ExchangeConfig& c) { return SparseSelector(c.density, c.selector == "exact"); }
+  using Entries = std::vector<std::byte>;
+  static Selector selector(const ExchangeConfig& c) {
+    return SparseSelector(c.density, c.selector == "exact", c.wire == DType::kBFloat16);
+  }
   static float* floats(Floats& b, size_t n) {
     b.resize(n);
     return b.data();
   }
-  static SparseEntry* entries(Entries& b, size_t n) {
-    b.resize(n);
+  static std::byte* entries(Entries& b, size_t n, size_t entry_bytes) {
+    b.resize(n * entry_bytes);
     return b.data();
   }
   // This rank's k selected entries of `grad` (see SparseSelector::select).
-  static std::span<const SparseEntry> select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset,
-                                             double& seconds) {
-    const auto& mine = s.select(bucket, grad, offset, seconds);
-    return {mine.data(), mine.size()};
+  static Selected select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
+    return s.select(bucket, grad, offset, seconds);
   }
   static void zero(std::span<float> grad) { std::fill(grad.begin(), grad.end(), 0.0f); }
   // grad += `chunks` runs of `len` entries each (the entries of a run distinct).
-  static void add(std::span<float> grad, const SparseEntry* e, size_t len, int chunks) {
-    scatter_add(grad, std::span<const SparseEntry>(e, len * static_cast<size_t>(chunks)));
+  static void add(std::span<float> grad, const std::byte* e, size_t len, int chunks, size_t entry_bytes) {
+    const size_t n = len * static_cast<size_t>(chunks);
+    if (entry_bytes == sizeof(SparseEntryBf16))
+      scatter_add(grad, std::span<const SparseEntryBf16>(reinterpret_cast<const SparseEntryBf16*>(e), n));
+    else scatter_add(grad, std::span<const SparseEntry>(reinterpret_cast<const SparseEntry*>(e), n));
   }
 };
 
@@ -332,15 +387,19 @@ struct DeviceBuffers {
     if (b.numel() != static_cast<int64_t>(n)) b = Tensor({static_cast<int64_t>(n)}, Layout::kPlain, Device::kCuda);
     return b.data();
   }
-  static SparseEntry* entries(Tensor& b, size_t n) { return reinterpret_cast<SparseEntry*>(floats(b, 2 * n)); }
-  static std::span<const SparseEntry> select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset,
-                                             double& seconds) {
+  // The device's wire format is SparseEntry (make_exchange refuses bf16 there).
+  static std::byte* entries(Tensor& b, size_t n, size_t entry_bytes) {
+    TESSERA_CHECK_EQ(entry_bytes, sizeof(SparseEntry));
+    return reinterpret_cast<std::byte*>(floats(b, 2 * n));
+  }
+  static Selected select(Selector& s, int bucket, std::span<const float> grad, uint32_t offset, double& seconds) {
     s.select(bucket, grad, offset, seconds);
     return {s.entries(), s.count()};
   }
   static void zero(std::span<float> grad) { gpu::fill(grad.data(), grad.size(), 0.0f); }
-  static void add(std::span<float> grad, const SparseEntry* e, size_t len, int chunks) {
-    cuda::scatter_add(grad.data(), grad.size(), e, len, chunks, gpu::stream());
+  static void add(std::span<float> grad, const std::byte* e, size_t len, int chunks, size_t entry_bytes) {
+    TESSERA_CHECK_EQ(entry_bytes, sizeof(SparseEntry));
+    cuda::scatter_add(grad.data(), grad.size(), reinterpret_cast<const SparseEntry*>(e), len, chunks, gpu::stream());
   }
 };
 #endif
@@ -350,15 +409,16 @@ template <class Buffers>
 class SparseAllgather final : public SparseStrategy<typename Buffers::Selector> {
  public:
   SparseAllgather(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy<typename Buffers::Selector>("topk", g, Buffers::selector(c), false) {}
+      : SparseStrategy<typename Buffers::Selector>("topk", g, Buffers::selector(c), false, c.wire) {}
   size_t run(int bucket, std::span<float> grad) override {
-    const auto mine = Buffers::select(this->selector_, bucket, grad, 0, this->select_seconds_);
+    const Selected mine = Buffers::select(this->selector_, bucket, grad, 0, this->select_seconds_);
     Communicator& world = *this->groups_.world;
-    SparseEntry* all = Buffers::entries(gathered_, mine.size() * world.size());
-    world.allgather(mine.data(), all, mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    const size_t eb = this->entry_bytes_;
+    std::byte* all = Buffers::entries(gathered_, mine.count * world.size(), eb);
+    world.allgather(mine.data, all, mine.count * eb, DType::kUInt8, Millis(0));
     Buffers::zero(grad);
-    Buffers::add(grad, all, mine.size(), world.size());
-    return mine.size();
+    Buffers::add(grad, all, mine.count, world.size(), eb);
+    return mine.count;
   }
 
  private:
@@ -370,7 +430,8 @@ template <class Buffers>
 class HierarchicalTopk final : public SparseStrategy<typename Buffers::Selector> {
  public:
   HierarchicalTopk(CommGroups& g, const ExchangeConfig& c)
-      : SparseStrategy<typename Buffers::Selector>("hitopk", g, Buffers::selector(c), true), density_(c.density) {}
+      : SparseStrategy<typename Buffers::Selector>("hitopk", g, Buffers::selector(c), true, c.wire),
+        density_(c.density) {}
   size_t run(int bucket, std::span<float> grad) override {
     Communicator& intra = *this->groups_.intra;
     Communicator& inter = *this->groups_.inter;
@@ -383,29 +444,30 @@ class HierarchicalTopk final : public SparseStrategy<typename Buffers::Selector>
     float* shard = Buffers::floats(shard_, counts[me]);
     intra.reduce_scatter(grad.data(), shard, counts, DType::kFloat32, ReduceOp::kSum, Millis(0));
     // 2. Error feedback and top-k on the shard (indices made bucket-global).
-    const auto mine = Buffers::select(this->selector_, bucket, std::span<const float>(shard, counts[me]),
-                                      static_cast<uint32_t>(offset), this->select_seconds_);
+    const Selected mine = Buffers::select(this->selector_, bucket, std::span<const float>(shard, counts[me]),
+                                          static_cast<uint32_t>(offset), this->select_seconds_);
     // 3. Sparse all-gather across nodes among ranks owning the same shard.
-    SparseEntry* node = Buffers::entries(node_entries_, mine.size() * m);
-    inter.allgather(mine.data(), node, mine.size() * sizeof(SparseEntry), DType::kUInt8, Millis(0));
+    const size_t eb = this->entry_bytes_;
+    std::byte* node = Buffers::entries(node_entries_, mine.count * m, eb);
+    inter.allgather(mine.data, node, mine.count * eb, DType::kUInt8, Millis(0));
     // 4. All-gather every shard's pairs inside the node (shard l has m * k_l pairs, k_l from its size).
     std::vector<size_t> bytes(n), lens(n);
     size_t total = 0;
     for (int l = 0; l < n; ++l) {
       lens[l] = topk_count(counts[l], density_);
-      bytes[l] = lens[l] * m * sizeof(SparseEntry);
+      bytes[l] = lens[l] * m * eb;
       total += lens[l] * m;
     }
-    SparseEntry* all = Buffers::entries(all_entries_, total);
+    std::byte* all = Buffers::entries(all_entries_, total, eb);
     intra.allgatherv(node, all, bytes, DType::kUInt8, Millis(0));
     // 5. Scatter-add into the dense bucket: shard l's pairs are m runs (one per node) of lens[l]
     // entries, distinct within a run.
     Buffers::zero(grad);
     for (int l = 0; l < n; ++l) {
-      Buffers::add(grad, all, lens[l], m);
-      all += lens[l] * m;
+      Buffers::add(grad, all, lens[l], m, eb);
+      all += lens[l] * m * eb;
     }
-    return mine.size();
+    return mine.count;
   }
 
  private:
@@ -428,6 +490,13 @@ ExchangeStats GradientExchange::exchange(int bucket, std::span<float> grad) {
   return stats;
 }
 
+DType wire_type(const std::string& gradient_precision) {
+  if (gradient_precision == "fp32") return DType::kFloat32;
+  if (gradient_precision == "bf16") return DType::kBFloat16;
+  throw ConfigError("communication.gradientPrecision",
+                    "unknown precision '" + gradient_precision + "' (expected fp32 or bf16)");
+}
+
 const char* exchange_strategy_names() { return "dense, torus, topk, hitopk"; }
 
 std::unique_ptr<GradientExchange> make_exchange(const ExchangeConfig& c, CommGroups& groups) {
@@ -439,9 +508,13 @@ std::unique_ptr<GradientExchange> make_exchange(const ExchangeConfig& c, CommGro
     throw ConfigError("communication.density", detail::concat(c.density, " is outside (0, 1]"));
   if (c.selector != "mstopk" && c.selector != "exact")
     throw ConfigError("communication.selector", "unknown selector '" + c.selector + "' (expected mstopk or exact)");
+  TESSERA_CHECK(c.wire == DType::kFloat32 || c.wire == DType::kBFloat16, "gradients travel as ", dtype_name(c.wire));
+  if (c.wire == DType::kBFloat16 && c.device == Device::kCuda)
+    throw ConfigError("communication.gradientPrecision",
+                      "bf16 gradients travel from host memory only; a job whose gradients are on the GPU sends fp32");
   if (s == "torus" || s == "hitopk") groups.topology.require_uniform("communication.strategy", "'" + s + "'");
-  if (s == "dense") return std::make_unique<DenseAllreduce>(groups);
-  if (s == "torus") return std::make_unique<TorusAllreduce>(groups, c.device);
+  if (s == "dense") return std::make_unique<DenseAllreduce>(groups, c.wire);
+  if (s == "torus") return std::make_unique<TorusAllreduce>(groups, c.device, c.wire);
   if (c.device == Device::kCuda) {
 #if TESSERA_HAVE_CUDA
     if (s == "topk") return std::make_unique<SparseAllgather<DeviceBuffers>>(groups, c);

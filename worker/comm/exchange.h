@@ -10,7 +10,8 @@
 //                            of the pairs, scatter-add
 //
 // After exchange() the bucket holds the sum over ranks of what each rank sent: for dense and torus
-// the exact sum; for the sparse strategies at density 1 the same sum (up to summation order).
+// the exact sum; for the sparse strategies at density 1 the same sum (up to summation order). With
+// bf16 on the wire, the sum of the rounded values, rounded along the way.
 // Every rank ends with bitwise identical values. One thread per strategy object.
 //
 // With ExchangeConfig::device kCuda the bucket is device memory and the groups' communicators take
@@ -35,6 +36,11 @@ struct ExchangeConfig {
   double density = 0.001;           // fraction of a bucket (or shard) sparse strategies send, (0, 1]
   std::string selector = "mstopk";  // top-k selector of sparse strategies: mstopk | exact
   Device device = Device::kCpu;     // where the buckets are (kCuda: the groups are NCCL's)
+  // How gradient values travel (communication.gradientPrecision): kFloat32, or kBFloat16 (rounded to
+  // nearest even; dense and torus sum in bf16 along their rings, as NCCL's bf16 all-reduce does; the
+  // sparse strategies send (index, bf16 value) pairs of 6 bytes and keep what the rounding left out
+  // in the fp32 residual). hitopk's reduce-scatter inside the node stays fp32. Host buckets only.
+  DType wire = DType::kFloat32;
 };
 
 struct ExchangeStats {
@@ -77,6 +83,10 @@ class GradientExchange {
   CommGroups& groups_;
   double select_seconds_ = 0;  // run() adds its error feedback and selection time here
 };
+
+// communication.gradientPrecision ("fp32" or "bf16") as the values' type on the wire; ConfigError
+// naming the field otherwise.
+DType wire_type(const std::string& gradient_precision);
 
 // The strategies' names, for help texts and errors.
 const char* exchange_strategy_names();

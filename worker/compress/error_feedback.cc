@@ -1,6 +1,7 @@
 #include "worker/compress/error_feedback.h"
 
 #include "common/error.h"
+#include "worker/nn/kernels.h"
 
 namespace tessera {
 
@@ -15,12 +16,13 @@ std::span<float> ErrorFeedback::accumulate(int bucket, std::span<const float> gr
   return r;
 }
 
-void ErrorFeedback::mark_sent(int bucket, std::span<const uint32_t> idx) {
+void ErrorFeedback::mark_sent(int bucket, std::span<const uint32_t> idx, bool bf16) {
   auto it = residuals_.find(bucket);
   TESSERA_CHECK(it != residuals_.end(), "bucket ", bucket, " was never accumulated");
   for (uint32_t i : idx) {
     TESSERA_CHECK_LT(i, it->second.size(), "index sent from bucket ", bucket);
-    it->second[i] = 0.0f;
+    float& r = it->second[i];
+    r = bf16 ? r - kernels::round_bf16(r) : 0.0f;
   }
 }
 

@@ -18,8 +18,9 @@ class ErrorFeedback {
   // residual(bucket) += grad; returns the residual buffer, now the accumulated gradient. A bucket's
   // size is fixed by its first use; a different size later is an invariant failure.
   std::span<float> accumulate(int bucket, std::span<const float> grad);
-  // Zeroes the entries that were sent.
-  void mark_sent(int bucket, std::span<const uint32_t> idx);
+  // Zeroes the entries that were sent; with `bf16`, where each was sent rounded to bf16, keeps what
+  // the rounding left out (acc - round_bf16(acc), exact in fp32).
+  void mark_sent(int bucket, std::span<const uint32_t> idx, bool bf16 = false);
   // The current residual of `bucket` (empty if never used).
   std::span<const float> residual(int bucket) const;
   // Drops every residual (e.g. when the strategy switches to dense).

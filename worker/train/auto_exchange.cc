@@ -27,6 +27,7 @@ void AutoExchange::calibrate_links() {
   calibration_.compute_s = compute;
   calibration_.buckets = cost::buckets(cost_layers_, static_cast<double>(cc.bucket_bytes));
   calibration_.overlap = cc.overlap;
+  calibration_.value_bytes = static_cast<int>(dtype_size(wire_type(cc.gradient_precision)));
 }
 
 bool AutoExchange::add_step_compute(int64_t run_step, double compute_s) {
@@ -95,13 +96,15 @@ void AutoExchange::apply_due(int64_t step, ExchangeSchedule& schedule, int rank)
     for (const auto& [b, r] : schedule.sparse->residuals())
       owe(b, schedule.sparse->residual_offset(bucket_sizes_.at(static_cast<size_t>(b))), r);
   std::unique_ptr<GradientExchange> dense =
-      make_exchange(ExchangeConfig{plan.dense, cc.density, cc.selector, buckets_on_}, exchange_groups_);
+      make_exchange(ExchangeConfig{plan.dense, cc.density, cc.selector, buckets_on_, wire_type(cc.gradient_precision)},
+                    exchange_groups_);
   if (plan.sparse.empty()) {
     schedule.sparse = std::move(dense);
     schedule.dense.reset();
   } else {
-    schedule.sparse =
-        make_exchange(ExchangeConfig{plan.sparse, plan.density, cc.selector, buckets_on_}, exchange_groups_);
+    schedule.sparse = make_exchange(
+        ExchangeConfig{plan.sparse, plan.density, cc.selector, buckets_on_, wire_type(cc.gradient_precision)},
+        exchange_groups_);
     schedule.dense = std::move(dense);
   }
   schedule.flushed_residuals = false;

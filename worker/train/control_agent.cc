@@ -56,6 +56,7 @@ ControlAgent::Answer ControlAgent::heartbeat(const Report& report, const std::at
     p.set_compute_s(c->compute_s);
     for (const cost::Bucket& b : c->buckets) p.add_bucket_floats(b.floats), p.add_bucket_ready(b.ready);
     p.set_overlap(c->overlap);
+    p.set_value_bytes(c->value_bytes);
   }
   v1::HeartbeatResponse resp;
   // A controller that restarts (or hands over to another) is waited for, up to the timeout: every

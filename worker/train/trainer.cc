@@ -314,9 +314,12 @@ void Trainer::build_exchange() {
                                            model_->cost_layers());
   // auto: the ring all-reduce until the controller's choice
   const std::string first = hybrid ? cc.sparse : auto_ ? "dense" : cc.strategy;
-  schedule_.sparse = make_exchange(ExchangeConfig{first, cc.density, cc.selector, buckets_on}, exchange_groups);
+  schedule_.sparse = make_exchange(
+      ExchangeConfig{first, cc.density, cc.selector, buckets_on, wire_type(cc.gradient_precision)}, exchange_groups);
   if (hybrid) {
-    schedule_.dense = make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on}, exchange_groups);
+    schedule_.dense =
+        make_exchange(ExchangeConfig{cc.dense, cc.density, cc.selector, buckets_on, wire_type(cc.gradient_precision)},
+                      exchange_groups);
     schedule_.switch_step = static_cast<int64_t>(cc.switch_at_epoch) * steps_per_epoch_;
   }
 }
@@ -759,7 +762,8 @@ void Trainer::log_start() const {
            config_.communication.strategy, switching, where, ", in ", precision_name(config_.model.precision),
            config_.model.precision == Precision::kBf16
                ? (bf16_native() ? " (native bf16 instructions)" : " (bf16 emulated on AVX-512)")
-               : "");
+               : "",
+           groups_ ? ", gradients sent in " + config_.communication.gradient_precision : std::string());
 }
 
 void Trainer::heartbeat(int epoch, TrainSummary& summary) {

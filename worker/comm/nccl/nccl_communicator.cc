@@ -19,6 +19,7 @@ ncclDataType_t to_nccl(DType t) {
     case DType::kInt32: return ncclInt32;
     case DType::kInt64: return ncclInt64;
     case DType::kUInt8: return ncclUint8;
+    case DType::kBFloat16: return ncclBfloat16;
   }
   return ncclUint8;
 }
