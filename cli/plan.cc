@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/exchange_choice.h"
 #include "common/flags.h"
+#include "worker/comm/exchange.h"
 #include "worker/models/model.h"
 #include "worker/nn/optim.h"
 #include "worker/train/job_config.h"
@@ -135,7 +136,7 @@ int plan(int argc, char** argv) {
   const double params = static_cast<double>(model->num_params());
   const auto& c = job.communication;
   const double bucket = static_cast<double>(c.bucket_bytes);
-  const int value_bytes = c.gradient_precision == "bf16" ? 2 : 4;
+  const int value_bytes = static_cast<int>(dtype_size(wire_type(c.gradient_precision)));
   // momentum correction's passes where the job keeps velocities: its sparse strategies and both
   // phases of its hybrid schedule (a job that exchanges densely throughout keeps none)
   auto step = [&](const std::string& s, bool corrected = false) {

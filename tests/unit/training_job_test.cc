@@ -187,15 +187,18 @@ TEST(TrainingJobTest, AutoLeavesTheLastHalfOfTheEpochsDenseByDefault) {
   EXPECT_EQ(got, (std::set<std::string>{"spec.communication.sparse", "spec.communication.dense"}));
 }
 
+// A synthetic job with these communication and training sections.
+api::ParsedJob parse_sections(const std::string& comm, const std::string& training) {
+  return api::parse_training_job(
+      ConfigNode::load_string("apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
+                              "  dataset: {format: synthetic}\n  communication: " +
+                              comm + "\n  training: " + training + "\n"));
+}
+
 // communication.gradientPrecision: the training precision unless set.
 TEST(TrainingJobTest, GradientPrecisionDefaultsToTheTrainingPrecision) {
-  const std::string head =
-      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
-      "  dataset: {format: synthetic}\n";
-  auto wire = [&](const std::string& comm, const std::string& training) {
-    return api::parse_training_job(
-               ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"))
-        .job.spec.communication.gradient_precision;
+  auto wire = [](const std::string& comm, const std::string& training) {
+    return parse_sections(comm, training).job.spec.communication.gradient_precision;
   };
   EXPECT_EQ(wire("{}", "{}"), "fp32");
   EXPECT_EQ(wire("{}", "{precision: bf16}"), "bf16");
@@ -206,13 +209,7 @@ TEST(TrainingJobTest, GradientPrecisionDefaultsToTheTrainingPrecision) {
 // communication.momentumCorrection: on by default where sgd with momentum may exchange sparsely; set,
 // it is refused (named, with the reason) where it cannot keep SGD's momentum.
 TEST(TrainingJobTest, MomentumCorrectionDefaultsAndLimits) {
-  const std::string head =
-      "apiVersion: tessera.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: a}\nspec:\n"
-      "  dataset: {format: synthetic}\n";
-  auto parse = [&](const std::string& comm, const std::string& training) {
-    return api::parse_training_job(
-        ConfigNode::load_string(head + "  communication: " + comm + "\n  training: " + training + "\n"));
-  };
+  const auto parse = parse_sections;
   auto corrected = [&](const std::string& comm, const std::string& training) {
     const api::ParsedJob p = parse(comm, training);
     EXPECT_TRUE(p.ok()) << comm << " " << training;
