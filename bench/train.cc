@@ -1,6 +1,7 @@
 #include "bench/bench.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -124,7 +125,13 @@ int train(int argc, char** argv) {
   auto opt = make_optimizer(oc);
   auto params = model->params();
   double fwd_s = 0, bwd_s = 0, upd_s = 0;  // the step's parts, summed over the timed steps
-  int timed = -1;                          // the warm-up step is not counted
+  long faults = 0;                         // minor page faults of the timed steps (fresh pages zeroed)
+  auto minor_faults = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_minflt;
+  };
+  int timed = -1;  // the warm-up step is not counted
   // --layers: seconds by kind of layer (those without inner layers; a residual block's sum and its
   // layout conversions are what is left of the step), over the timed steps.
   std::map<std::string, std::array<double, 2>> by_kind;
@@ -134,6 +141,7 @@ int train(int argc, char** argv) {
     });
   const double step_s = time_it(
       [&] {
+        const long f0 = minor_faults();
         auto t0 = Clock::now();
         for (Param* p : params) p->grad.zero();
         Tensor out = model->forward(x, true);
@@ -146,6 +154,7 @@ int train(int argc, char** argv) {
           fwd_s += std::chrono::duration<double>(t1 - t0).count();
           bwd_s += std::chrono::duration<double>(t2 - t1).count();
           upd_s += std::chrono::duration<double>(t3 - t2).count();
+          faults += minor_faults() - f0;
         }
       },
       iters);
@@ -186,7 +195,8 @@ int train(int argc, char** argv) {
                         {"step_ms", step_s * 1e3},
                         {"forward_ms", fwd_s * 1e3},
                         {"backward_ms", bwd_s * 1e3},
-                        {"update_ms", upd_s * 1e3}};
+                        {"update_ms", upd_s * 1e3},
+                        {"page_faults_per_step", faults / iters}};
   if (language) {
     out["context"] = mc.context;
     out["tokens_per_second"] = sps * mc.context;
@@ -245,7 +255,8 @@ int train(int argc, char** argv) {
     std::printf("\n  PyTorch channels_last %.2f, NCHW %.2f samples/s",
                 out["torch_channels_last_samples_per_second"].get<double>(),
                 out["torch_nchw_samples_per_second"].get<double>());
-  std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms\n", fwd_s * 1e3, bwd_s * 1e3, upd_s * 1e3);
+  std::printf("\n  step: forward %.1f ms, backward %.1f ms, update %.1f ms; %ld page faults\n", fwd_s * 1e3,
+              bwd_s * 1e3, upd_s * 1e3, faults / iters);
   if (layers)
     for (const auto& [kind, t] : out["layers"].items())
       std::printf("  %-18s forward %7.1f ms, backward %7.1f ms\n", kind.c_str(), t["forward_ms"].get<double>(),

@@ -67,6 +67,35 @@ TEST(KernelsTest, LeakyReluMatchesOneDnnEltwise) {
   }
 }
 
+// exp_f and GELU in float arithmetic against their definitions in double precision, over the range
+// a network's activations span and beyond: e^x within 2 float roundings, x * Phi(x) and its
+// derivative within 3e-7 of max(1, |x|), and Phi's lower tail within 4% of its own size (at x = -12,
+// 2e-33: where 1 + erf in float is 0).
+TEST(KernelsTest, ExpAndGeluMatchTheirDefinitions) {
+  double worst_exp = 0, worst_gelu = 0, worst_grad = 0, worst_tail = 0;
+  for (int i = -24000; i <= 24000; ++i) {
+    const float x = i * 5e-4f;  // [-12, 12]
+    const double xd = x, cdf = 0.5 * std::erfc(-xd / std::sqrt(2.0)),
+                 pdf = std::exp(-0.5 * xd * xd) / std::sqrt(2 * M_PI);
+    const float y = x * 7.0f;  // [-84, 84]
+    const double e = std::exp(double(y));
+    worst_exp = std::max(worst_exp, std::fabs(kernels::exp_f(y) - e) / e);
+    const double scale = std::max(1.0, std::fabs(xd));
+    worst_gelu = std::max(worst_gelu, std::fabs(kernels::gelu(x) - xd * cdf) / scale);
+    worst_grad = std::max(worst_grad, std::fabs(kernels::gelu_grad(x, 1.0f) - (cdf + xd * pdf)) / scale);
+    if (x < -1.0f) worst_tail = std::max(worst_tail, std::fabs(kernels::normal_cdf(x).cdf - cdf) / cdf);
+  }
+  EXPECT_LE(worst_exp, 1.2e-7);
+  EXPECT_LE(worst_gelu, 3e-7);
+  EXPECT_LE(worst_grad, 3e-7);
+  EXPECT_LE(worst_tail, 0.04);
+  EXPECT_EQ(kernels::gelu(0.0f), 0.0f);
+  EXPECT_LE(std::fabs(kernels::gelu(-100.0f)), 1e-30f);
+  EXPECT_EQ(kernels::gelu(100.0f), 100.0f);
+  EXPECT_GT(kernels::exp_f(-200.0f), 0.0f);
+  EXPECT_LT(kernels::exp_f(-200.0f), 1e-37f);
+}
+
 TEST(KernelsTest, SoftmaxCrossEntropyMatchesOneDnnSoftmax) {
   const int64_t n = 3, c = 5, inner = 7;
   const Tensor logits = random_tensor({n, c, inner}, 3, 3.0f);

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
 
 #include "common/error.h"
 
@@ -18,15 +21,70 @@ void track_alloc(int64_t bytes) {
   while (now > peak && !g_peak.compare_exchange_weak(peak, now)) {
   }
 }
+
+// Freed host blocks of 64 KiB and more, by size, for the next tensor of that size (a training step
+// allocates the same sizes every step). What it holds and what is alive together stay within the
+// most that was ever alive at once (`high_`): a block that would pass it is given back, and a miss
+// that would pass it gives back cached blocks first. Off until keep_freed_tensor_memory().
+class BlockCache {
+ public:
+  static constexpr int64_t kMinBytes = 64 << 10;
+  static BlockCache& get() {
+    static BlockCache* cache = new BlockCache;  // never destroyed: tensors may outlive static destructors
+    return *cache;
+  }
+  void enable() { on_ = true; }
+  int64_t cached() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+  float* take(int64_t bytes) {
+    if (!on_ || bytes < kMinBytes) return nullptr;
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(bytes);
+    if (it != free_.end() && !it->second.empty()) {
+      float* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= bytes;
+      return p;
+    }
+    const int64_t live = g_live.load();
+    high_ = std::max(high_, live + bytes);
+    for (auto f = free_.begin(); f != free_.end() && live + bytes + cached_ > held_limit();) {
+      for (float* q : f->second) ::operator delete[](q, std::align_val_t(64));
+      cached_ -= f->first * static_cast<int64_t>(f->second.size());
+      f = free_.erase(f);
+    }
+    return nullptr;
+  }
+  // Whether it kept p.
+  bool give(float* p, int64_t bytes) {
+    if (!on_ || bytes < kMinBytes) return false;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (g_live.load() + cached_ + bytes > held_limit()) return false;
+    free_[bytes].push_back(p);
+    cached_ += bytes;
+    return true;
+  }
+
+ private:
+  int64_t held_limit() const { return high_ + high_ / 4; }
+  std::atomic<bool> on_{false};
+  std::mutex mu_;
+  std::unordered_map<int64_t, std::vector<float*>> free_;
+  int64_t cached_ = 0, high_ = 0;
+};
 }  // namespace
 
 int64_t live_tensor_bytes() { return g_live.load(); }
 int64_t peak_tensor_bytes() { return g_peak.load(); }
 void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
+int64_t cached_tensor_bytes() { return BlockCache::get().cached(); }
 
 void keep_freed_tensor_memory() {
   mallopt(M_MMAP_THRESHOLD, 256 << 20);
   mallopt(M_TRIM_THRESHOLD, -1);  // never: a step's activations (GiBs for ResNet-50) come back next step
+  BlockCache::get().enable();
 }
 
 int64_t shape_numel(const Shape& s) {
@@ -68,11 +126,12 @@ Tensor::Tensor(Shape shape, Layout layout, Device device)
   }
   // 64-byte aligned for vector loads.
   {
-    float* p = static_cast<float*>(::operator new[](bytes, std::align_val_t(64)));
+    float* p = BlockCache::get().take(bytes);
+    if (!p) p = static_cast<float*>(::operator new[](bytes, std::align_val_t(64)));
     track_alloc(bytes);
     data_ = std::shared_ptr<float[]>(p, [bytes](float* q) {
       g_live.fetch_sub(bytes);
-      ::operator delete[](q, std::align_val_t(64));
+      if (!BlockCache::get().give(q, bytes)) ::operator delete[](q, std::align_val_t(64));
     });
   }
 }

@@ -54,7 +54,7 @@ Tensor GELU::forward(const Tensor& x, bool training) {
   if (x.on_device()) {
     gpu::gelu(xp, yp, n);
   } else {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) yp[i] = kernels::gelu(xp[i]);
   }
   if (training) x_ = x;
@@ -73,7 +73,7 @@ Tensor GELU::backward(const Tensor& dy) {
     gpu::gelu_grad(xp, g, o, n);
     return dx;
   }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) o[i] = kernels::gelu_grad(xp[i], g[i]);
   return dx;
 }

@@ -41,11 +41,53 @@ TESSERA_HD float leaky_relu(float x, float slope) { return x > 0.0f ? x : slope 
 TESSERA_HD float leaky_relu_grad(float gate, float dy, float slope) { return gate > 0.0f ? dy : slope * dy; }
 
 // GELU, exact (PyTorch's nn.GELU()): x * Phi(x), Phi the standard normal distribution function.
-TESSERA_HD float gelu(float x) { return static_cast<float>(0.5 * x * (1.0 + erf(x * 0.70710678118654752))); }
+// e^x in float arithmetic alone, so that loops of it vectorise (no library call): x = n ln 2 + r with
+// |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7
+// (relative error under 1e-8 on that range, so about one float rounding in all), 2^n from the
+// exponent bits. Below -87 it gives about 1e-38 rather than smaller values, which only GELU's tails
+// see, times a Gaussian of less than 1e-37.
+TESSERA_HD float exp_f(float x) {
+  x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;  // (fminf and fmaxf would be library calls)
+  const float n = floorf(x * 1.44269504088896341f + 0.5f);
+  float r = fmaf(n, -0.693145751953125f, x);
+  r = fmaf(n, -1.428606765330187e-06f, r);
+  float p = 1.0f / 5040.0f;
+  p = fmaf(p, r, 1.0f / 720.0f);
+  p = fmaf(p, r, 1.0f / 120.0f);
+  p = fmaf(p, r, 1.0f / 24.0f);
+  p = fmaf(p, r, 1.0f / 6.0f);
+  p = fmaf(p, r, 0.5f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+// Phi(x), the standard normal CDF, and its density phi(x), as x * Phi(x) (GELU, PyTorch's exact
+// form) needs: Phi(x) = erfc(-x / sqrt 2) / 2, erfc(z) for z >= 0 by Abramowitz and Stegun 7.1.26
+// (absolute error under 1.5e-7, about two float roundings near 1), whose e^(-z^2) is phi's exp too.
+// Both tails keep their size: Phi(x) for x < 0 is computed as erfc / 2, never 1 - something.
+struct NormalCdf {
+  float cdf, pdf;
+};
+TESSERA_HD NormalCdf normal_cdf(float x) {
+  const float z = fabsf(x) * 0.70710678118654752f;
+  const float t = 1.0f / fmaf(0.3275911f, z, 1.0f);
+  float q = 1.061405429f;
+  q = fmaf(q, t, -1.453152027f);
+  q = fmaf(q, t, 1.421413741f);
+  q = fmaf(q, t, -0.284496736f);
+  q = fmaf(q, t, 0.254829592f);
+  const float e = exp_f(-z * z);        // e^(-x^2 / 2)
+  const float tail = 0.5f * q * t * e;  // Phi(-|x|)
+  return {x < 0.0f ? tail : 1.0f - tail, 0.39894228040143268f * e};
+}
+TESSERA_HD float gelu(float x) { return x * normal_cdf(x).cdf; }
 TESSERA_HD float gelu_grad(float x, float dy) {
-  const double cdf = 0.5 * (1.0 + erf(x * 0.70710678118654752));
-  const double pdf = 0.39894228040143268 * exp(-0.5 * double(x) * x);
-  return static_cast<float>(dy * (cdf + x * pdf));
+  const NormalCdf n = normal_cdf(x);
+  return dy * fmaf(x, n.pdf, n.cdf);
 }
 
 // ---- dropout ----
