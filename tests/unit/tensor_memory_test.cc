@@ -51,8 +51,7 @@ TEST_F(TensorMemoryTest, HeldAndAliveStayNearTheMostEverAlive) {
     for (int i = 0; i < 4; ++i) {
       alive.emplace_back(Shape{(1 << 18) + s * 4096 + i * 64});
       const int64_t most = peak_tensor_bytes();  // never reset in this binary: the most ever alive
-      EXPECT_LE(live_tensor_bytes() + cached_tensor_bytes(), most + most / 4)
-          << "step " << s << ", tensor " << i;
+      EXPECT_LE(live_tensor_bytes() + cached_tensor_bytes(), most + most / 4) << "step " << s << ", tensor " << i;
     }
   }
   EXPECT_GT(cached_tensor_bytes(), 0);
