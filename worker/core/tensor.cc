@@ -23,9 +23,9 @@ void track_alloc(int64_t bytes) {
 }
 
 // Freed host blocks of 64 KiB and more, by size, for the next tensor of that size (a training step
-// allocates the same sizes every step). What it holds and what is alive together stay within the
-// most that was ever alive at once (`high_`): a block that would pass it is given back, and a miss
-// that would pass it gives back cached blocks first. Off until keep_freed_tensor_memory().
+// allocates the same sizes every step). What it holds and what is alive together stay within 1.25
+// times the most that was ever alive at once (`high_`; held_limit()): a block that would pass it is
+// given back, and a miss that would pass it gives back cached blocks first. Off until keep_freed_tensor_memory().
 class BlockCache {
  public:
   static constexpr int64_t kMinBytes = 64 << 10;

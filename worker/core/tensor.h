@@ -36,7 +36,7 @@ int64_t cached_tensor_bytes();
 
 // Keeps freed host storage in this process for the next tensor instead of giving it back to the
 // system: blocks of 64 KiB and more by size, for the next tensor of the same size (held and alive
-// together no more than the most ever alive at once), smaller ones in glibc's heap, which is never
+// together no more than 1.25 times the most ever alive at once), smaller ones in glibc's heap, which is never
 // trimmed (its mmap and trim thresholds). A training step frees and allocates the same sizes every
 // step, and unmapping them only to fault them in again, zeroed, costs kernel time (ResNet-50 at batch
 // 8 faulted 16,000-40,000 pages a step in glibc's heap alone, which fragments), more so on a virtual

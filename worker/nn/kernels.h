@@ -40,7 +40,6 @@ TESSERA_HD float leaky_relu(float x, float slope) { return x > 0.0f ? x : slope 
 // for slopes in [0, 1]) was `gate`.
 TESSERA_HD float leaky_relu_grad(float gate, float dy, float slope) { return gate > 0.0f ? dy : slope * dy; }
 
-// GELU, exact (PyTorch's nn.GELU()): x * Phi(x), Phi the standard normal distribution function.
 // e^x in float arithmetic alone, so that loops of it vectorise (no library call): x = n ln 2 + r with
 // |r| <= ln 2 / 2 (ln 2 in two parts, Cody and Waite), e^r by its Taylor polynomial of degree 7
 // (relative error under 1e-8 on that range, so about one float rounding in all), 2^n from the
@@ -84,6 +83,7 @@ TESSERA_HD NormalCdf normal_cdf(float x) {
   const float tail = 0.5f * q * t * e;  // Phi(-|x|)
   return {x < 0.0f ? tail : 1.0f - tail, 0.39894228040143268f * e};
 }
+// GELU, exact (PyTorch's nn.GELU()): x * Phi(x), Phi the standard normal distribution function.
 TESSERA_HD float gelu(float x) { return x * normal_cdf(x).cdf; }
 TESSERA_HD float gelu_grad(float x, float dy) {
   const NormalCdf n = normal_cdf(x);
